@@ -1,0 +1,175 @@
+"""Read cluster.yml into the model, keeping the line and column of every key.
+
+Everything a user can get wrong here becomes a Finding (never a traceback): the file is
+missing or unreadable, the YAML is malformed, a key is unknown, a value has the wrong type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from .findings import Finding, Level
+from .model import Cluster
+
+REPO_DEFAULT = FsPath(__file__).resolve().parent.parent / "inventory" / "hal" / "cluster.yml"
+
+
+def default_path() -> FsPath:
+    """The embedded HAL description: packaged copy when installed, the repo's file otherwise."""
+    packaged = resources.files("hal_provision").joinpath("data", "hal.yml")
+    if packaged.is_file():
+        return FsPath(str(packaged))
+    return REPO_DEFAULT
+
+
+class Locator:
+    """Maps a model path such as ('nodes', 3, 'hosts') to the (line, column) of its key."""
+
+    def __init__(self, root: Any, file: str):
+        self.root = root
+        self.file = file
+
+    def position(self, path) -> tuple[int | None, int | None]:
+        node = self.root
+        best: tuple[int | None, int | None] = (None, None)
+        for part in path:
+            if isinstance(node, CommentedMap) and part in node:
+                line, col = node.lc.key(part)
+                best = (line + 1, col + 1)
+                node = node[part]
+            elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+                line, col = node.lc.item(part)
+                best = (line + 1, col + 1)
+                node = node[part]
+            else:
+                break
+        return best
+
+    def locate(self, finding: Finding) -> Finding:
+        line, col = self.position(finding.path)
+        return finding.located(self.file, line, col)
+
+
+@dataclass
+class Loaded:
+    """The outcome of loading: a model (None when unusable) and the findings so far."""
+
+    file: str
+    model: Cluster | None
+    findings: list[Finding] = field(default_factory=list)
+    locator: Locator | None = None
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    return yaml
+
+
+def load_text(text: str, file: str) -> Loaded:
+    try:
+        data = _yaml().load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        col = mark.column + 1 if mark else None
+        problem = " ".join(p for p in (exc.context, exc.problem) if p) or "malformed YAML"
+        return Loaded(file, None, [Finding(Level.error, (), f"YAML syntax: {problem}", "yaml", file, line, col)])
+    except YAMLError as exc:
+        return Loaded(file, None, [Finding(Level.error, (), f"YAML syntax: {exc}", "yaml", file)])
+    locator = Locator(data, file)
+    if not isinstance(data, CommentedMap):
+        return Loaded(file, None, [Finding(Level.error, (), "the file must be a YAML mapping (key: value)", "yaml", file, 1, 1)], locator)
+    try:
+        model = Cluster.model_validate(data)
+    except ValidationError as exc:
+        return Loaded(file, None, [locator.locate(f) for f in _schema_findings(exc)], locator)
+    return Loaded(file, model, [], locator)
+
+
+def load(path: str | FsPath | None = None) -> Loaded:
+    fs_path = FsPath(path) if path is not None else default_path()
+    shown = str(path) if path is not None else str(fs_path)
+    try:
+        text = fs_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Loaded(shown, None, [Finding(Level.error, (), "no such file", "io", shown)])
+    except IsADirectoryError:
+        return Loaded(shown, None, [Finding(Level.error, (), "is a directory, not a cluster file", "io", shown)])
+    except (OSError, UnicodeDecodeError) as exc:
+        return Loaded(shown, None, [Finding(Level.error, (), f"cannot read: {exc}", "io", shown)])
+    return load_text(text, shown)
+
+
+def _schema_findings(exc: ValidationError) -> list[Finding]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(p for p in err["loc"] if not _is_pydantic_tag(p))
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}" + _suggest(loc, exc)
+        elif kind == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            if "input" in err and kind not in ("model_type", "dict_type", "list_type"):
+                shown = repr(err["input"]) if not isinstance(err["input"], (dict, list)) else ""
+                if shown and len(shown) < 80 and shown not in msg:
+                    msg += f" (got {shown})"
+        out.append(Finding(Level.error, loc, msg, "schema"))
+    return out
+
+
+def _is_pydantic_tag(part) -> bool:
+    # pydantic inserts validator names such as 'function-after[...]' into some locations.
+    return isinstance(part, str) and ("[" in part and part.endswith("]") and "-" in part)
+
+
+def _suggest(loc, exc) -> str:
+    """Name the closest allowed key, when one is close: 'did you mean ...?'."""
+    import difflib
+
+    model = _model_at(Cluster, loc[:-1])
+    if model is None:
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _model_at(annotation, path):
+    """The pydantic model class that the (schema) path points into, or None."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    def strip(ann):
+        if typing.get_origin(ann) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(ann) if a is not type(None)]
+            return strip(args[0]) if len(args) == 1 else ann
+        if typing.get_origin(ann) is typing.Annotated:
+            return strip(typing.get_args(ann)[0])
+        return ann
+
+    ann = strip(annotation)
+    for part in path:
+        origin = typing.get_origin(ann)
+        if origin is dict:
+            ann = strip(typing.get_args(ann)[1])
+        elif origin is list:
+            ann = strip(typing.get_args(ann)[0])
+        elif isinstance(ann, type) and issubclass(ann, BaseModel) and part in ann.model_fields:
+            ann = strip(ann.model_fields[part].annotation)
+        else:
+            return None
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None

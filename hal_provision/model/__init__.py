@@ -1,0 +1,74 @@
+"""The cluster model: one pydantic tree for the whole cluster description (cluster.yml)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from ClusterShell.NodeSet import NodeSet
+from pydantic import Field
+
+from ..hostlist import nodeset, union
+from .base import Strict
+from .cluster import ClusterInfo
+from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
+from .network import Fabric, FabricLink, Network, Switch
+from .nodes import NodeGroup, Role
+from .services import Services
+from .services_ext import Monitoring, Portal
+from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
+from .software import Containers, Module, Software
+from .storage import Filesystem, Storage, StorageArray
+
+SCHEMA_VERSION = 1
+
+
+class Cluster(Strict):
+    """A HAL-class cluster, described once."""
+
+    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION, description="Format version of this file.")
+    cluster: ClusterInfo = Field(description="Name, DNS domain and primary network.")
+    networks: dict[str, Network] = Field(min_length=1, description="Networks by name.")
+    fabric: Fabric | None = Field(None, description="The InfiniBand fabric and its cabling.")
+    hardware: dict[str, HardwareProfile] = Field(min_length=1, description="Hardware profiles by name.")
+    nodes: list[NodeGroup] = Field(min_length=1, description="Node groups.")
+    services: Services = Field(description="Where each service runs.")
+    slurm: Slurm = Field(description="Slurm configuration.")
+    swsuite: SwSuite = Field(default_factory=SwSuite, description="Slurm Wrapper Suite.")
+    storage: Storage = Field(default_factory=Storage, description="Storage arrays and filesystems.")
+    software: Software = Field(default_factory=Software, description="Environment modules.")
+    containers: Containers | None = Field(None, description="Container runtime.")
+    portal: Portal | None = Field(None, description="Web portal.")
+    monitoring: Monitoring | None = Field(None, description="Monitoring stack.")
+
+    # ---- derived views (pure; node groups stay compressed) ----------------------------
+    def group_nodeset(self, group: NodeGroup) -> NodeSet:
+        return nodeset(group.hosts)
+
+    @cached_property
+    def all_hosts(self) -> NodeSet:
+        return union(g.hosts for g in self.nodes)
+
+    def groups_with_role(self, *roles: Role) -> list[NodeGroup]:
+        return [g for g in self.nodes if g.role in roles]
+
+    @cached_property
+    def slurm_nodes(self) -> NodeSet:
+        """Nodes that run slurmd: every compute group."""
+        return union(g.hosts for g in self.groups_with_role(Role.compute))
+
+    def group_of(self, host: str) -> NodeGroup | None:
+        for g in self.nodes:
+            if host in nodeset(g.hosts):
+                return g
+        return None
+
+    def real_memory_mib(self, profile: HardwareProfile) -> int:
+        return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
+
+
+__all__ = [
+    "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
+    "Filesystem", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
+    "Network", "NodeGroup", "Partition", "Portal", "Qos", "Role", "Services", "Slurm",
+    "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
+]

@@ -1,0 +1,39 @@
+"""Shared base for every model section."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from ..hostlist import HostlistError, nodeset
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors everywhere: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def _check_hostlist(value: str) -> str:
+    try:
+        nodeset(value)
+    except HostlistError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+Hostlist = Annotated[str, AfterValidator(_check_hostlist)]
+"""A hostlist expression such as ``hal[01-16]`` or ``hal-mgmt1,hal-mgmt2``."""
+
+Name = Annotated[str, AfterValidator(lambda v: _check_name(v))]
+
+
+def _check_name(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", value):
+        raise ValueError(
+            f"{value!r} is not a valid name (start with a letter; letters, digits, '_' and '-')"
+        )
+    return value

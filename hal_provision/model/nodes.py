@@ -1,0 +1,38 @@
+"""Node groups: hosts named by a hostlist expression, one role and one hardware profile."""
+
+from __future__ import annotations
+
+from enum import Enum
+from ipaddress import IPv4Address
+
+from pydantic import Field
+
+from .base import Hostlist, Name, Strict
+
+
+class Role(str, Enum):
+    login = "login"
+    management = "management"
+    storage = "storage"
+    data_transfer = "data_transfer"
+    development = "development"
+    compute = "compute"
+
+
+class NodeGroup(Strict):
+    name: Name = Field(description="Group name (unique); becomes part of Ansible group names.")
+    role: Role = Field(description="What the nodes are for.")
+    hosts: Hostlist = Field(description="Host names as a hostlist expression, e.g. hal[01-16].")
+    count: int | None = Field(
+        None, ge=1, description="Expected number of hosts; a check compares it with `hosts`."
+    )
+    hardware: Name = Field(description="Key of a profile under `hardware`.")
+    addresses: dict[str, IPv4Address] = Field(
+        default_factory=dict,
+        description="Per network name: the first host's address; following hosts (in hostlist "
+        "order) take consecutive addresses.",
+    )
+    features: list[Name] = Field(
+        default_factory=list, description="Extra Slurm node features for these nodes."
+    )
+    description: str = Field("", description="Free text.")

@@ -1,0 +1,104 @@
+"""Slurm: partitions, QOS, defaults and the Slurm Wrapper Suite's virtual partitions."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from .base import Hostlist, Name, Strict
+
+_TIME = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d{1,2}(:\d{2}){0,2}|\d+)$")
+
+
+def _check_time(value: str) -> str:
+    if not _TIME.match(value):
+        raise ValueError(
+            f"{value!r} is not a Slurm time (use MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED)"
+        )
+    return value
+
+
+SlurmTime = Annotated[str, AfterValidator(_check_time)]
+
+
+class Partition(Strict):
+    name: Name = Field(description="Partition name.")
+    nodes: Hostlist = Field(description="Nodes of the partition (hostlist expression).")
+    default: bool = Field(False, description="The partition jobs go to when none is named.")
+    max_time: SlurmTime = Field("UNLIMITED", description="MaxTime of the partition.")
+    default_time: SlurmTime | None = Field(None, description="DefaultTime of the partition.")
+    def_mem_per_cpu_mib: int | None = Field(
+        None, gt=0, description="DefMemPerCPU for this partition (overrides the cluster default)."
+    )
+    max_nodes: int | None = Field(None, ge=1, description="MaxNodes per job.")
+    qos: Name | None = Field(None, description="Partition QOS (must exist under slurm.qos).")
+    state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] = Field("UP", description="Initial state.")
+    description: str = Field("", description="Free text.")
+
+
+class Qos(Strict):
+    name: Name = Field(description="QOS name.")
+    priority: int = Field(0, ge=0, description="QOS priority.")
+    max_wall: SlurmTime | None = Field(None, description="MaxWall of a job under this QOS.")
+    max_gpus_per_user: int | None = Field(None, ge=0, description="MaxTRESPerUser gres/gpu.")
+    max_jobs_per_user: int | None = Field(None, ge=0, description="MaxJobsPerUser.")
+    description: str = Field("", description="Free text.")
+
+
+class Cgroup(Strict):
+    constrain_cores: bool = Field(True, description="cgroup.conf ConstrainCores.")
+    constrain_devices: bool = Field(True, description="cgroup.conf ConstrainDevices (GPU isolation).")
+    constrain_ram_space: bool = Field(True, description="cgroup.conf ConstrainRAMSpace.")
+    constrain_swap_space: bool = Field(False, description="cgroup.conf ConstrainSwapSpace.")
+
+
+class Slurm(Strict):
+    controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
+    slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
+    dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
+    accounting_database: Name = Field(
+        "slurm_acct_db", description="MariaDB database for accounting (StorageLoc)."
+    )
+    accounting_user: Name = Field("slurm", description="MariaDB user of slurmdbd (StorageUser).")
+    memory_reserve_mib: int = Field(
+        8192,
+        ge=0,
+        description="Memory kept back for the OS and daemons: RealMemory = installed memory "
+        "minus this. Slurm drains a node whose real memory is below RealMemory.",
+    )
+    def_mem_per_cpu_mib: int = Field(
+        gt=0, description="Cluster-wide DefMemPerCPU in MiB (per hardware thread)."
+    )
+    cgroup: Cgroup = Field(default_factory=Cgroup, description="cgroup.conf settings.")
+    partitions: list[Partition] = Field(min_length=1, description="Slurm partitions.")
+    qos: list[Qos] = Field(default_factory=list, description="Quality-of-service levels.")
+
+
+class VirtualPartition(Strict):
+    name: Name = Field(description="What users type: swrun -p <name>, e.g. gpux4 or cpun2.")
+    kind: Literal["gpu", "cpu"] = Field(
+        description="gpu: a number of GPUs with their share of the node; cpu: whole nodes."
+    )
+    partition: Name = Field(description="Real Slurm partition the job goes to.")
+    gpus: int | None = Field(None, ge=1, description="GPUs in all (kind gpu).")
+    nodes: int | None = Field(None, ge=1, description="Whole nodes (kind cpu).")
+    mem_per_cpu_mib: int = Field(gt=0, description="--mem-per-cpu given to every job.")
+    max_time_hours: int = Field(gt=0, description="Longest time a user may ask for, in hours.")
+    default_time_hours: int = Field(1, gt=0, description="Time when the user gives none.")
+    description: str = Field("", description="Free text for swrun --help.")
+
+    @model_validator(mode="after")
+    def _kind_fields(self):
+        if self.kind == "gpu" and (self.gpus is None or self.nodes is not None):
+            raise ValueError("a gpu virtual partition sets `gpus` and not `nodes`")
+        if self.kind == "cpu" and (self.nodes is None or self.gpus is not None):
+            raise ValueError("a cpu virtual partition sets `nodes` and not `gpus`")
+        return self
+
+
+class SwSuite(Strict):
+    virtual_partitions: list[VirtualPartition] = Field(
+        default_factory=list, description="The Slurm Wrapper Suite's virtual partitions."
+    )

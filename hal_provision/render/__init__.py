@@ -1,0 +1,15 @@
+"""Pure renderers: model -> {relative path: text}. Writing happens only in render.writer."""
+
+from __future__ import annotations
+
+from ..model import Cluster
+from . import hosts, inventory, slurm
+
+
+def render_all(cluster: Cluster) -> dict[str, str]:
+    """Every artifact of the cluster, keyed by its path inside the rendered tree."""
+    files: dict[str, str] = {}
+    files.update(inventory.render(cluster))
+    files.update(hosts.render(cluster))
+    files.update(slurm.render(cluster))
+    return dict(sorted(files.items()))

@@ -1,0 +1,212 @@
+"""Slurm configuration: slurm.conf, gres.conf, cgroup.conf, topology.conf, slurmdbd.conf."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ClusterShell.NodeSet import NodeSet
+
+from ..hostlist import nodeset, union
+from ..model import Cluster, HardwareProfile, Role
+from .common import header, yes_no
+
+ETC = "files/etc/slurm"
+
+# Debian's Slurm packaging: paths and the slurm user it creates.
+STATE_DIR = "/var/lib/slurm/slurmctld"
+SPOOL_DIR = "/var/lib/slurm/slurmd"
+LOG_DIR = "/var/log/slurm"
+
+
+def render(cluster: Cluster) -> dict[str, str]:
+    return {
+        f"{ETC}/slurm.conf": slurm_conf(cluster),
+        f"{ETC}/gres.conf": gres_conf(cluster),
+        f"{ETC}/cgroup.conf": cgroup_conf(cluster),
+        f"{ETC}/topology.conf": topology_conf(cluster),
+        f"{ETC}/slurmdbd.conf": slurmdbd_conf(cluster),
+    }
+
+
+def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[str, ...], NodeSet]]:
+    """Slurm nodes grouped by identical hardware and features, in model order.
+
+    Returns (profile name, profile, features, nodes) for each distinct combination.
+    """
+    groups: dict[tuple[str, tuple[str, ...]], NodeSet] = {}
+    for group in cluster.groups_with_role(Role.compute):
+        profile = cluster.hardware[group.hardware]
+        features = tuple(dict.fromkeys([*profile.features, *group.features]))
+        key = (group.hardware, features)
+        groups.setdefault(key, NodeSet()).update(nodeset(group.hosts))
+    return [(name, cluster.hardware[name], feats, nodes) for (name, feats), nodes in groups.items()]
+
+
+def _first_host(expr: str) -> str:
+    return nodeset(expr)[0]
+
+
+def slurm_conf(cluster: Cluster) -> str:
+    s = cluster.slurm
+    svc = cluster.services
+    out = [header(cluster)]
+    out.append(f"ClusterName={cluster.cluster.name}\n")
+    for host in nodeset(svc.slurmctld):
+        out.append(f"SlurmctldHost={host}\n")
+    out.append(
+        "SlurmUser=slurm\n"
+        "AuthType=auth/munge\n"
+        "CryptoType=crypto/munge\n"
+        f"SlurmctldPort={s.controller_port}\n"
+        f"SlurmdPort={s.slurmd_port}\n"
+        f"StateSaveLocation={STATE_DIR}\n"
+        f"SlurmdSpoolDir={SPOOL_DIR}\n"
+        "SlurmctldPidFile=/run/slurmctld.pid\n"
+        "SlurmdPidFile=/run/slurmd.pid\n"
+        f"SlurmctldLogFile={LOG_DIR}/slurmctld.log\n"
+        f"SlurmdLogFile={LOG_DIR}/slurmd.log\n"
+        "ReturnToService=2\n"
+        "SlurmctldTimeout=120\n"
+        "SlurmdTimeout=300\n"
+        "MpiDefault=none\n"
+        "\n# Scheduling: GPUs, cores and memory are consumable resources.\n"
+        "SchedulerType=sched/backfill\n"
+        "SelectType=select/cons_tres\n"
+        "SelectTypeParameters=CR_Core_Memory\n"
+        "GresTypes=gpu\n"
+        f"DefMemPerCPU={s.def_mem_per_cpu_mib}\n"
+        "\n# Jobs live in cgroups; PrologFlags=Contain lets pam_slurm_adopt adopt ssh sessions.\n"
+        "ProctrackType=proctrack/cgroup\n"
+        "TaskPlugin=task/cgroup,task/affinity\n"
+        "JobAcctGatherType=jobacct_gather/cgroup\n"
+        "PrologFlags=Contain\n"
+        "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
+        "TopologyPlugin=topology/tree\n"
+        "\n# Accounting through slurmdbd.\n"
+        "AccountingStorageType=accounting_storage/slurmdbd\n"
+        f"AccountingStorageHost={_first_host(svc.slurmdbd)}\n"
+        f"AccountingStoragePort={s.dbd_port}\n"
+        "AccountingStorageTRES=gres/gpu\n"
+    )
+    out.append(
+        "\n# Nodes: one line per identical hardware group. RealMemory is installed memory minus\n"
+        f"# slurm.memory_reserve_mib ({s.memory_reserve_mib} MiB) kept for the OS and daemons.\n"
+    )
+    hw = hardware_groups(cluster)
+    for name, p, feats, nodes in hw:
+        gres = f" Gres=gpu:{p.gpus.type}:{p.gpu_count}" if p.gpus else ""
+        feat = f" Features={','.join(feats)}" if feats else ""
+        out.append(
+            f"NodeName={nodes} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
+            f"CoresPerSocket={p.cores_per_socket} ThreadsPerCore={p.threads_per_core} "
+            f"RealMemory={cluster.real_memory_mib(p)}{gres}{feat} State=UNKNOWN\n"
+        )
+    out.append("\n# Node sets: one per hardware profile.\n")
+    by_profile: dict[str, NodeSet] = defaultdict(NodeSet)
+    for name, _p, _f, nodes in hw:
+        by_profile[name].update(nodes)
+    for name, nodes in by_profile.items():
+        out.append(f"NodeSet={name} Nodes={nodes}\n")
+    out.append("\n# Partitions.\n")
+    for part in s.partitions:
+        line = f"PartitionName={part.name} Nodes={union([part.nodes])}"
+        if part.default:
+            line += " Default=YES"
+        line += f" MaxTime={part.max_time}"
+        if part.default_time:
+            line += f" DefaultTime={part.default_time}"
+        if part.def_mem_per_cpu_mib:
+            line += f" DefMemPerCPU={part.def_mem_per_cpu_mib}"
+        if part.max_nodes:
+            line += f" MaxNodes={part.max_nodes}"
+        if part.qos:
+            line += f" QOS={part.qos}"
+        line += f" State={part.state}"
+        out.append(line + "\n")
+    return "".join(out)
+
+
+def gres_conf(cluster: Cluster) -> str:
+    out = [
+        header(cluster),
+        "# Debian's Slurm is built without NVML, so GPUs are declared, not detected.\n"
+        "# Cores= are Slurm's logical core indices of the GPU's socket (not CPU thread ids).\n"
+        "AutoDetect=off\n",
+    ]
+    for _name, p, _feats, nodes in hardware_groups(cluster):
+        if not p.gpus:
+            continue
+        matrix = p.gpus.nvlink
+        for i, dev in enumerate(p.gpus.devices):
+            first = dev.socket * p.cores_per_socket
+            cores = f"{first}-{first + p.cores_per_socket - 1}"
+            file = dev.file or f"/dev/nvidia{i}"
+            line = f"NodeName={nodes} Name=gpu Type={p.gpus.type} File={file} Cores={cores}"
+            if matrix:
+                links = ",".join("-1" if i == j else str(n) for j, n in enumerate(matrix[i]))
+                line += f" Links={links}"
+            out.append(line + "\n")
+    return "".join(out)
+
+
+def cgroup_conf(cluster: Cluster) -> str:
+    c = cluster.slurm.cgroup
+    return (
+        header(cluster)
+        + "CgroupPlugin=autodetect\n"
+        + f"ConstrainCores={yes_no(c.constrain_cores)}\n"
+        + f"ConstrainDevices={yes_no(c.constrain_devices)}\n"
+        + f"ConstrainRAMSpace={yes_no(c.constrain_ram_space)}\n"
+        + f"ConstrainSwapSpace={yes_no(c.constrain_swap_space)}\n"
+    )
+
+
+def topology_conf(cluster: Cluster) -> str:
+    out = [header(cluster)]
+    fabric = cluster.fabric
+    if fabric is None:
+        out.append("# No fabric is described: every node is equally close to every other.\n")
+        return "".join(out)
+    slurm_nodes = cluster.slurm_nodes
+    leaf_nodes: dict[str, NodeSet] = {sw.name: NodeSet() for sw in fabric.switches}
+    for link in fabric.links:
+        if link.switch in leaf_nodes:
+            leaf_nodes[link.switch].update(nodeset(link.hosts).intersection(slurm_nodes))
+    children: dict[str, list[str]] = {sw.name: [] for sw in fabric.switches}
+    for sw in fabric.switches:
+        for up in sw.uplinks:
+            children.setdefault(up, []).append(sw.name)
+    out.append(f"# Fabric {fabric.name}: {fabric.rate_gbps} Gb/s. Only Slurm nodes are listed.\n")
+    for sw in fabric.switches:
+        parts = []
+        if len(leaf_nodes[sw.name]):
+            parts.append(f"Nodes={leaf_nodes[sw.name]}")
+        if children[sw.name]:
+            parts.append(f"Switches={NodeSet.fromlist(children[sw.name])}")
+        if parts:
+            out.append(f"SwitchName={sw.name} {' '.join(parts)}\n")
+        else:
+            out.append(f"# {sw.name}: no Slurm nodes and no switches below it\n")
+    return "".join(out)
+
+
+def slurmdbd_conf(cluster: Cluster) -> str:
+    s = cluster.slurm
+    dbd_host = _first_host(cluster.services.slurmdbd)
+    db_host = _first_host(cluster.services.accounting_db)
+    return (
+        header(cluster)
+        + "AuthType=auth/munge\n"
+        + f"DbdHost={dbd_host}\n"
+        + f"DbdPort={s.dbd_port}\n"
+        + "SlurmUser=slurm\n"
+        + f"LogFile={LOG_DIR}/slurmdbd.log\n"
+        + "PidFile=/run/slurmdbd.pid\n"
+        + "StorageType=accounting_storage/mysql\n"
+        + f"StorageHost={'localhost' if db_host == dbd_host else db_host}\n"
+        + "StoragePort=3306\n"
+        + f"StorageLoc={s.accounting_database}\n"
+        + f"StorageUser={s.accounting_user}\n"
+        + "# StoragePass is never rendered: the deploy adds it from the secret\n"
+        + "# `slurm_dbd_storage_pass` (Ansible Vault or generated on the node).\n"
+    )
