@@ -107,6 +107,15 @@ def version() -> None:
     print(__version__)
 
 
+def _register_subcommands() -> None:
+    from .sandbox.cli import app as sandbox_app
+
+    app.add_typer(sandbox_app, name="sandbox")
+
+
+_register_subcommands()
+
+
 def main() -> None:
     app()
 

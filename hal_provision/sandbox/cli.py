@@ -1,0 +1,94 @@
+"""`hal-provision sandbox up|down|status`: a scaled-down HAL in podman containers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ..render.writer import WriteError
+from . import lifecycle
+from .derive import DEFAULT_SUBNET, SandboxError
+from .image import ImageError
+
+app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster in podman containers, on this machine.")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbox's rendered tree lives.")
+
+
+def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str) -> lifecycle.Sandbox:
+    from ..cli import _checked
+
+    _loaded, model = _checked(file)
+    try:
+        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet)
+    except SandboxError as exc:
+        err.print(f"error: {exc}", style="bold red", markup=False)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def up(
+    file: Optional[Path] = typer.Argument(None, help="cluster.yml; the embedded HAL description if omitted.", show_default=False),
+    workdir: Path = WORKDIR,
+    computes: int = typer.Option(2, min=1, max=8, help="Compute nodes in the sandbox."),
+    subnet: str = typer.Option(DEFAULT_SUBNET, help="Private podman network for the sandbox."),
+    converge: bool = typer.Option(True, help="Run playbooks/site.yml after the containers start."),
+) -> None:
+    """Build the node image if missing, start the containers, render and run site.yml."""
+    sb = _plan(file, workdir, computes, subnet)
+    try:
+        lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
+    except (lifecycle.LifecycleError, ImageError, WriteError) as exc:
+        err.print(f"error: {exc}", style="bold red", markup=False)
+        raise typer.Exit(2) from None
+    if converge:
+        rc = lifecycle.converge(sb)
+        if rc != 0:
+            err.print(f"site.yml failed (exit {rc}); fix and re-run `hal-provision sandbox up`", style="bold red")
+            raise typer.Exit(1)
+    login = next(h for g in sb.cluster.nodes if g.role.value == "login" for h in [g.hosts])
+    comps = [h for h in sb.hosts if h not in (login, sb.hosts[0])]
+    out.print(
+        f"\nSandbox '{sb.name}' is up: {', '.join(sb.hosts)}. Try:\n"
+        f"  podman exec -it {login} su - haltest\n"
+        f"      sinfo -N -o '%N %t %G'\n"
+        f"      srun -N{len(comps)} --gres=gpu:{_gpu_type(sb)}:4 bash -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
+        f"  hal-provision verify {sb.inventory}\n"
+        f"  hal-provision sandbox down\n",
+        markup=False,
+    )
+
+
+def _gpu_type(sb: lifecycle.Sandbox) -> str:
+    for p in sb.cluster.hardware.values():
+        if p.gpus:
+            return p.gpus.type
+    return "gpu"
+
+
+@app.command()
+def down(
+    file: Optional[Path] = typer.Argument(None, help="cluster.yml the sandbox was made from.", show_default=False),
+    workdir: Path = WORKDIR,
+) -> None:
+    """Remove every container, network and volume the sandbox made, and its rendered tree."""
+    sb = _plan(file, workdir, 2, DEFAULT_SUBNET)
+    lifecycle.destroy(sb.name, workdir, log=lambda m: out.print(m, markup=False))
+    out.print(f"sandbox '{sb.name}' is gone", markup=False)
+
+
+@app.command()
+def status(file: Optional[Path] = typer.Argument(None, show_default=False), workdir: Path = WORKDIR) -> None:
+    """List the sandbox's containers."""
+    sb = _plan(file, workdir, 2, DEFAULT_SUBNET)
+    cs = lifecycle.containers(sb.name)
+    if not cs:
+        out.print(f"sandbox '{sb.name}' is not running", markup=False)
+        raise typer.Exit(1)
+    for c in cs:
+        out.print(f"{c['Names'][0]}\t{c['State']}", markup=False)

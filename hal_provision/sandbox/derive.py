@@ -1,0 +1,129 @@
+"""Derive the sandbox cluster from a full description: same hardware, fewer nodes.
+
+The sandbox keeps the primary slurmctld host (which also runs slurmdbd and MariaDB), one
+login node and the first compute nodes, on one private podman network. Everything else in
+the description is narrowed to those hosts, so the sandbox model passes the same checks as
+the original and renders with the same renderers.
+"""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+
+from ..hostlist import nodeset, union
+from ..model import Cluster, Role
+
+DEFAULT_SUBNET = "10.89.77.0/24"
+
+
+class SandboxError(ValueError):
+    pass
+
+
+def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET) -> Cluster:
+    data = cluster.model_dump(mode="json", exclude_none=True)
+    primary = cluster.cluster.primary_network
+    mgmt_host = nodeset(cluster.services.slurmctld)[0]
+    logins = cluster.groups_with_role(Role.login)
+    comps = cluster.groups_with_role(Role.compute)
+    if not logins or not comps:
+        raise SandboxError("the description needs a login group and a compute group for a sandbox")
+    login_host = nodeset(logins[0].hosts)[0]
+    first_compute = comps[0]
+    comp_ns = nodeset(first_compute.hosts)
+    if len(comp_ns) < computes:
+        raise SandboxError(f"compute group {first_compute.name} has fewer than {computes} hosts")
+    comp_hosts = str(comp_ns[0:computes])
+    keep = union([mgmt_host, login_host, comp_hosts])
+
+    net = IPv4Network(subnet)
+    base = int(net.network_address)
+    plan = [  # (group name, hosts, first address)
+        (_group_of(cluster, mgmt_host).name, mgmt_host, base + 10),
+        (logins[0].name, login_host, base + 11),
+        (first_compute.name, comp_hosts, base + 21),
+    ]
+    groups = []
+    for name, hosts, first in plan:
+        src = next(g for g in data["nodes"] if g["name"] == name)
+        g = dict(src, hosts=hosts, addresses={primary: str(_ip(first))})
+        g.pop("count", None)
+        groups.append(g)
+    data["nodes"] = groups
+    data["networks"] = {primary: dict(data["networks"][primary], cidr=subnet)}
+    used_profiles = {g["hardware"] for g in groups}
+    data["hardware"] = {k: v for k, v in data["hardware"].items() if k in used_profiles}
+
+    svc = data["services"]
+    for key in list(svc):
+        if key in ("slurmctld", "slurmdbd", "accounting_db"):
+            svc[key] = mgmt_host
+        elif not set(nodeset(svc[key])) & set(keep):
+            del svc[key]
+        else:
+            svc[key] = str(nodeset(svc[key]).intersection(keep))
+
+    if "fabric" in data:
+        links = []
+        for link in data["fabric"]["links"]:
+            hosts = nodeset(link["hosts"])
+            kept = hosts.intersection(keep)
+            if len(kept):
+                # Keep each kept host on the switch port it has in the full cluster.
+                offset = list(hosts).index(kept[0])
+                links.append(dict(link, hosts=str(kept), first_switch_port=link["first_switch_port"] + offset)
+                             if _contiguous(hosts, kept) else dict(link, hosts=str(kept)))
+        data["fabric"]["links"] = links
+
+    comp_set = nodeset(comp_hosts)
+    parts = []
+    for part in data["slurm"]["partitions"]:
+        nodes = nodeset(part["nodes"]).intersection(comp_set)
+        if len(nodes):
+            parts.append(dict(part, nodes=str(nodes)))
+    data["slurm"]["partitions"] = parts
+    part_names = {p["name"] for p in parts}
+    profile = cluster.hardware[first_compute.hardware]
+    vps = []
+    for vp in data.get("swsuite", {}).get("virtual_partitions", []):
+        if vp["partition"] not in part_names:
+            continue
+        if vp["kind"] == "gpu" and vp["gpus"] > computes * profile.gpu_count:
+            continue
+        if vp["kind"] == "cpu" and vp["nodes"] > computes:
+            continue
+        vps.append(vp)
+    if "swsuite" in data:
+        data["swsuite"]["virtual_partitions"] = vps
+
+    storage = data.get("storage", {})
+    fss = []
+    for fs in storage.get("filesystems", []):
+        if fs.get("servers") and not len(nodeset(fs["servers"]).intersection(keep)):
+            continue
+        clients = nodeset(fs["clients"]).intersection(keep)
+        if len(clients):
+            fss.append(dict(fs, clients=str(clients)))
+    if storage:
+        storage["filesystems"] = fss
+    data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
+    return Cluster.model_validate(data)
+
+
+def _ip(n: int) -> str:
+    from ipaddress import IPv4Address
+
+    return str(IPv4Address(n))
+
+
+def _contiguous(hosts, kept) -> bool:
+    names = list(hosts)
+    idx = [names.index(h) for h in kept]
+    return idx == list(range(idx[0], idx[0] + len(idx)))
+
+
+def _group_of(cluster: Cluster, host: str):
+    g = cluster.group_of(host)
+    if g is None:
+        raise SandboxError(f"service host {host} is in no node group")
+    return g
