@@ -55,6 +55,8 @@ class Locator:
 
     def locate(self, finding: Finding) -> Finding:
         line, col = self.position(finding.path)
+        if line is None:  # e.g. a missing top-level key: point at the start of the document
+            line, col = 1, 1
         return finding.located(self.file, line, col)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from ..findings import Finding
+from ..findings import Finding, error
 from ..model import Cluster
 
 CheckFn = Callable[[Cluster], Iterable[Finding]]
@@ -16,15 +16,22 @@ REGISTRY: dict[str, CheckFn] = {}
 
 
 def check(fn: CheckFn) -> CheckFn:
+    existing = REGISTRY.get(fn.__name__)
+    if existing is not None and existing.__module__ != fn.__module__:
+        raise ValueError(f"two checks are named {fn.__name__!r}: {existing.__module__} and {fn.__module__}")
     REGISTRY[fn.__name__] = fn
     return fn
 
 
 def run_all(cluster: Cluster) -> list[Finding]:
-    from . import hardware, network, nodes, services, slurm, swsuite  # noqa: F401  (registers)
+    from . import fabric, hardware, network, nodes, services, slurm, storage, swsuite  # noqa: F401  (registers)
 
     findings: list[Finding] = []
     for name, fn in REGISTRY.items():
-        for f in fn(cluster):
-            findings.append(f if f.check else type(f)(f.level, f.path, f.message, name))
+        try:
+            for f in fn(cluster):
+                findings.append(f if f.check else type(f)(f.level, f.path, f.message, name))
+        except Exception as exc:  # a bug in one check must not hide the others' findings
+            findings.append(error((), f"internal error in check {name}: {type(exc).__name__}: {exc} "
+                                      "(please report it)", name))
     return findings

@@ -1,1 +1,145 @@
-"""Checks: slurm."""
+"""Checks: Slurm partitions, QOS, ports and memory."""
+
+from __future__ import annotations
+
+from ..findings import error, warning
+from ..hostlist import nodeset, union
+from ..model import Cluster, Role
+from . import check
+from .common import (
+    compute_hosts_outside,
+    did_you_mean,
+    duplicates,
+    hosts_by_profile,
+    makeup,
+    outside,
+    overlap,
+    shown,
+    unique,
+)
+
+
+def _partitions(c: Cluster):
+    for i, part in enumerate(c.slurm.partitions):
+        yield i, part, ("slurm", "partitions", i)
+
+
+@check
+def partition_names_unique(c: Cluster):
+    yield from unique(c.slurm.partitions, ("slurm", "partitions"), "partition name", why="Slurm needs unique names")
+
+
+@check
+def qos_names_unique(c: Cluster):
+    yield from unique(c.slurm.qos, ("slurm", "qos"), "QOS name", why="Slurm needs unique names")
+
+
+@check
+def partition_qos_declared(c: Cluster):
+    declared = [q.name for q in c.slurm.qos]
+    for _i, part, path in _partitions(c):
+        if part.qos is not None and part.qos not in declared:
+            yield error(
+                (*path, "qos"),
+                f"partition {part.name!r} uses QOS {part.qos!r}, which is not declared under slurm.qos"
+                + did_you_mean(part.qos, declared),
+            )
+
+
+@check
+def one_default_partition(c: Cluster):
+    defaults = [(i, p) for i, p in enumerate(c.slurm.partitions) if p.default]
+    if not defaults:
+        yield warning(
+            ("slurm", "partitions"), "no partition has default: true; jobs that name no partition will be rejected"
+        )
+        return
+    (first_index, first), *others = defaults
+    for i, part in others:
+        yield error(
+            ("slurm", "partitions", i, "default"),
+            f"partition {part.name!r} is a second default partition (slurm.partitions[{first_index}] "
+            f"{first.name!r} is one already); mark exactly one partition default: true",
+        )
+
+
+@check
+def partition_nodes_are_compute(c: Cluster):
+    for _i, part, path in _partitions(c):
+        not_slurm = outside(nodeset(part.nodes), c.slurm_nodes)
+        if not len(not_slurm):
+            continue
+        unknown = outside(not_slurm, c.all_hosts)
+        if len(unknown):
+            yield error(
+                (*path, "nodes"),
+                f"partition {part.name!r} names {shown(unknown)}, not in any node group",
+            )
+        non_compute = outside(not_slurm, unknown)
+        if len(non_compute):
+            roles = sorted({g.role.value for g in c.nodes if len(overlap(non_compute, nodeset(g.hosts)))})
+            yield error(
+                (*path, "nodes"),
+                f"partition {part.name!r} names {shown(non_compute)}: {'/'.join(roles)} nodes, "
+                "not compute nodes; only compute nodes run slurmd",
+            )
+
+
+@check
+def compute_nodes_in_a_partition(c: Cluster):
+    """Error, not warning: such a node runs slurmd and is counted as capacity, yet no job can
+    ever reach it; a partition in state DOWN is the way to set nodes aside on purpose."""
+    for i, idle in compute_hosts_outside(c, union(part.nodes for part in c.slurm.partitions)):
+        yield error(
+            ("nodes", i, "hosts"),
+            f"no Slurm partition includes compute nodes {shown(idle)}, so no job can run there; "
+            "add them to a partition's nodes",
+        )
+
+
+@check
+def slurm_ports_distinct(c: Cluster):
+    s = c.slurm
+    ports = [("controller_port", s.controller_port), ("slurmd_port", s.slurmd_port), ("dbd_port", s.dbd_port)]
+    for i, first in duplicates([port for _key, port in ports]):
+        yield error(
+            ("slurm", ports[i][0]),
+            f"{ports[i][0]} {ports[i][1]} is also {ports[first][0]}; the daemons need distinct ports",
+        )
+
+
+@check
+def real_memory_positive(c: Cluster):
+    reserve = c.slurm.memory_reserve_mib
+    for name in hosts_by_profile(c, Role.compute):
+        profile = c.hardware[name]
+        real = c.real_memory_mib(profile)
+        if real <= 0:
+            yield error(
+                ("slurm", "memory_reserve_mib"),
+                f"RealMemory of {name!r} nodes would be {profile.memory_gib} GiB - {reserve} MiB = "
+                f"{real} MiB; keep memory_reserve_mib below {profile.memory_gib * 1024}",
+            )
+
+
+@check
+def def_mem_per_cpu_fits(c: Cluster):
+    """Warning, not error: Slurm accepts the setting and small jobs run, but a job that asks
+    for every CPU of a node and no memory would ask for more than the node has."""
+    by_profile = hosts_by_profile(c, Role.compute)
+    for i, part, path in _partitions(c):
+        if part.def_mem_per_cpu_mib is None:
+            per_cpu, where = c.slurm.def_mem_per_cpu_mib, ("slurm", "def_mem_per_cpu_mib")
+        else:
+            per_cpu, where = part.def_mem_per_cpu_mib, (*path, "def_mem_per_cpu_mib")
+        for name, _count in makeup(nodeset(part.nodes), by_profile):
+            profile = c.hardware[name]
+            real = c.real_memory_mib(profile)
+            if 0 < real < per_cpu * profile.cpus:
+                yield warning(
+                    where,
+                    f"DefMemPerCPU {per_cpu} MiB x {profile.cpus} CPUs of a {name!r} node in "
+                    f"partition {part.name!r} = {per_cpu * profile.cpus} MiB, above its RealMemory "
+                    f"{real} MiB; a job using all CPUs could never start: use at most "
+                    f"{real // profile.cpus} MiB",
+                )

@@ -1,0 +1,174 @@
+"""Helpers shared by the checks. No checks live here.
+
+Host sets stay compressed: a check combines NodeSets (and integer intervals for addresses and
+switch ports) and never walks host by host, so a 100,000-node description checks in
+milliseconds. Prefer `overlap`, `outside` and `shared_count` to NodeSet's own methods: they
+never copy the larger operand, which is what keeps them fast when one side is huge.
+"""
+
+from __future__ import annotations
+
+import difflib
+from ipaddress import IPv4Address
+from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
+
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+from ..findings import Finding, dotted, error
+from ..hostlist import nodeset
+from ..model import Cluster, Role
+
+K = TypeVar("K")
+
+_SHOWN_CHARS = 60
+
+
+def empty() -> NodeSet:
+    return NodeSet(resolver=RESOLVER_NOGROUP)
+
+
+def overlap(a: NodeSet, b: NodeSet) -> NodeSet:
+    """Hosts in both sets (a new set; neither operand changes)."""
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    return small.intersection(large)
+
+
+def outside(a: NodeSet, b: NodeSet) -> NodeSet:
+    """Hosts of `a` that `b` lacks (a new set; neither operand changes)."""
+    return empty() if a.issubset(b) else a.difference(b)
+
+
+def shared_count(a: NodeSet, b: NodeSet) -> int:
+    """len(overlap(a, b)), cheaper: a set difference costs less than an intersection."""
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    return len(small) - len(outside(small, large))
+
+
+def repeated_hosts(sets: Sequence[NodeSet]) -> Iterator[tuple[int, int, NodeSet]]:
+    """(i, j, hosts) for the hosts of sets[i] that an earlier sets[j] already has.
+
+    One running union finds the repeats; only then are earlier sets searched to name them,
+    stopping as soon as every repeated host is attributed.
+    """
+    seen = empty()
+    for i, hosts in enumerate(sets):
+        unattributed = overlap(hosts, seen)
+        seen.update(hosts)
+        for j in range(i):
+            if not len(unattributed):
+                break
+            shared = overlap(unattributed, sets[j])
+            if len(shared):
+                unattributed.difference_update(shared)
+                yield i, j, shared
+
+
+def compute_hosts_outside(cluster: Cluster, covered: NodeSet) -> Iterator[tuple[int, NodeSet]]:
+    """(group index, its hosts that `covered` lacks) for each compute group that has any."""
+    for i, group in enumerate(cluster.nodes):
+        if group.role is Role.compute:
+            missing = outside(nodeset(group.hosts), covered)
+            if len(missing):
+                yield i, missing
+
+
+def shown(hosts: NodeSet) -> str:
+    """A folded, length-capped hostlist for a message, e.g. 'hal[01-04] (4 hosts)'."""
+    text = str(hosts)
+    if len(text) > _SHOWN_CHARS:
+        text = text[: _SHOWN_CHARS - 3] + "..."
+    return text if len(hosts) == 1 else f"{text} ({len(hosts)} hosts)"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """'; did you mean 'x'?' for a close known name, else the list of known names."""
+    known = sorted(choices)
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; known: {', '.join(known)}" if known else "; none is declared"
+
+
+def duplicates(names: Sequence[Hashable]) -> Iterator[tuple[int, int]]:
+    """(index, index of first occurrence) for every repeat of a name in `names`."""
+    first: dict[Hashable, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            yield i, first[name]
+        else:
+            first[name] = i
+
+
+def unique(items: Sequence, path: tuple, what: str, key: str = "name", why: str = "") -> Iterator[Finding]:
+    """An error at each item whose `key` repeats an earlier item's (items live at `path`)."""
+    values = [getattr(item, key) for item in items]
+    for i, first in duplicates(values):
+        yield error(
+            (*path, i, key),
+            f"{what} {values[i]!r} is already used by {dotted(path)}[{first}]" + (f"; {why}" if why else ""),
+        )
+
+
+def overlapping_intervals(
+    intervals: Iterable[tuple[int, int, K]],
+) -> Iterator[tuple[K, K, int, int]]:
+    """Pairs of overlapping closed intervals (start, end, key), by sorting once.
+
+    Yields (key, earlier key, first shared value, last shared value) for each interval that
+    overlaps one starting no later; every overlapping interval is reported at least once.
+    """
+    reach: tuple[int, K] | None = None  # the furthest end seen so far, and whose it is
+    for start, end, key in sorted(intervals, key=lambda t: (t[0], t[1])):
+        if reach is not None and start <= reach[0]:
+            yield key, reach[1], start, min(end, reach[0])
+        if reach is None or end > reach[0]:
+            reach = (end, key)
+
+
+def address(value: int) -> str:
+    return str(IPv4Address(value)) if 0 <= value < 2**32 else f"{value} (beyond 255.255.255.255)"
+
+
+def group_size(expr: str) -> int:
+    return len(nodeset(expr))
+
+
+def hosts_by_role(cluster: Cluster) -> dict[Role, NodeSet]:
+    out: dict[Role, NodeSet] = {}
+    for group in cluster.nodes:
+        out.setdefault(group.role, empty()).update(nodeset(group.hosts))
+    return out
+
+
+def hosts_by_profile(cluster: Cluster, *roles: Role) -> dict[str, NodeSet]:
+    """Hosts per known hardware profile (of the given roles; all roles when none given)."""
+    out: dict[str, NodeSet] = {}
+    for group in cluster.nodes:
+        if group.hardware in cluster.hardware and (not roles or group.role in roles):
+            out.setdefault(group.hardware, empty()).update(nodeset(group.hosts))
+    return out
+
+
+def makeup(hosts: NodeSet, by_profile: dict[str, NodeSet]) -> list[tuple[str, int]]:
+    """(profile name, how many of `hosts` have it) for each profile present in `hosts`."""
+    counts = [(name, shared_count(hosts, members)) for name, members in by_profile.items()]
+    return [(name, n) for name, n in counts if n]
+
+
+def slurm_minutes(value: str) -> float | None:
+    """Minutes of a Slurm time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]); None: unlimited."""
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, clock = value.rpartition("-")
+    parts = [int(p) for p in clock.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:  # HH:MM:SS
+        hours, minutes, seconds = parts
+    else:  # MM, MM:SS
+        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
+    return (int(days or 0) * 24 + hours) * 60 + minutes + seconds / 60

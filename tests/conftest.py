@@ -1,0 +1,64 @@
+"""Shared fixtures: the embedded HAL description, edited copies of it, and checking them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from hal_provision.loader import REPO_DEFAULT, Loaded
+from hal_provision.validate import validate
+
+HAL_TEXT = REPO_DEFAULT.read_text(encoding="utf-8")
+
+
+def _apply(text: str, steps) -> str:
+    for step in steps:
+        if callable(step):
+            text = step(text)
+            continue
+        old, new = step
+        # Exactly once: when the embedded description changes, a test fails loudly instead of
+        # silently testing an unchanged file.
+        assert text.count(old) == 1, f"expected exactly one {old!r} in the text"
+        text = text.replace(old, new)
+    return text
+
+
+def _line_col(text: str, marker: str, column_marker: str | None = None) -> tuple[int, int]:
+    lines = text.splitlines()
+    [number] = [n for n, line in enumerate(lines, 1) if marker in line]
+    line = lines[number - 1]
+    return number, (line.index(column_marker) if column_marker else len(line) - len(line.lstrip())) + 1
+
+
+@pytest.fixture
+def position() -> Callable[..., tuple[int, int]]:
+    """position(text, marker, column_marker=None): 1-based line of the one line containing
+    `marker`, and the column of `column_marker` there (of its first non-blank when None)."""
+    return _line_col
+
+
+@pytest.fixture
+def hal_text() -> str:
+    return HAL_TEXT
+
+
+@pytest.fixture
+def edited() -> Callable[..., str]:
+    """edited(step, ...): the HAL description after each step, an (old, new) replacement or a
+    function text -> text."""
+    return lambda *steps: _apply(HAL_TEXT, steps)
+
+
+@pytest.fixture
+def check_file(tmp_path: Path) -> Callable[[str], tuple[Path, Loaded]]:
+    """Write a description to a file and run what every command runs first: load, then check."""
+
+    def run(text: str) -> tuple[Path, Loaded]:
+        path = tmp_path / "cluster.yml"
+        path.write_text(text, encoding="utf-8")
+        return path, validate(path)
+
+    return run

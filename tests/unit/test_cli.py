@@ -1,0 +1,148 @@
+"""The command line, run as users run it: a separate process, exit codes, stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+
+
+def hal_provision(*args: str, cwd: Path, command: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, COLUMNS="200", PYTHONIOENCODING="utf-8")
+    result = subprocess.run(
+        [*(command or [sys.executable, "-m", "hal_provision.cli"]), *args],
+        cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8", timeout=120,
+    )
+    assert "Traceback" not in result.stderr + result.stdout
+    return result
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def write(tmp_path):
+    def write_file(text: str, name: str = "cluster.yml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write_file
+
+
+def test_validate_embedded_default(tmp_path):
+    result = hal_provision("validate", cwd=tmp_path)
+    assert result.returncode == EXIT_OK
+    assert re.fullmatch(r".*cluster\.yml: cluster 'hal' is valid\n", result.stdout)
+    assert result.stderr == ""
+
+
+@pytest.mark.skipif(shutil.which("hal-provision") is None, reason="console script not on PATH")
+def test_installed_console_script_validates(tmp_path):
+    result = hal_provision("validate", cwd=tmp_path, command=[shutil.which("hal-provision")])
+    assert result.returncode == EXIT_OK and "is valid" in result.stdout
+
+
+def test_semantic_error_exits_1_with_located_finding(tmp_path, edited, write, position):
+    text = edited(("    count: 16 ", "    count: 15 "))
+    path = write(text)
+    result = hal_provision("validate", str(path), cwd=tmp_path)
+    assert result.returncode == EXIT_FINDINGS
+    line, col = position(text, "count: 15", "count")
+    assert result.stderr.splitlines() == [
+        f"{path}:{line}:{col}: error: nodes[6].count: count is 15 but hosts 'hal[01-16]' names 16; "
+        "fix the hostlist or set count to match",
+        "1 error, 0 warnings, 0 infos",
+    ]
+    assert result.stdout == ""
+
+
+def test_warnings_alone_do_not_fail(tmp_path, edited, write):
+    path = write(edited(("      default: true\n", "      default: false\n")))
+    result = hal_provision("validate", str(path), cwd=tmp_path)
+    assert result.returncode == EXIT_OK
+    assert ": warning: slurm.partitions: no partition has default: true" in result.stderr
+    assert "is valid" in result.stdout
+
+
+UNUSABLE = [
+    pytest.param([("    count: 16 ", "\tcount: 16 ")], ("\tcount", "\t"), r"YAML syntax: .*'\\t' that cannot start",
+                 id="yaml-syntax"),
+    pytest.param([("    count: 16 ", "    cuont: 16 ")], ("cuont", "cuont"),
+                 r"nodes\[6\]\.cuont: unknown key 'cuont'; did you mean 'count'\?", id="unknown-key"),
+    pytest.param([("    count: 16 ", "    count: many ")], ("count: many", "count"),
+                 r"nodes\[6\]\.count: Input should be a valid integer", id="wrong-type"),
+    pytest.param(None, None, r"no such file", id="missing-file"),
+]
+
+
+@pytest.mark.parametrize(("mutation", "where", "message"), UNUSABLE)
+def test_unusable_input_exits_2(tmp_path, edited, write, position, mutation, where, message):
+    text = edited(*mutation) if mutation else None
+    path = write(text) if mutation else tmp_path / "missing.yml"
+    result = hal_provision("validate", str(path), cwd=tmp_path)
+    assert result.returncode == EXIT_UNUSABLE
+    location = "{}:{}:{}".format(path, *position(text, *where)) if where else str(path)
+    assert re.match(re.escape(f"{location}: error: ") + message, result.stderr), result.stderr
+    assert result.stdout == ""
+
+
+BAD = [
+    pytest.param([("    count: 16 ", "    count: 15 ")], EXIT_FINDINGS, id="semantic-error"),
+    pytest.param([("    count: 16 ", "\tcount: 16 ")], EXIT_UNUSABLE, id="yaml-syntax"),
+]
+
+
+@pytest.mark.parametrize(("mutation", "exit_code"), BAD)
+def test_render_of_bad_file_creates_nothing(tmp_path, edited, write, mutation, exit_code):
+    path = write(edited(*mutation))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = hal_provision("render", str(path), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert result.returncode == exit_code
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no output dir, no staging left over
+
+
+@pytest.mark.parametrize(("mutation", "exit_code"), BAD)
+def test_render_of_bad_file_keeps_previous_render(tmp_path, edited, write, mutation, exit_code):
+    out = tmp_path / "out"
+    first = hal_provision("render", "-o", str(out), cwd=tmp_path)
+    assert first.returncode == EXIT_OK
+    previous = snapshot(out)
+    assert any(name.endswith("slurm.conf") for name in previous)
+    path = write(edited(*mutation))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = hal_provision("render", str(path), "-o", str(out), cwd=tmp_path)
+    assert result.returncode == exit_code
+    assert snapshot(out) == previous
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_schema_is_json_that_forbids_unknown_keys(tmp_path):
+    result = hal_provision("schema", cwd=tmp_path)
+    assert result.returncode == EXIT_OK
+    schema = json.loads(result.stdout)
+    assert schema["additionalProperties"] is False
+    assert {"cluster", "networks", "hardware", "nodes", "services", "slurm"} <= set(schema["required"])
+    objects = {name: d for name, d in schema["$defs"].items() if d.get("type") == "object"}
+    assert {"NodeGroup", "HardwareProfile", "Partition", "VirtualPartition"} <= set(objects)
+    assert {name for name, d in objects.items() if d.get("additionalProperties") is not False} == set()
+
+
+def test_show_prints_hal_totals(tmp_path):
+    result = hal_provision("show", cwd=tmp_path)
+    assert result.returncode == EXIT_OK
+    lines = result.stdout.splitlines()
+    start = lines.index("Totals (compute nodes)")
+    cells = [[c.strip() for c in re.split(r"[│┃]", line)[1:-1]] for line in lines[start:start + 6]]
+    header, row = [c for c in cells if c][:2]
+    totals = dict(zip(header, row))
+    assert (totals["nodes"], totals["GPUs"], totals["cores"]) == ("16", "64", "640")

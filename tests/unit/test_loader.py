@@ -1,0 +1,136 @@
+"""Loading: everything a user can get wrong before the checks run becomes a located finding."""
+
+from __future__ import annotations
+
+import pytest
+
+from hal_provision.findings import Level
+from hal_provision.loader import load, load_text
+
+
+def _load(tmp_path, text: str):
+    path = tmp_path / "cluster.yml"
+    path.write_text(text, encoding="utf-8")
+    return path, load(path)
+
+
+def test_embedded_default_loads(hal_text):
+    loaded = load()
+    assert loaded.findings == [] and loaded.model.cluster.name == "hal"
+    assert load_text(hal_text, "x.yml").model == loaded.model
+
+
+# (edit, dotted path, message piece, line marker, column marker): each yields one located error.
+STRUCTURE = [
+    pytest.param(("    count: 16 ", "    cuont: 16 "), "nodes[6].cuont", "unknown key 'cuont'; did you mean 'count'?",
+                 "cuont: 16", "cuont", id="unknown-key-in-list-item"),
+    pytest.param(("fabric:\n", "fabrik:\n"), "fabrik", "unknown key 'fabrik'; did you mean 'fabric'?", "fabrik:",
+                 "fabrik", id="unknown-top-level-key"),
+    pytest.param(("    count: 16 ", "    count: sixteen "), "nodes[6].count", "valid integer", "count: sixteen",
+                 "count", id="wrong-type-scalar"),
+    pytest.param(("  sockets: 2                                # [paper] 2x 20-core", "  sockets: [2]   #"),
+                 "hardware.ac922.sockets", "valid integer", "sockets: [2]", "sockets", id="wrong-type-list-for-int"),
+    pytest.param(("cidr: 172.22.0.0/16", "cidr: 172.22.0.1/16"), "networks.mgmt.cidr", "not a valid IPv4 network",
+                 "cidr: 172.22.0.1/16", "cidr", id="wrong-type-cidr-with-host-bits"),
+    pytest.param(("{mgmt: 172.22.1.1,", "{mgmt: 172.22.1.300,"), "nodes[6].addresses.mgmt",
+                 "not a valid IPv4 address", "172.22.1.300", "mgmt: 172.22.1.300",
+                 id="wrong-type-address-in-flow-mapping"),
+    pytest.param(("      nodes: hal[01-16]\n", "      nodes: hal[01-16\n"), "slurm.partitions[0].nodes",
+                 "not a valid hostlist expression: 'hal[01-16'", "nodes: hal[01-16", "nodes", id="bad-hostlist"),
+]
+
+
+@pytest.mark.parametrize(("replacement", "path", "message", "line_marker", "column_marker"), STRUCTURE)
+def test_schema_error_is_located(
+    tmp_path, edited, position, replacement, path, message, line_marker, column_marker
+):
+    text = edited(replacement)
+    file, loaded = _load(tmp_path, text)
+    assert loaded.model is None
+    [finding] = loaded.findings
+    assert (finding.level, finding.dotted, finding.check) == (Level.error, path, "schema")
+    assert message in finding.message
+    assert (finding.file, finding.line, finding.column) == (str(file), *position(text, line_marker, column_marker))
+
+
+def test_all_schema_errors_are_reported_together(tmp_path, edited):
+    _file, loaded = _load(
+        tmp_path,
+        edited(
+            ("    count: 16 ", "    count: sixteen "),
+            ("fabric:\n", "fabrik:\n"),
+            ("      default: true", "      default: maybe"),
+        ),
+    )
+    assert sorted(f.dotted for f in loaded.findings) == ["fabrik", "nodes[6].count", "slurm.partitions[0].default"]
+
+
+def test_renamed_key_reports_both_the_unknown_and_the_missing_key(edited, position):
+    text = edited(("      model: NVIDIA Tesla", "      modle: NVIDIA Tesla"))
+    loaded = load_text(text, "c.yml")
+    by_path = {f.dotted: f for f in loaded.findings}
+    assert "did you mean 'model'?" in by_path["hardware.ac922.gpus.modle"].message
+    missing = by_path["hardware.ac922.gpus.model"]
+    assert missing.message == "required key is missing"
+    assert missing.line == position(text, "    gpus:")[0]  # located at the mapping that lacks it
+
+
+# (edit, message piece, line marker, column): YAML the parser rejects.
+SYNTAX = [
+    pytest.param(("    role: compute\n", "   role: compute\n"), "expected <block end>", "   role: compute", 4,
+                 id="bad-indentation"),
+    pytest.param(("    count: 16 ", "\tcount: 16 "), "'\\t' that cannot start any token", "\tcount: 16", 1, id="tab"),
+    pytest.param(("    count: 16 ", "    count: 16\n    count: 17 "), 'found duplicate key "count" with value "17"',
+                 "count: 17", 5, id="duplicate-key"),
+]
+
+
+@pytest.mark.parametrize(("replacement", "message", "line_marker", "column"), SYNTAX)
+def test_yaml_syntax_error_is_located(tmp_path, edited, position, replacement, message, line_marker, column):
+    text = edited(replacement)
+    file, loaded = _load(tmp_path, text)
+    assert loaded.model is None
+    [finding] = loaded.findings
+    assert (finding.level, finding.check, finding.file) == (Level.error, "yaml", str(file))
+    assert finding.message.startswith("YAML syntax: ") and message in finding.message
+    assert (finding.line, finding.column) == (position(text, line_marker)[0], column)
+
+
+@pytest.mark.parametrize(
+    "text", [pytest.param("- a\n- list\n", id="list"), pytest.param("just a string\n", id="scalar"),
+             pytest.param("", id="empty"), pytest.param("# only a comment\n", id="comment-only")]
+)
+def test_document_that_is_not_a_mapping(tmp_path, text):
+    file, loaded = _load(tmp_path, text)
+    assert loaded.model is None
+    [finding] = loaded.findings
+    assert finding.format() == f"{file}:1:1: error: the file must be a YAML mapping (key: value)"
+
+
+def test_mapping_missing_every_section_names_each(tmp_path):
+    _file, loaded = _load(tmp_path, "schema_version: 1\n")
+    assert {f.dotted for f in loaded.findings} == {"cluster", "networks", "hardware", "nodes", "services", "slurm"}
+    assert all(f.message == "required key is missing" and f.level is Level.error for f in loaded.findings)
+
+
+def test_missing_file(tmp_path):
+    missing = tmp_path / "nope" / "cluster.yml"
+    loaded = load(missing)
+    assert loaded.model is None
+    [finding] = loaded.findings
+    assert finding.format() == f"{missing}: error: no such file"
+
+
+def test_directory_instead_of_file(tmp_path):
+    loaded = load(tmp_path)
+    assert loaded.model is None
+    assert [f.format() for f in loaded.findings] == [f"{tmp_path}: error: is a directory, not a cluster file"]
+
+
+def test_file_that_is_not_utf8(tmp_path):
+    path = tmp_path / "cluster.yml"
+    path.write_bytes(b"cluster: \xff\xfe\n")
+    loaded = load(path)
+    assert loaded.model is None
+    [finding] = loaded.findings
+    assert finding.message.startswith("cannot read: ") and finding.file == str(path)
