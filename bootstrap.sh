@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything hal-provision needs on a Debian 12 machine, then run one job:
-#   ./bootstrap.sh demo   validate, show and render the embedded HAL description
-#   ./bootstrap.sh test   run the whole test suite (unit, golden, real-Slurm acceptance)
-# Idempotent: a second run only re-checks. Needs root (or sudo) for apt-get.
+#   ./bootstrap.sh demo   validate, show and render the embedded HAL description, bring up
+#                         the sandbox cluster (podman), converge it and verify it
+#   ./bootstrap.sh test   the whole test suite: unit, golden, real-Slurm acceptance, then
+#                         every molecule scenario (timed)
+# Idempotent: a second run only re-checks. Needs root (or sudo) for apt-get and podman.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -11,40 +13,65 @@ case "$job" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
-# Debian packages: real Slurm daemons, munge and hwloc for the acceptance tests.
-APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurm-client munge hwloc util-linux)
+# Debian packages: real Slurm daemons, munge and hwloc for the acceptance tests; podman and
+# friends for the sandbox (aardvark-dns is only a Recommends of podman: name it).
+APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2
+              podman runc debootstrap netavark aardvark-dns tar)
 missing=()
-for p in "${APT_PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== apt-get install ${missing[*]}"
   $SUDO apt-get update -q
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 # The Debian packages start daemons with the package's example config; the tests run their
-# own private daemons and need none of these.
-for svc in slurmctld slurmd munge; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
+# own private daemons and need none of these on the host.
+for svc in slurmctld slurmd slurmdbd munge; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
 
-# Python: a project-local virtual environment.
+# Podman on a cgroups-v1 hybrid host without CAP_SYS_RESOURCE: crun fails, runc needs lower
+# default ulimits; netavark gives DNS by container name. A drop-in, so the admin's own
+# containers.conf stays untouched.
+PODMAN_DROPIN=/etc/containers/containers.conf.d/50-hal-provision.conf
+if [ ! -f "$PODMAN_DROPIN" ]; then
+  echo "== writing $PODMAN_DROPIN"
+  $SUDO mkdir -p "$(dirname "$PODMAN_DROPIN")"
+  $SUDO tee "$PODMAN_DROPIN" >/dev/null <<'CONF'
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+[network]
+network_backend = "netavark"
+CONF
+fi
+
+# Python: a project-local virtual environment with the package, tests and Ansible tooling.
 if [ ! -x .venv/bin/python ]; then
   echo "== python3 -m venv .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import hal_provision, pytest' 2>/dev/null || [ pyproject.toml -nt .venv/.installed ]; then
-  echo "== pip install -e .[test]"
+if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
+  echo "== pip install -e .[test,sandbox]"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
+  .venv/bin/pip install -q -e '.[test,sandbox]'
   touch .venv/.installed
 fi
+export PATH="$PWD/.venv/bin:$PATH"
 
 case "$job" in
   demo)
-    .venv/bin/hal-provision validate
-    .venv/bin/hal-provision show
-    .venv/bin/hal-provision render -o rendered/hal
+    hal-provision validate
+    hal-provision show
+    hal-provision render -o rendered/hal
     echo "== rendered tree: rendered/hal"
     find rendered/hal -type f | sort
+    hal-provision sandbox up
+    hal-provision verify .hal-sandbox/rendered/inventory
     ;;
   test)
-    exec .venv/bin/python -m pytest -ra "${@:2}"
+    exec bash tests/run-all.sh "${@:2}"
     ;;
 esac

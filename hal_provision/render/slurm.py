@@ -56,7 +56,8 @@ def slurm_conf(cluster: Cluster) -> str:
     out.append(
         "SlurmUser=slurm\n"
         "AuthType=auth/munge\n"
-        "CryptoType=crypto/munge\n"
+        # CredType is the 22.05 name (man slurm.conf); CryptoType is an undocumented alias.
+        "CredType=cred/munge\n"
         f"SlurmctldPort={s.controller_port}\n"
         f"SlurmdPort={s.slurmd_port}\n"
         f"StateSaveLocation={STATE_DIR}\n"
@@ -176,18 +177,45 @@ def topology_conf(cluster: Cluster) -> str:
     for sw in fabric.switches:
         for up in sw.uplinks:
             children.setdefault(up, []).append(sw.name)
+    # Only switches with Slurm nodes somewhere below them are written, and a parent names only
+    # those: slurmctld refuses to start on a child it was not given ("fatal: Switch
+    # configuration <parent> has invalid child (<child>)"), e.g. a storage-only leaf.
+    written = _switches_above_nodes(leaf_nodes, children)
     out.append(f"# Fabric {fabric.name}: {fabric.rate_gbps} Gb/s. Only Slurm nodes are listed.\n")
     for sw in fabric.switches:
         parts = []
+        kids = [name for name in children[sw.name] if name in written]
         if len(leaf_nodes[sw.name]):
             parts.append(f"Nodes={leaf_nodes[sw.name]}")
-        if children[sw.name]:
-            parts.append(f"Switches={NodeSet.fromlist(children[sw.name])}")
+        if kids:
+            parts.append(f"Switches={NodeSet.fromlist(kids)}")
         if parts:
             out.append(f"SwitchName={sw.name} {' '.join(parts)}\n")
         else:
-            out.append(f"# {sw.name}: no Slurm nodes and no switches below it\n")
+            out.append(f"# {sw.name}: no Slurm nodes below it\n")
     return "".join(out)
+
+
+def _switches_above_nodes(direct: dict[str, NodeSet], children: dict[str, list[str]]) -> set[str]:
+    """Names of the switches with at least one Slurm node in their subtree.
+
+    Safe on cabling loops (a semantic check reports those): a switch is counted once.
+    """
+    found: set[str] = set()
+    visited: set[str] = set()
+
+    def visit(name: str) -> bool:
+        if name in visited:
+            return name in found
+        visited.add(name)
+        below = [visit(child) for child in children.get(name, [])]
+        if len(direct.get(name, ())) or any(below):
+            found.add(name)
+        return name in found
+
+    for name in direct:
+        visit(name)
+    return found
 
 
 def slurmdbd_conf(cluster: Cluster) -> str:

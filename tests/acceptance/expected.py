@@ -1,0 +1,98 @@
+"""What Slurm should report, computed from the cluster model alone (never from rendered text).
+
+The acceptance tests compare these with what the real daemons loaded, so a renderer bug
+cannot hide behind an expectation derived from the renderer's own output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ClusterShell.NodeSet import NodeSet
+
+from hal_provision.hostlist import nodeset, union
+from hal_provision.model import Cluster, HardwareProfile, NodeGroup, Role
+
+
+@dataclass(frozen=True)
+class NodeExpectation:
+    group: NodeGroup
+    profile: HardwareProfile
+    real_memory_mib: int
+
+    @property
+    def gres(self) -> str:
+        gpus = self.profile.gpus
+        return f"gpu:{gpus.type}:{len(gpus.devices)}" if gpus else "(null)"
+
+    @property
+    def features(self) -> set[str]:
+        return {*self.profile.features, *self.group.features}
+
+
+def compute_nodes(cluster: Cluster) -> dict[str, NodeExpectation]:
+    """Every Slurm node (compute role) with its hardware, by host name."""
+    out = {}
+    for group in cluster.groups_with_role(Role.compute):
+        profile = cluster.hardware[group.hardware]
+        for host in nodeset(group.hosts):
+            out[host] = NodeExpectation(group, profile, cluster.real_memory_mib(profile))
+    return out
+
+
+def compute_groups(cluster: Cluster) -> list[tuple[str, NodeExpectation]]:
+    """(first host, expectation) for each compute group: one emulated node per build."""
+    return [(nodeset(g.hosts)[0], compute_nodes(cluster)[nodeset(g.hosts)[0]]) for g in cluster.groups_with_role(Role.compute)]
+
+
+def gpu_cores(profile: HardwareProfile, index: int) -> str:
+    """Slurm's core range of the socket GPU `index` hangs off: socket s owns cores
+    s*cores_per_socket .. (s+1)*cores_per_socket-1 (cores, not hardware threads)."""
+    socket = profile.gpus.devices[index].socket
+    first = socket * profile.cores_per_socket
+    return f"{first}-{first + profile.cores_per_socket - 1}"
+
+
+def gpu_links(profile: HardwareProfile, index: int) -> str:
+    """gres.conf Links= of GPU `index`: NVLink counts to every GPU, -1 for itself."""
+    row = profile.gpus.nvlink[index]
+    return ",".join("-1" if j == index else str(n) for j, n in enumerate(row))
+
+
+def gpu_file(profile: HardwareProfile, index: int) -> str:
+    return profile.gpus.devices[index].file or f"/dev/nvidia{index}"
+
+
+@dataclass(frozen=True)
+class SwitchExpectation:
+    level: int
+    nodes: NodeSet  # every Slurm node below the switch
+    children: frozenset[str]
+
+
+def switches(cluster: Cluster) -> dict[str, SwitchExpectation]:
+    """The switches slurmctld should know: those with Slurm nodes somewhere below them."""
+    fabric = cluster.fabric
+    if fabric is None:
+        return {}
+    slurm_nodes = cluster.slurm_nodes
+    direct = {sw.name: NodeSet() for sw in fabric.switches}
+    for link in fabric.links:
+        direct[link.switch].update(nodeset(link.hosts).intersection(slurm_nodes))
+    kids = {sw.name: [] for sw in fabric.switches}
+    for sw in fabric.switches:
+        for up in sw.uplinks:
+            kids[up].append(sw.name)
+
+    def below(name: str) -> NodeSet:
+        return union([direct[name], *(below(k) for k in kids[name])])
+
+    def level(name: str) -> int:
+        known = [level(k) for k in kids[name] if len(below(k))]
+        return 1 + max(known) if known else 0
+
+    return {
+        name: SwitchExpectation(level(name), below(name), frozenset(k for k in kids[name] if len(below(k))))
+        for name in direct
+        if len(below(name))
+    }

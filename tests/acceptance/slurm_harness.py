@@ -1,0 +1,588 @@
+"""Run Debian's real Slurm daemons on a rendered tree, on the host, without containers.
+
+The renderers are checked by the programs that will read their output in production:
+
+* ``slurmctld`` loads the rendered slurm.conf, gres.conf, topology.conf and cgroup.conf, and
+  ``scontrol`` reports what it really understood (nodes, partitions, switches, settings).
+* ``slurmd -C`` / ``slurmd -G`` run under a synthetic hwloc topology of the node's hardware
+  profile and fake ``/dev/nvidiaN`` devices: what slurmd would detect, and whether it accepts
+  the rendered gres.conf (Cores=, Links=) for that hardware.
+* ``slurmdbd`` parses the rendered slurmdbd.conf and gets as far as connecting to MariaDB.
+
+Each daemon runs in a private UTS + mount + network namespace: its hostname is the service
+host of the description, ``/etc/hosts`` is the rendered one (bind-mounted), the service
+host's rendered addresses sit on the namespace's loopback, and no packet leaves the host, so
+the rendered ports are kept and concurrent runs cannot collide. A private ``munged`` with its
+own key and socket authenticates. Everything lives in a fresh scratch directory and is
+removed afterwards; daemons get SIGKILL if the test process dies (PR_SET_PDEATHSIG).
+
+Only the keys in ``slurm_conf_rewrites`` / ``slurmdbd_conf_rewrites`` are rewritten, each
+under a ``# harness:`` comment saying why; every other line stays byte-identical (a test
+checks this). SlurmctldPort and SlurmdPort need no rewrite: the network namespace is private.
+Needs root; see ``missing_requirements``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hal_provision.render import render_all
+
+SLURM_DIR = "files/etc/slurm"
+HOSTS_FILE = "files/etc/hosts"
+
+# Program -> Debian package that provides it.
+REQUIRED_PROGRAMS = {
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "slurmdbd": "slurmdbd",
+    "scontrol": "slurm-client",
+    "munged": "munge",
+    "lstopo": "hwloc",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "mount": "mount",
+    "ip": "iproute2",
+}
+_SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+START_TIMEOUT = 15.0  # s: slurmctld answers `scontrol ping` in < 1 s on a 2-core VM
+COMMAND_TIMEOUT = 20.0  # s: any single command
+STOP_TIMEOUT = 5.0  # s: SIGTERM, then SIGKILL
+
+
+class HarnessError(AssertionError):
+    """The daemons could not be brought up or queried; the message carries their logs."""
+
+
+def missing_requirements() -> list[str]:
+    """What this host lacks to run the acceptance tests (empty when all is there)."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("must run as root (namespaces, bind mounts, mknod)")
+    for prog, package in REQUIRED_PROGRAMS.items():
+        if _which(prog) is None:
+            problems.append(f"{prog} not found (Debian package {package})")
+    return problems
+
+
+def _which(prog: str) -> str | None:
+    path = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])
+    return shutil.which(prog, path=path)
+
+
+def _prog(prog: str) -> str:
+    found = _which(prog)
+    if found is None:
+        raise HarnessError(f"{prog} not found (Debian package {REQUIRED_PROGRAMS[prog]})")
+    return found
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process goes away."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# ---- rewriting the rendered files ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One harness-only change to a rendered key; value None comments the line out."""
+
+    key: str
+    value: str | None
+    reason: str
+    add_if_missing: bool = False
+
+
+def slurm_conf_rewrites(scratch: Path, munge_socket: Path) -> list[Rewrite]:
+    return [
+        Rewrite("SlurmUser", "root", "the scratch files belong to root; no slurm account needed"),
+        Rewrite("StateSaveLocation", str(scratch / "state"), "fresh state for every run"),
+        Rewrite("SlurmdSpoolDir", str(scratch / "spool"), "nothing under /var/lib"),
+        Rewrite("SlurmctldPidFile", str(scratch / "slurmctld.pid"), "nothing under /run"),
+        Rewrite("SlurmdPidFile", str(scratch / "slurmd.pid"), "nothing under /run"),
+        Rewrite("SlurmctldLogFile", str(scratch / "log/slurmctld.log"), "log kept with the run"),
+        Rewrite("SlurmdLogFile", str(scratch / "log/slurmd.log"), "log kept with the run"),
+        Rewrite(
+            "AccountingStorageType", "accounting_storage/none",
+            "no slurmdbd and MariaDB here (slurmdbd.conf is checked on its own)",
+        ),
+        Rewrite(
+            "AccountingStorageTRES", None,
+            "with accounting_storage/none slurmctld stops: 'fatal: slurmdbd is required to "
+            "run with TRES gres/gpu'",
+        ),
+        Rewrite(
+            "AuthInfo", f"socket={munge_socket}", "the private munged's socket",
+            add_if_missing=True,
+        ),
+    ]
+
+
+def slurmdbd_conf_rewrites(scratch: Path, munge_socket: Path) -> list[Rewrite]:
+    return [
+        Rewrite("SlurmUser", "root", "the scratch files belong to root; no slurm account needed"),
+        Rewrite("LogFile", str(scratch / "log/slurmdbd.log"), "log kept with the run"),
+        Rewrite("PidFile", str(scratch / "slurmdbd.pid"), "nothing under /run"),
+        Rewrite(
+            "AuthInfo", f"socket={munge_socket}", "the private munged's socket",
+            add_if_missing=True,
+        ),
+    ]
+
+
+_KEY_LINE = re.compile(r"^([A-Za-z]+)=")
+
+
+def line_key(line: str) -> str | None:
+    """The parameter a line sets ('SlurmUser=slurm' -> 'SlurmUser'); None for others."""
+    m = _KEY_LINE.match(line)
+    return m.group(1) if m else None
+
+
+def apply_rewrites(text: str, rewrites: list[Rewrite], file: str) -> str:
+    """Rewrite only the named keys, each preceded by a '# harness:' comment saying why."""
+    by_key = {r.key: r for r in rewrites}
+    seen: set[str] = set()
+    out = []
+    for line in text.splitlines(keepends=True):
+        key = line_key(line)
+        rewrite = by_key.get(key) if key else None
+        if rewrite is None:
+            out.append(line)
+            continue
+        seen.add(key)
+        out.append(_rewritten(rewrite, line.rstrip("\n")))
+    for rewrite in rewrites:
+        if rewrite.key in seen:
+            continue
+        if not rewrite.add_if_missing:
+            raise HarnessError(
+                f"the rendered {file} no longer sets {rewrite.key}; update the harness rewrites"
+            )
+        out.append(_rewritten(rewrite, None))
+    return "".join(out)
+
+
+def _rewritten(rewrite: Rewrite, original: str | None) -> str:
+    if rewrite.value is None:
+        return f"# harness: dropped {original!r}: {rewrite.reason}\n"
+    return f"# harness: {rewrite.reason}\n{rewrite.key}={rewrite.value}\n"
+
+
+def untouched_lines(text: str, rewrites: list[Rewrite]) -> list[str]:
+    """The lines the harness must leave byte-identical: all but its keys and comments."""
+    keys = {r.key for r in rewrites}
+    return [
+        line
+        for line in text.splitlines(keepends=True)
+        if line_key(line) not in keys and not line.startswith("# harness:")
+    ]
+
+
+# ---- scratch tree -------------------------------------------------------------------------
+
+
+@dataclass
+class Scratch:
+    """A rendered tree plus the harness's own files, in a fresh directory under /tmp.
+
+    /tmp rather than pytest's tmp_path: munged's socket path must fit in 108 bytes.
+    """
+
+    root: Path
+    rendered: dict[str, str] = field(repr=False)
+
+    @classmethod
+    def create(cls, cluster) -> "Scratch":
+        root = Path(tempfile.mkdtemp(prefix="halprov-"))
+        root.chmod(0o755)  # munged wants o+x on every directory above its socket
+        rendered = render_all(cluster)
+        for rel, text in rendered.items():
+            target = root / "rendered" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        for sub in ("state", "spool", "log"):
+            (root / sub).mkdir()
+        scratch = cls(root, rendered)
+        scratch.munge_dir.mkdir()
+        scratch.munge_dir.chmod(0o755)  # whatever the umask: munged checks the socket's dir
+        return scratch
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.root / "rendered" / SLURM_DIR
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.conf_dir / "slurm.conf"
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.root / "rendered" / HOSTS_FILE
+
+    @property
+    def munge_dir(self) -> Path:
+        return self.root / "munge"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_dir / "munge.socket"
+
+    def rendered_text(self, name: str) -> str:
+        return self.rendered[f"{SLURM_DIR}/{name}"]
+
+    def install_harness_configs(self) -> None:
+        """Rewrite the harness keys of slurm.conf and slurmdbd.conf in place."""
+        self.slurm_conf.write_text(
+            apply_rewrites(
+                self.rendered_text("slurm.conf"),
+                slurm_conf_rewrites(self.root, self.munge_socket),
+                "slurm.conf",
+            ),
+            encoding="utf-8",
+        )
+        dbd = self.conf_dir / "slurmdbd.conf"
+        dbd.write_text(
+            apply_rewrites(
+                self.rendered_text("slurmdbd.conf"),
+                slurmdbd_conf_rewrites(self.root, self.munge_socket),
+                "slurmdbd.conf",
+            ),
+            encoding="utf-8",
+        )
+        dbd.chmod(0o600)  # slurmdbd: "fatal: slurmdbd.conf file ... should be 600"
+
+    def log(self, name: str) -> str:
+        path = self.root / "log" / name
+        return path.read_text(errors="replace") if path.exists() else f"({path} does not exist)"
+
+    def remove(self) -> None:
+        if os.environ.get("HAL_PROVISION_KEEP_SCRATCH"):
+            return
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def host_addresses(hosts_text: str, host: str) -> list[str]:
+    """Addresses /etc/hosts gives to a short host name (IPv4 lines only)."""
+    found = []
+    for line in hosts_text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and host in fields[1:] and ":" not in fields[0]:
+            found.append(fields[0])
+    return found
+
+
+# ---- processes ----------------------------------------------------------------------------
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(STOP_TIMEOUT)
+
+
+class Namespace:
+    """A private UTS + mount + network namespace, held open by a `cat` on our pipe.
+
+    Inside: hostname `host`, the rendered /etc/hosts, loopback up and carrying the host's
+    rendered addresses. Commands enter it with nsenter. When the test process dies, the pipe
+    closes and the holder exits.
+    """
+
+    def __init__(self, host: str, hosts_file: Path, addresses: list[str]):
+        if not addresses:
+            raise HarnessError(f"the rendered /etc/hosts gives no address to {host}")
+        steps = [
+            f"mount --bind {shlex.quote(str(hosts_file))} /etc/hosts",
+            f"hostname {shlex.quote(host)}",
+            "ip link set lo up",
+            *(f"ip addr add {shlex.quote(a)}/32 dev lo" for a in addresses),
+            "echo ready",
+            "exec cat >/dev/null",
+        ]
+        self.host = host
+        self.holder = subprocess.Popen(
+            [_prog("unshare"), "--uts", "--mount", "--net", "--", "sh", "-ec", "\n".join(steps)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+        )
+        ready, _, _ = select.select([self.holder.stdout], [], [], COMMAND_TIMEOUT)
+        line = self.holder.stdout.readline() if ready else b""
+        if line.strip() != b"ready":
+            _stop(self.holder)
+            err = self.holder.stderr.read().decode(errors="replace").strip()
+            self.close()
+            raise HarnessError(f"could not set up the namespace for {host}: {err}")
+
+    def argv(self, *argv: str) -> list[str]:
+        return [_prog("nsenter"), "-t", str(self.holder.pid), "-u", "-m", "-n", "--", *argv]
+
+    def run(self, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.argv(*argv),
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+            env={**os.environ, **(env or {})},
+        )
+
+    def spawn(self, *argv: str, output: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        with open(output, "wb") as out:
+            return subprocess.Popen(
+                self.argv(*argv),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                preexec_fn=_die_with_parent,
+            )
+
+    def close(self) -> None:
+        if self.holder.stdin and not self.holder.stdin.closed:
+            self.holder.stdin.close()
+        _stop(self.holder)
+        for stream in (self.holder.stdout, self.holder.stderr):
+            if stream:
+                stream.close()
+
+
+def _wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+class ServiceHost:
+    """One service host of the description: its namespace and a private munged."""
+
+    def __init__(self, scratch: Scratch, host: str):
+        self.scratch = scratch
+        self.host = host
+        self.stack = ExitStack()
+        try:
+            addresses = host_addresses(scratch.hosts_file.read_text(), host)
+            self.ns = Namespace(host, scratch.hosts_file, addresses)
+            self.stack.callback(self.ns.close)
+            self._start_munged()
+        except BaseException:
+            self.stack.close()
+            raise
+
+    def _start_munged(self) -> None:
+        m = self.scratch.munge_dir
+        key = m / "munge.key"
+        if not key.exists():
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(1024))
+        sock = self.scratch.munge_socket
+        proc = self.ns.spawn(
+            _prog("munged"), "--foreground", f"--socket={sock}", f"--key-file={key}",
+            f"--pid-file={m / 'munged.pid'}", f"--log-file={self.scratch.root / 'log/munged.log'}",
+            f"--seed-file={m / 'munged.seed'}",
+            output=self.scratch.root / "log/munged.out",
+        )
+        self.stack.callback(_stop, proc)
+        if not _wait_for(lambda: sock.exists() or proc.poll() is not None, START_TIMEOUT) or not sock.exists():
+            raise HarnessError(
+                "munged did not create its socket:\n"
+                + self.scratch.log("munged.out") + "\n" + self.scratch.log("munged.log")
+            )
+
+    def spawn(self, name: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A foreground daemon in this host's namespace, stopped with the host."""
+        proc = self.ns.spawn(*argv, output=self.scratch.root / f"log/{name}.out", env=env)
+        self.stack.callback(_stop, proc)
+        return proc
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+class Controller:
+    """slurmctld on the rendered configuration, answering scontrol in its namespace."""
+
+    def __init__(self, scratch: Scratch, host: str):
+        self.scratch = scratch
+        self.env = {"SLURM_CONF": str(scratch.slurm_conf)}
+        self.service = ServiceHost(scratch, host)
+        try:
+            self.proc = self.service.spawn(
+                "slurmctld", _prog("slurmctld"), "-D", "-f", str(scratch.slurm_conf)
+            )
+            _wait_for(lambda: self.proc.poll() is not None or self._up(), START_TIMEOUT, 0.1)
+            if self.proc.poll() is not None or not self._up():
+                status = self.proc.poll()
+                what = (
+                    f"exited with status {status}" if status is not None
+                    else f"did not answer `scontrol ping` within {START_TIMEOUT:.0f} s"
+                )
+                raise HarnessError(
+                    f"slurmctld on {host} {what}.\n"
+                    f"--- slurmctld log ---\n{self.log()}\n"
+                    f"--- slurmctld output ---\n{scratch.log('slurmctld.out')}"
+                )
+        except BaseException:
+            self.service.close()
+            raise
+
+    def _up(self) -> bool:
+        ping = self.service.ns.run(_prog("scontrol"), "ping", env=self.env)
+        return "is UP" in ping.stdout
+
+    def scontrol(self, *args: str) -> str:
+        result = self.service.ns.run(_prog("scontrol"), *args, env=self.env)
+        if result.returncode != 0:
+            raise HarnessError(
+                f"scontrol {' '.join(args)} failed ({result.returncode}): {result.stderr}\n"
+                f"--- slurmctld log ---\n{self.log()}"
+            )
+        return result.stdout
+
+    def log(self) -> str:
+        return self.scratch.log("slurmctld.log")
+
+    def close(self) -> None:
+        self.service.close()
+
+
+def run_slurmdbd_until_storage(scratch: Scratch, host: str, wait_for: tuple[str, ...]) -> str:
+    """Start slurmdbd on `host` until its log shows one of `wait_for`; return the log."""
+    service = ServiceHost(scratch, host)
+    try:
+        proc = service.spawn(
+            "slurmdbd", _prog("slurmdbd"), "-D", env={"SLURM_CONF": str(scratch.slurm_conf)}
+        )
+        _wait_for(
+            lambda: proc.poll() is not None
+            or any(s in scratch.log("slurmdbd.log") for s in wait_for),
+            START_TIMEOUT,
+        )
+    finally:
+        service.close()
+    return scratch.log("slurmdbd.log") + "\n" + scratch.log("slurmdbd.out")
+
+
+# ---- slurmd on an emulated node -----------------------------------------------------------
+
+
+def synthetic_topology(profile) -> str:
+    """hwloc's synthetic description of a hardware profile: packages, NUMA, cores, PUs."""
+    return (
+        f"pack:{profile.sockets} [numa] core:{profile.cores_per_socket} "
+        f"pu:{profile.threads_per_core}"
+    )
+
+
+def nvidia_minor(path: str) -> int:
+    m = re.fullmatch(r"/dev/nvidia(\d+)", path)
+    if not m:
+        raise HarnessError(f"cannot emulate GPU device {path} (only /dev/nvidiaN)")
+    return int(m.group(1))
+
+
+def run_slurmd(
+    scratch: Scratch, profile, device_files: list[str], *args: str
+) -> subprocess.CompletedProcess:
+    """`slurmd <args>` on an emulated node of `profile`.
+
+    hwloc reads a synthetic topology (HWLOC_XMLFILE, HWLOC_THISSYSTEM=1); /dev is a private
+    tmpfs holding /dev/null and character devices 195:N for the GPUs, because slurmd waits
+    forever ("Waiting for gres.conf file") for a device file that does not exist.
+    """
+    xml = scratch.root / f"topology-{profile.sockets}x{profile.cores_per_socket}x{profile.threads_per_core}.xml"
+    if not xml.exists():
+        subprocess.run(
+            [_prog("lstopo"), "--input", synthetic_topology(profile), "--of", "xml", str(xml)],
+            check=True, capture_output=True, timeout=COMMAND_TIMEOUT,
+        )
+    steps = [
+        "mount -t tmpfs -o mode=755 none /dev",
+        "mknod -m 666 /dev/null c 1 3",
+        *(f"mknod -m 666 {shlex.quote(f)} c 195 {nvidia_minor(f)}" for f in device_files),
+        "exec " + shlex.join([_prog("slurmd"), *args, "-f", str(scratch.slurm_conf)]),
+    ]
+    env = {**os.environ, "HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"}
+    try:
+        return subprocess.run(
+            [_prog("unshare"), "--mount", "--", "sh", "-ec", "\n".join(steps)],
+            capture_output=True, text=True, timeout=COMMAND_TIMEOUT, env=env,
+            preexec_fn=_die_with_parent,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise HarnessError(f"slurmd {' '.join(args)} did not finish: {exc.stderr!r}") from None
+
+
+# ---- reading scontrol and slurmd output ---------------------------------------------------
+
+_FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+def fields(line: str) -> dict[str, str]:
+    """'A=1 B=x y' -> {'A': '1', 'B': 'x'}: Key=Value pairs of one scontrol -o record."""
+    return dict(_FIELD.findall(line))
+
+
+def records(text: str, first_key: str) -> dict[str, dict[str, str]]:
+    """One-line records (scontrol -o, slurmd -G) keyed by the value of `first_key`."""
+    out = {}
+    for line in text.splitlines():
+        f = fields(line)
+        if first_key in f:
+            out[f[first_key]] = f
+    return out
+
+
+def show_config(text: str) -> dict[str, str]:
+    """`scontrol show config` -> {key: value} for every 'Key = Value' line."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def slurm_minutes(value: str) -> int | None:
+    """A Slurm time ('60', '04:00:00', '1-00:00:00', 'UNLIMITED') in minutes; None = no limit."""
+    if value.upper() in ("UNLIMITED", "INFINITE", "NONE"):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        h, m, s = (parts + [0, 0])[:3]
+        return int(days) * 1440 + h * 60 + m + (1 if s else 0)
+    if len(parts) == 3:
+        return parts[0] * 60 + parts[1] + (1 if parts[2] else 0)
+    if len(parts) == 2:
+        return parts[0] + (1 if parts[1] else 0)
+    return parts[0]
