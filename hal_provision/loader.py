@@ -77,6 +77,24 @@ def _yaml() -> YAML:
 
 
 def load_text(text: str, file: str) -> Loaded:
+    """Parse, validate and keep a way back from model paths to lines.
+
+    The fast path parses with libyaml (YAML 1.2-style scalars, duplicate keys refused) and
+    re-parses with ruamel's round-trip loader only when something must be located; any
+    error falls back to the ruamel path, which reports it with line and column.
+    """
+    data = _fast_parse(text)
+    if data is not None:
+        try:
+            model = Cluster.model_validate(data)
+        except ValidationError:
+            pass  # report through the round-trip path below, with positions
+        else:
+            return Loaded(file, model, [], LazyLocator(text, file))
+    return _load_roundtrip(text, file)
+
+
+def _load_roundtrip(text: str, file: str) -> Loaded:
     try:
         data = _yaml().load(text)
     except MarkedYAMLError as exc:
@@ -95,6 +113,89 @@ def load_text(text: str, file: str) -> Loaded:
     except ValidationError as exc:
         return Loaded(file, None, [locator.locate(f) for f in _schema_findings(exc)], locator)
     return Loaded(file, model, [], locator)
+
+
+class LazyLocator(Locator):
+    """A Locator that parses the text with ruamel only when a position is first asked for."""
+
+    def __init__(self, text: str, file: str):
+        self._text = text
+        self._root = None
+        self.file = file
+
+    @property
+    def root(self):
+        if self._root is None:
+            self._root = _yaml().load(self._text)
+        return self._root
+
+    @root.setter
+    def root(self, value):
+        self._root = value
+
+
+def _fast_parse(text: str):
+    """Plain data through libyaml, or None when anything is unusual (then ruamel decides)."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - PyYAML is a dependency
+        return None
+    loader_cls = _fast_loader(yaml)
+    try:
+        data = yaml.load(text, Loader=loader_cls)  # noqa: S506 - a SafeLoader subclass
+    except Exception:  # syntax errors, duplicate keys, anything: the slow path reports it
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_FAST_LOADER = None
+
+
+def _fast_loader(yaml):
+    """A C-accelerated safe loader that resolves scalars like YAML 1.2 (ruamel's default):
+    only true/false are booleans, no sexagesimal numbers (04:00:00 stays a string), no
+    yes/no/on/off; and duplicate keys are refused."""
+    global _FAST_LOADER
+    if _FAST_LOADER is not None:
+        return _FAST_LOADER
+    import re
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class FastLoader(base):  # type: ignore[misc, valid-type]
+        pass
+
+    FastLoader.yaml_implicit_resolvers = {}
+    rules = [
+        ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+        ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+        ("tag:yaml.org,2002:float",
+         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+         "-+0123456789."),
+        ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    ]
+    for tag, pattern, first in rules:
+        FastLoader.add_implicit_resolver(tag, re.compile(pattern), list(first))
+
+    def construct_mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _value in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=True)
+
+    def construct_int(loader, node):
+        value = loader.construct_scalar(node)
+        if value.startswith("0o"):
+            return int(value[2:], 8)
+        return int(value, 0) if value.startswith("0x") else int(value)
+
+    FastLoader.add_constructor("tag:yaml.org,2002:map", construct_mapping)
+    FastLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
+    _FAST_LOADER = FastLoader
+    return FastLoader
 
 
 def load(path: str | FsPath | None = None) -> Loaded:

@@ -209,10 +209,14 @@ def nodes_only_on_leaf_switches(c: Cluster):
         for up in sw.uplinks:
             children.setdefault(up, []).append(sw.name)
     slurm_nodes = c.slurm_nodes
+    links_of: dict[str, list[str]] = {}
+    for link in c.fabric.links:  # group once: scanning every link per switch is quadratic
+        if link.switch in children:
+            links_of.setdefault(link.switch, []).append(link.hosts)
     for i, sw in enumerate(c.fabric.switches):
-        if sw.name not in children:
+        if sw.name not in children or sw.name not in links_of:
             continue
-        cabled = union(link.hosts for link in c.fabric.links if link.switch == sw.name)
+        cabled = union(links_of[sw.name])
         on_it = overlap(cabled, slurm_nodes)
         if len(on_it):
             yield error(

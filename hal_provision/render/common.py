@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address
-from typing import Iterator
-
-from ..hostlist import nodeset
+from ..hostlist import expand
 from ..model import Cluster, NodeGroup
 
 GENERATOR = "hal-provision"
@@ -23,17 +20,37 @@ def yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def group_hosts_with_addresses(
-    cluster: Cluster, group: NodeGroup
-) -> Iterator[tuple[str, dict[str, str]]]:
-    """(host, {network: address}) for each host of a group, in hostlist order.
+def group_addresses(cluster: Cluster, group: NodeGroup) -> tuple[list[str], dict[str, list[str]]]:
+    """The hosts of a group in hostlist order, and per network the address of each host.
 
     Host i of the group takes the group's first address on each network plus i. Networks
-    come in the order the cluster declares them.
+    come in the order the cluster declares them. Columns rather than one record per host:
+    the renderers zip them, which at 100,000 hosts costs a fraction of per-host objects.
     """
-    starts = {net: int(group.addresses[net]) for net in cluster.networks if net in group.addresses}
-    for i, host in enumerate(nodeset(group.hosts)):
-        yield host, {net: str(IPv4Address(start + i)) for net, start in starts.items()}
+    hosts = expand(group.hosts)
+    columns = {
+        net: dotted_quads(int(group.addresses[net]), len(hosts))
+        for net in cluster.networks
+        if net in group.addresses
+    }
+    return hosts, columns
+
+
+_OCTETS = [str(i) for i in range(256)]
+
+
+def dotted_quads(first: int, count: int) -> list[str]:
+    """str(IPv4Address(first + i)) for i in range(count), formatted 256 at a time."""
+    end = first + count
+    if first < 0 or end > 2**32:
+        raise ValueError(f"addresses {first}..{end - 1} leave the IPv4 range")
+    quads: list[str] = []
+    while first < end:
+        block_end = min(end, (first | 0xFF) + 1)  # up to the end of this /24
+        head = f"{first >> 24}.{(first >> 16) & 0xFF}.{(first >> 8) & 0xFF}."
+        quads.extend([head + octet for octet in _OCTETS[first & 0xFF : (block_end - 1 & 0xFF) + 1]])
+        first = block_end
+    return quads
 
 
 def ansible_name(name: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from itertools import chain
+
 from ..model import Cluster
-from .common import group_hosts_with_addresses, header
+from .common import group_addresses, header
 
 PATH = "files/etc/hosts"
 
@@ -19,8 +21,11 @@ def render(cluster: Cluster) -> dict[str, str]:
     ]
     for group in cluster.nodes:
         lines.append(f"\n# {group.name} ({group.role.value}): {group.hosts}\n")
-        for host, addresses in group_hosts_with_addresses(cluster, group):
-            for net, addr in addresses.items():
-                name = host + suffix[net]
-                lines.append(f"{addr}\t{name}.{domain} {name}\n")
+        hosts, columns = group_addresses(cluster, group)
+        # One column of lines per network, then interleaved: each host's networks together.
+        per_network = [
+            [f"{addr}\t{host}{tail}.{domain} {host}{tail}\n" for host, addr in zip(hosts, addrs)]
+            for tail, addrs in ((suffix[net], addrs) for net, addrs in columns.items())
+        ]
+        lines.append("".join(chain.from_iterable(zip(*per_network))))
     return {PATH: "".join(lines)}

@@ -2,16 +2,17 @@
 service, with the host variables the roles need.
 
 Written by hand rather than through a YAML library: at 100,000 hosts a dumper costs seconds.
-Every string goes through json.dumps, whose output is valid YAML.
+Every string goes through json.dumps, whose output is valid YAML; the per-host lines come from
+one template per node group (see _host_lines).
 """
 
 from __future__ import annotations
 
 import json
 
-from ..hostlist import nodeset
+from ..hostlist import expand
 from ..model import Cluster, HardwareProfile
-from .common import ansible_name, group_hosts_with_addresses, header
+from .common import ansible_name, group_addresses, header
 
 PATH = "inventory/hosts.yml"
 
@@ -35,14 +36,28 @@ def hardware_vars(name: str, p: HardwareProfile) -> dict:
     }
 
 
-def _member_block(out: list[str], group: str, hosts, vars_: dict | None = None) -> None:
+def _member_block(out: list[str], group: str, hosts: list[str], vars_: dict | None = None) -> None:
     out.append(f"    {group}:\n")
     if vars_:
         out.append("      vars:\n")
         for key, value in vars_.items():
             out.append(f"        {key}: {_q(value)}\n")
     out.append("      hosts:\n")
-    out.extend(f"        {h}:\n" for h in hosts)
+    if hosts:
+        out.append("        " + ":\n        ".join(hosts) + ":\n")
+
+
+def _host_lines(primary: str, hosts: list[str], columns: dict[str, list[str]]) -> str:
+    """`host: {"ansible_host": ..., "hal_addresses": {...}}` for each host, by one template.
+
+    Addresses are dotted quads and need no JSON quoting; network names are written as they
+    are, as before ('%' escaped for the template).
+    """
+    pairs = ", ".join(f'"{net.replace("%", "%%")}": "%s"' for net in columns)
+    fields = '"ansible_host": "%s", ' if primary in columns else ""
+    template = f"        %s: {{{fields}\"hal_addresses\": {{{pairs}}}}}\n"
+    values = [hosts, *([columns[primary]] if primary in columns else []), *columns.values()]
+    return "".join(map(template.__mod__, zip(*values)))
 
 
 def render(cluster: Cluster) -> dict[str, str]:
@@ -63,13 +78,7 @@ def render(cluster: Cluster) -> dict[str, str]:
         out.append(f"        hal_role: {_q(group.role.value)}\n")
         out.append(f"        hal_node_group: {_q(group.name)}\n")
         out.append("      hosts:\n")
-        for host, addrs in group_hosts_with_addresses(cluster, group):
-            fields = []
-            if primary in addrs:
-                fields.append(f'"ansible_host": "{addrs[primary]}"')
-            pairs = ", ".join(f'"{net}": "{a}"' for net, a in addrs.items())
-            fields.append(f'"hal_addresses": {{{pairs}}}')
-            out.append(f"        {host}: {{{', '.join(fields)}}}\n")
+        out.append(_host_lines(primary, *group_addresses(cluster, group)))
     for role in dict.fromkeys(g.role for g in cluster.nodes):
         out.append(f"    role_{role.value}:\n      children:\n")
         out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.nodes if g.role is role)
@@ -82,11 +91,11 @@ def render(cluster: Cluster) -> dict[str, str]:
         out.append("      children:\n")
         out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in members)
     for part in cluster.slurm.partitions:
-        _member_block(out, f"partition_{ansible_name(part.name)}", nodeset(part.nodes))
+        _member_block(out, f"partition_{ansible_name(part.name)}", expand(part.nodes))
     services = cluster.services.model_dump()
     for service, expr in services.items():
         if expr:
-            _member_block(out, f"service_{service}", nodeset(expr))
+            _member_block(out, f"service_{service}", expand(expr))
     out.append("    slurm_nodes:\n      children:\n")
     out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.groups_with_role(*_slurm_roles()))
     return {PATH: "".join(out)}

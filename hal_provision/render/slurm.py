@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ClusterShell.NodeSet import NodeSet
 
-from ..hostlist import nodeset, union
+from ..hostlist import fold, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
 from .common import header, yes_no
 
@@ -98,7 +98,7 @@ def slurm_conf(cluster: Cluster) -> str:
         gres = f" Gres=gpu:{p.gpus.type}:{p.gpu_count}" if p.gpus else ""
         feat = f" Features={','.join(feats)}" if feats else ""
         out.append(
-            f"NodeName={nodes} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
+            f"NodeName={fold(nodes)} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
             f"CoresPerSocket={p.cores_per_socket} ThreadsPerCore={p.threads_per_core} "
             f"RealMemory={cluster.real_memory_mib(p)}{gres}{feat} State=UNKNOWN\n"
         )
@@ -107,10 +107,10 @@ def slurm_conf(cluster: Cluster) -> str:
     for name, _p, _f, nodes in hw:
         by_profile[name].update(nodes)
     for name, nodes in by_profile.items():
-        out.append(f"NodeSet={name} Nodes={nodes}\n")
+        out.append(f"NodeSet={name} Nodes={fold(nodes)}\n")
     out.append("\n# Partitions.\n")
     for part in s.partitions:
-        line = f"PartitionName={part.name} Nodes={union([part.nodes])}"
+        line = f"PartitionName={part.name} Nodes={fold(nodeset(part.nodes))}"
         if part.default:
             line += " Default=YES"
         line += f" MaxTime={part.max_time}"
@@ -138,11 +138,12 @@ def gres_conf(cluster: Cluster) -> str:
         if not p.gpus:
             continue
         matrix = p.gpus.nvlink
+        folded = fold(nodes)
         for i, dev in enumerate(p.gpus.devices):
             first = dev.socket * p.cores_per_socket
             cores = f"{first}-{first + p.cores_per_socket - 1}"
             file = dev.file or f"/dev/nvidia{i}"
-            line = f"NodeName={nodes} Name=gpu Type={p.gpus.type} File={file} Cores={cores}"
+            line = f"NodeName={folded} Name=gpu Type={p.gpus.type} File={file} Cores={cores}"
             if matrix:
                 links = ",".join("-1" if i == j else str(n) for j, n in enumerate(matrix[i]))
                 line += f" Links={links}"
@@ -186,9 +187,9 @@ def topology_conf(cluster: Cluster) -> str:
         parts = []
         kids = [name for name in children[sw.name] if name in written]
         if len(leaf_nodes[sw.name]):
-            parts.append(f"Nodes={leaf_nodes[sw.name]}")
+            parts.append(f"Nodes={fold(leaf_nodes[sw.name])}")
         if kids:
-            parts.append(f"Switches={NodeSet.fromlist(kids)}")
+            parts.append(f"Switches={fold(kids)}")
         if parts:
             out.append(f"SwitchName={sw.name} {' '.join(parts)}\n")
         else:

@@ -59,7 +59,7 @@ def test_all_schema_errors_are_reported_together(tmp_path, edited):
         edited(
             ("    count: 16 ", "    count: sixteen "),
             ("fabric:\n", "fabrik:\n"),
-            ("      default: true", "      default: maybe"),
+            ("      default: true\n      max_time", "      default: maybe\n      max_time"),
         ),
     )
     assert sorted(f.dotted for f in loaded.findings) == ["fabrik", "nodes[6].count", "slurm.partitions[0].default"]
@@ -134,3 +134,24 @@ def test_file_that_is_not_utf8(tmp_path):
     assert loaded.model is None
     [finding] = loaded.findings
     assert finding.message.startswith("cannot read: ") and finding.file == str(path)
+
+
+def test_fast_and_round_trip_parsers_agree():
+    """The loader parses with libyaml and locates with ruamel: both must read every shipped
+    description, and YAML 1.2 scalars (04:00:00 stays a string), identically."""
+    import json
+    from pathlib import Path
+
+    from hal_provision.loader import _fast_parse, _yaml
+
+    def plain(x):
+        return json.loads(json.dumps(x, default=str))
+
+    root = Path(__file__).resolve().parents[2]
+    files = [root / "inventory/hal/cluster.yml", *sorted((root / "tests/data/clusters").glob("*.yml"))]
+    tricky = "a: 04:00:00\nb: yes\nc: 0o17\nd: 1.5\ne: ~\nf: 010\ng: off\nh: 1e3\n"
+    for text in [f.read_text() for f in files] + [tricky]:
+        fast = _fast_parse(text)
+        assert fast is not None
+        assert plain(fast) == plain(_yaml().load(text))
+    assert _fast_parse("a: 1\na: 2\n") is None  # duplicate keys go to the reporting path
