@@ -1,0 +1,85 @@
+"""The Slurm Wrapper Suite on the login node, as the normal user, on the real cluster:
+the deployed table is the rendered one, swrun -p gpux1 sees exactly one GPU, swbatch jobs
+complete and are accounted, swqueue shows running jobs and their GPU use."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from deployed import TEST_USER, deployed, retry
+
+D = deployed()
+TABLE = "etc/swsuite/virtual-partitions.json"
+RENDERED = D.rendered(TABLE)
+VPS = json.loads(RENDERED)["virtual_partitions"] if RENDERED else {}
+SMALLEST_GPU = min((n for n, v in VPS.items() if v["kind"] == "gpu" and v["gpus"] == 1), default=None)
+
+pytestmark = pytest.mark.skipif(not VPS, reason="the model defines no virtual partitions (swsuite not deployed)")
+
+
+def run(script: str, timeout: int = 120):
+    out = D.as_user(D.login, script, timeout)
+    assert out.rc == 0, f"as {TEST_USER} on {D.login}: {script}\nexit {out.rc}\n{out.stdout}{out.stderr}"
+    return out.stdout
+
+
+@pytest.mark.parametrize("host", D.hosts_in("role_login"))
+def test_deployed_table_is_the_rendered_one(host):
+    f = D.host(host).file("/" + TABLE)
+    assert f.exists and f.content_string == RENDERED and f.mode == 0o644
+
+
+@pytest.mark.parametrize("command", ["swrun", "swbatch", "swqueue"])
+def test_commands_installed_for_users(command):
+    out = run(f"{command} --help")
+    assert "usage" in out.lower()
+
+
+def test_swrun_gpux1_sees_exactly_one_gpu():
+    out = run(
+        f"cd /tmp && swrun -p {SMALLEST_GPU} -t 0:05 -- bash -c '"
+        'echo CUDA=$CUDA_VISIBLE_DEVICES; for d in /dev/nvidia[0-9]*; do '
+        '(exec 3<"$d") 2>/dev/null && echo open $d || echo denied $d; done\''
+    )
+    cuda = re.search(r"CUDA=(\S*)", out).group(1)
+    opened = re.findall(r"^open (\S+)", out, flags=re.M)
+    assert cuda.isdigit(), f"CUDA_VISIBLE_DEVICES should name one GPU: {out}"
+    assert len(opened) == 1, f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}"
+
+
+def test_swbatch_job_completes_and_is_accounted():
+    script = (
+        "cat > /tmp/swbatch-test.sh <<'EOF'\n#!/bin/bash\n"
+        f"#SWBATCH -p {SMALLEST_GPU} -t 0:05\n#SWBATCH --job-name=swbatch-test\n"
+        "echo gpus=$CUDA_VISIBLE_DEVICES\nEOF\n"
+        "cd /tmp && swbatch --wait --output=/tmp/swbatch-test.out /tmp/swbatch-test.sh"
+    )
+    out = run(script)
+    job = re.search(r"Submitted batch job (\d+)", out).group(1)
+    assert re.search(r"gpus=\d+$", D.host(D.login).file("/tmp/swbatch-test.out").content_string.strip())
+
+    def accounted():
+        r = D.host(D.login).run("sacct -n -X -P -j %s -o JobName,State,AllocTRES", job)
+        return r.stdout if "COMPLETED" in r.stdout else ""
+
+    acct = retry(accounted, 30)
+    assert "swbatch-test|COMPLETED|" in acct and "gres/gpu=1" in acct, f"sacct for job {job}: {acct!r}"
+
+
+def test_swqueue_shows_running_job_and_gpu_use():
+    run(f"cd /tmp && sbatch --job-name=swq-probe -p {VPS[SMALLEST_GPU]['partition']} --gres=gpu:1 -t 5 --wrap 'sleep 120'")
+    try:
+        def running():
+            r = D.as_user(D.login, "swqueue --plain", 60)
+            return r.stdout if "swq-probe" in r.stdout and "RUNNING" in r.stdout and "GPUs 1/" in r.stdout else ""
+
+        out = retry(running, 60, 2)
+        assert out, "swqueue --plain never showed the running job with 1 GPU in use:\n" + D.as_user(D.login, "swqueue --plain", 60).stdout
+        assert re.search(r"GPUs 1/\d+ \[#\.+\]", out)
+        rich = run("COLUMNS=150 swqueue")
+        assert "GPU use per node" in rich and "swq-probe" in rich
+    finally:
+        D.as_user(D.login, "scancel -n swq-probe", 30)
