@@ -17,7 +17,8 @@ from .services import Services
 from .services_ext import Monitoring, Portal
 from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
-from .storage import Filesystem, Storage, StorageArray
+from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
+                      NodeClass, Nsd, Storage, StorageArray)
 
 SCHEMA_VERSION = 1
 
@@ -34,9 +35,9 @@ class Cluster(Strict):
     services: Services = Field(description="Where each service runs.")
     slurm: Slurm = Field(description="Slurm configuration.")
     swsuite: SwSuite = Field(default_factory=SwSuite, description="Slurm Wrapper Suite.")
-    storage: Storage = Field(default_factory=Storage, description="Storage arrays and filesystems.")
-    software: Software = Field(default_factory=Software, description="Environment modules.")
-    containers: Containers | None = Field(None, description="Container runtime.")
+    storage: Storage = Field(default_factory=Storage, description="Storage appliances, Spectrum Scale and NFS.")
+    software: Software = Field(default_factory=Software, description="Environment modules (Lmod).")
+    containers: Containers | None = Field(None, description="Container runtime and fakeroot.")
     portal: Portal | None = Field(None, description="Web portal.")
     monitoring: Monitoring | None = Field(None, description="Monitoring stack.")
 
@@ -68,7 +69,8 @@ class Cluster(Strict):
 
 __all__ = [
     "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
-    "Filesystem", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
+    "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Portal", "Qos", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
+    "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

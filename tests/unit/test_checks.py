@@ -223,14 +223,7 @@ ROWS = [
     ("virtual-max-above-partition", [(vp("gpux1", "1"), vp("gpux1", "1", hours=48))],
      W, "swsuite.virtual_partitions[0].max_time_hours",
      "partition 'gpu' has MaxTime 1-00:00:00; Slurm refuses longer jobs: use at most 24 h"),
-    # --- storage -------------------------------------------------------------------------------
-    ("filesystem-unknown-client",
-     [('clients: "hal[01-16],hal-login,hal-dev"\n', 'clients: "hal[01-17],hal-login,hal-dev"\n')],
-     E, "storage.filesystems[1].clients", "clients of 'misc-nfs' name hal17, not in any node group"),
-    ("nfs-without-server", [("      servers: hal-data\n", "")],
-     E, "storage.filesystems[1]", "NFS filesystem 'misc-nfs' needs servers"),
-    ("mount-point-twice", [("mount_point: /sw ", "mount_point: /home ")],
-     E, "storage.filesystems[1].mount_point", "mount point '/home' is already used by storage.filesystems[0]"),
+    # --- storage: see test_storage_checks.py (same table style) ---------------------------------
 ]
 
 
@@ -365,7 +358,7 @@ def test_a_missing_key_is_located_at_its_parent(check_file, edited, position):
 def test_check_names_are_unique():
     """REGISTRY is keyed by function name: a second check with the same name would replace
     the first without a word."""
-    from hal_provision.checks import fabric, hardware, network, nodes, services, slurm, storage, swsuite  # noqa: F401
+    from hal_provision.checks import fabric, hardware, network, nodes, services, slurm, software, storage, swsuite  # noqa: F401
 
     sources = Path(__file__).resolve().parents[2] / "hal_provision" / "checks"
     decorated = sum(p.read_text().count("\n@check\n") for p in sources.glob("*.py"))
