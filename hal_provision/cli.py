@@ -13,7 +13,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from . import __version__
 from .findings import Finding, Level, has_errors
@@ -109,8 +108,12 @@ def version() -> None:
 
 def _register_subcommands() -> None:
     from .sandbox.cli import app as sandbox_app
+    from .storage.cli import app as storage_app
+    from .verify import command as verify_command
 
     app.add_typer(sandbox_app, name="sandbox")
+    app.add_typer(storage_app, name="storage")
+    app.command(name="verify")(verify_command)
 
 
 _register_subcommands()

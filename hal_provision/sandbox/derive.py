@@ -12,6 +12,7 @@ from ipaddress import IPv4Network
 
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
+from ..storage.sandbox import narrow_storage, shared_filesystem_names
 
 DEFAULT_SUBNET = "10.89.77.0/24"
 
@@ -96,16 +97,12 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     if "swsuite" in data:
         data["swsuite"]["virtual_partitions"] = vps
 
-    storage = data.get("storage", {})
-    fss = []
-    for fs in storage.get("filesystems", []):
-        if fs.get("servers") and not len(nodeset(fs["servers"]).intersection(keep)):
-            continue
-        clients = nodeset(fs["clients"]).intersection(keep)
-        if len(clients):
-            fss.append(dict(fs, clients=str(clients)))
-    if storage:
-        storage["filesystems"] = fss
+    if "storage" in data:
+        data["storage"] = narrow_storage(data["storage"], keep)
+        binds = (data.get("containers") or {}).get("bind_filesystems")
+        if binds is not None:  # containers bind only the shared file systems the sandbox keeps
+            shared = shared_filesystem_names(data["storage"])
+            data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
     return Cluster.model_validate(data)
 

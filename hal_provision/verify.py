@@ -1,0 +1,70 @@
+"""`hal-provision verify INVENTORY`: check a deployed cluster against its rendered tree.
+
+Runs the checkout's testinfra suite (tests/infra) with HAL_INVENTORY set to the rendered
+inventory; the exit code is pytest's. Destructive fault tests (marker `faults`, sandbox only)
+run only when asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+REPO = Path(__file__).resolve().parents[1]
+SUITE = REPO / "tests" / "infra"
+EXIT_UNUSABLE = 2
+
+
+class VerifyError(RuntimeError):
+    pass
+
+
+def check_inventory(inventory: Path) -> Path:
+    """The inventory directory as an absolute path, or a VerifyError saying what is wrong."""
+    if not inventory.exists():
+        raise VerifyError(f"{inventory} does not exist")
+    if not inventory.is_dir():
+        raise VerifyError(f"{inventory} is not a directory: give the rendered tree's inventory/ directory")
+    if not (inventory / "hosts.yml").is_file() or not (inventory.parent / "files").is_dir():
+        raise VerifyError(f"{inventory} is not a rendered inventory: expected hosts.yml in it and files/ beside it "
+                          "(written by `hal-provision render` or `hal-provision sandbox up`)")
+    return inventory.resolve()
+
+
+def pytest_cmd(faults: bool = False, extra: list[str] | None = None) -> list[str]:
+    if not (SUITE / "conftest.py").is_file():
+        raise VerifyError(f"{SUITE} not found: verify runs the suite of a hal-provision checkout")
+    try:
+        import testinfra  # noqa: F401
+    except ImportError:
+        raise VerifyError("pytest-testinfra is not installed for this Python (pip install pytest-testinfra)") from None
+    marker = [] if faults else ["-m", "not faults"]
+    return [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", *marker, *(extra or [])]
+
+
+def run(inventory: Path, faults: bool = False, extra: list[str] | None = None) -> int:
+    inv = check_inventory(inventory)
+    cmd = pytest_cmd(faults, extra)
+    env = dict(os.environ, HAL_INVENTORY=str(inv))
+    return subprocess.run(cmd, env=env, cwd=REPO, check=False).returncode
+
+
+def command(
+    inventory: Path = typer.Argument(..., help="The rendered inventory directory (RENDERED/inventory).", show_default=False),
+    faults: bool = typer.Option(False, "--faults", help="Also run the destructive fault tests (sandbox only)."),
+    pytest_args: Optional[List[str]] = typer.Argument(None, help="Extra pytest arguments, after --.", show_default=False),
+) -> None:
+    """Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."""
+    from .cli import err
+
+    try:
+        rc = run(inventory, faults, pytest_args)
+    except VerifyError as exc:
+        err.print(f"error: {exc}", style="bold red", markup=False)
+        raise typer.Exit(EXIT_UNUSABLE) from None
+    raise typer.Exit(rc)

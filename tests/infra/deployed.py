@@ -1,0 +1,230 @@
+"""The cluster under test, as its rendered inventory and files describe it, and its hosts.
+
+One object per test session (`deployed()`), built from `ansible-inventory --list` of
+HAL_INVENTORY and from the rendered files at HAL_INVENTORY/../files. Test modules use it at
+collection time to parametrize over hosts, partitions and files.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hal_provision.render.common import ansible_name
+from hal_provision.verify import VerifyError, check_inventory
+
+INVENTORY_ENV = "HAL_INVENTORY"
+TEST_USER = os.environ.get("HAL_TEST_USER", "haltest")
+JOB_TIMEOUT = 120  # seconds any one Slurm command may take before the test gives up
+
+# Hosts the slurm role configures (playbooks/slurm-*.yml): each gets every cluster-wide
+# Slurm file, the daemons that read them run there or the client commands do.
+SLURM_HOSTS = ("service_slurmctld", "service_slurmdbd", "role_login", "role_development", "slurm_nodes")
+SLURM_CONF = "etc/slurm/slurm.conf"
+FILE_GROUPS: dict[str, tuple[str, ...]] = {
+    "etc/hosts": ("all",),
+    **{f"etc/slurm/{name}": SLURM_HOSTS for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")},
+}
+SLURMDBD_CONF = "etc/slurm/slurmdbd.conf"
+MUNGE_GROUPS = ("all",)
+
+
+class InventoryError(RuntimeError):
+    pass
+
+
+def list_inventory(inventory: Path) -> dict:
+    proc = subprocess.run(["ansible-inventory", "-i", str(inventory), "--list"],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise InventoryError(f"ansible-inventory -i {inventory} --list failed:\n{proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+@dataclass
+class Deployed:
+    inventory: Path
+    hostvars: dict[str, dict]
+    groups: dict[str, list[str]]  # every group, children expanded, hosts in inventory order
+    _hosts: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, inventory: Path) -> "Deployed":
+        try:
+            inventory = check_inventory(inventory)
+        except VerifyError as exc:
+            raise InventoryError(str(exc)) from None
+        data = list_inventory(inventory)
+        hostvars = data.get("_meta", {}).get("hostvars", {})
+
+        @functools.cache
+        def members(group: str) -> tuple[str, ...]:
+            entry = data.get(group, {})
+            out = list(entry.get("hosts", []))
+            for child in entry.get("children", []):
+                out.extend(members(child))
+            return tuple(dict.fromkeys(out))
+
+        groups = {g: list(members(g)) for g in data if g != "_meta"}
+        groups["all"] = list(hostvars)
+        return cls(inventory, hostvars, groups)
+
+    # ---- the model, as the inventory and rendered files say ----
+
+    @property
+    def files(self) -> Path:
+        return self.inventory.parent / "files"
+
+    def rendered(self, rel: str) -> str | None:
+        path = self.files / rel
+        return path.read_text() if path.is_file() else None
+
+    def hosts_in(self, *groups: str) -> list[str]:
+        wanted = {h for g in groups for h in self.groups.get(g, [])}
+        return [h for h in self.hostvars if h in wanted]
+
+    @property
+    def login(self) -> str:
+        return self.hosts_in("role_login")[0]
+
+    @property
+    def controller(self) -> str:
+        return self.hosts_in("service_slurmctld")[0]
+
+    def hardware(self, host: str) -> dict:
+        return self.hostvars[host].get("hal_hardware") or {}
+
+    def gres(self, host: str) -> str:
+        """What sinfo's %G shows for the host: 'gpu:TYPE:N', or '(null)' without GPUs."""
+        hw = self.hardware(host)
+        n = len(hw.get("gpu_devices") or [])
+        if not n:
+            return "(null)"
+        return f"gpu:{hw['gpu_type']}:{n}" if hw.get("gpu_type") else f"gpu:{n}"
+
+    def partitions(self) -> dict[str, list[str]]:
+        """Slurm partition name -> nodes. Names come from the rendered slurm.conf (exact
+        spelling), members from the inventory's partition_* groups."""
+        conf = self.rendered(SLURM_CONF) or ""
+        names = re.findall(r"^PartitionName=(\S+)", conf, flags=re.M)
+        return {n: self.hosts_in(f"partition_{ansible_name(n)}") for n in names}
+
+    def gpu_partitions(self) -> list[str]:
+        return [p for p, nodes in self.partitions().items() if nodes and all(self.gpus(h) for h in nodes)]
+
+    def gpus(self, host: str) -> int:
+        return len(self.hardware(host).get("gpu_devices") or [])
+
+    def gpu_request(self, nodes: list[str]) -> str:
+        """`--gres` value asking for every GPU of each node; nodes must be alike."""
+        kinds = {(self.hardware(h).get("gpu_type"), self.gpus(h)) for h in nodes}
+        if len(kinds) != 1:
+            raise AssertionError(f"nodes {nodes} differ in GPUs: {sorted(kinds, key=str)}")
+        gpu_type, n = kinds.pop()
+        return f"gpu:{gpu_type}:{n}" if gpu_type else f"gpu:{n}"
+
+    # ---- reaching the hosts ----
+
+    def is_podman(self, name: str) -> bool:
+        return str(self.hostvars[name].get("ansible_connection", "")).endswith("podman")
+
+    def host(self, name: str):
+        if name not in self._hosts:
+            import testinfra
+
+            hv = self.hostvars[name]
+            if self.is_podman(name):
+                self._hosts[name] = testinfra.get_host(f"podman://{hv.get('ansible_host', name)}")
+            else:
+                become = bool(hv.get("ansible_become")) or hv.get("ansible_user", "root") != "root"
+                self._hosts[name] = testinfra.get_host(
+                    f"ansible://{name}", ansible_inventory=str(self.inventory), sudo=become)
+        return self._hosts[name]
+
+    def as_user(self, name: str, script: str, timeout: int = JOB_TIMEOUT):
+        """Run a shell script as the normal test user, in a login shell, on a host."""
+        return self.host(name).run("timeout %s su - %s -c %s", str(timeout), TEST_USER, script)
+
+    def user_ok(self, script: str, timeout: int = JOB_TIMEOUT) -> str:
+        """as_user on the login node; the test fails with the output unless the script exits 0."""
+        out = self.as_user(self.login, script, timeout)
+        assert out.rc == 0, f"as {TEST_USER} on {self.login}: {script}\nexit {out.rc}\n{out.stdout}{out.stderr}"
+        return out.stdout
+
+    def sbatch(self, args: str) -> str:
+        """Submit `sbatch --parsable ARGS` as the normal user; the job id."""
+        return self.user_ok(f"sbatch --parsable {args}").strip().split(";")[0]
+
+    def journal(self, name: str, unit: str, lines: int = 50) -> str:
+        out = self.host(name).run("journalctl -u %s -n %s --no-pager", unit, str(lines))
+        return f"--- journalctl -u {unit} on {name} ---\n{out.stdout}{out.stderr}"
+
+
+@functools.cache
+def deployed() -> Deployed:
+    inv = os.environ.get(INVENTORY_ENV)
+    if not inv:
+        raise InventoryError(f"set {INVENTORY_ENV} to a rendered inventory directory")
+    return Deployed.load(Path(inv))
+
+
+def retry(fn, timeout: float, interval: float = 1.0):
+    """Call fn until it returns something true or the time is up; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+# ---- running site.yml against the inventory under test ----
+
+RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
+
+
+def site_cmd(inventory: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
+    """ansible-playbook site.yml for this inventory, exactly as the sandbox runs it."""
+    from types import SimpleNamespace
+
+    from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
+
+    return playbook_cmd(SimpleNamespace(inventory=inventory), "site.yml", *extra), ansible_env()
+
+
+def run_site(inventory: Path, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    cmd, env = site_cmd(inventory, *extra)
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, check=False)
+
+
+def parse_recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP of an ansible-playbook run: host -> {ok, changed, unreachable, failed, ...}."""
+    recap: dict[str, dict[str, int]] = {}
+    _, found, tail = output.rpartition("PLAY RECAP")
+    for line in tail.splitlines() if found else []:
+        m = RECAP_LINE.match(line.strip())
+        if m:
+            recap[m.group(1)] = {k: int(v) for k, v in (kv.split("=") for kv in m.group(2).split())}
+    return recap
+
+
+def tail(text: str, lines: int = 60) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def changed_tasks(output: str) -> list[str]:
+    """'TASK name -> host' for every task result reported as changed (or failed) in a run."""
+    found, task = [], "?"
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6:line.rfind("]")]
+        elif line.startswith(("changed: [", "fatal: [")):
+            found.append(f"{task} -> {line.split('[', 1)[1].split(']', 1)[0]} ({line.split(':', 1)[0]})")
+    return found

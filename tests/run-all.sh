@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite, as ./bootstrap.sh test runs it: pytest (unit, golden, real-Slurm
+# acceptance), then every molecule scenario, one after another (container names are global),
+# each timed. Ends with one summary line 'molecule: N passed, N failed'.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+python -m pytest -ra "$@"
+pytest_rc=$?
+
+passed=0; failed=0; timings=()
+for dir in molecule/*/; do
+  scenario=$(basename "$dir")
+  [ -f "$dir/molecule.yml" ] || continue
+  echo "== molecule test -s $scenario"
+  start=$(date +%s)
+  if molecule -c molecule/shared/config.yml test -s "$scenario"; then
+    passed=$((passed + 1)); result=passed
+  else
+    failed=$((failed + 1)); result=FAILED
+  fi
+  timings+=("$(printf '%-16s %-7s %4ds' "$scenario" "$result" "$(( $(date +%s) - start ))")")
+done
+echo "== molecule scenario timings"
+printf '%s\n' "${timings[@]}"
+echo "molecule: $passed passed, $failed failed"
+[ "$pytest_rc" -eq 0 ] && [ "$failed" -eq 0 ]

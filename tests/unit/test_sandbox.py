@@ -1,0 +1,168 @@
+"""The sandbox's derived model and its test-harness overlay (pure: no containers, no I/O)."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+
+import pytest
+
+from hal_provision.checks import run_all
+from hal_provision.findings import has_errors
+from hal_provision.hostlist import nodeset
+from hal_provision.model import Role
+from hal_provision.render import render_all
+from hal_provision.sandbox.derive import DEFAULT_SUBNET, SandboxError, derive_sandbox
+from hal_provision.sandbox.overlay import (
+    CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, _replace_once, privileged_hosts, sandbox_files,
+)
+from hal_provision.validate import validate
+
+TWOGEN = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
+
+
+def _model(path=None):
+    loaded = validate(path)
+    assert loaded.model is not None and not has_errors(loaded.findings)
+    return loaded.model
+
+
+@pytest.fixture(scope="module")
+def hal():
+    return _model()
+
+
+@pytest.fixture(scope="module")
+def twogen():
+    return _model(TWOGEN)
+
+
+def _hosts(cluster) -> list[str]:
+    return [h for g in cluster.nodes for h in nodeset(g.hosts)]
+
+
+# ---- derive ----
+
+@pytest.mark.parametrize(("computes", "expected"), [
+    (1, ["hal-mgmt1", "hal-login", "hal01"]),
+    (2, ["hal-mgmt1", "hal-login", "hal01", "hal02"]),
+    (4, ["hal-mgmt1", "hal-login", "hal01", "hal02", "hal03", "hal04"]),
+])
+def test_hal_sandbox_keeps_controller_login_and_first_computes(hal, computes, expected):
+    assert _hosts(derive_sandbox(hal, computes=computes)) == expected
+
+
+def test_services_move_to_the_controller_or_are_dropped(hal):
+    svc = derive_sandbox(hal).services.model_dump(exclude_none=True)
+    assert svc["slurmctld"] == svc["slurmdbd"] == svc["accounting_db"] == "hal-mgmt1"
+    assert "portal" not in svc  # on hal-mgmt2, which the sandbox does not keep
+    assert all(set(nodeset(v)) <= set(_hosts(derive_sandbox(hal))) for v in svc.values() if v)
+
+
+def test_addresses_are_consecutive_in_the_sandbox_subnet(hal):
+    sb = derive_sandbox(hal, subnet="10.99.0.0/24")
+    net = IPv4Network("10.99.0.0/24")
+    primary = sb.cluster.primary_network
+    assert list(sb.networks) == [primary] and sb.networks[primary].cidr == net
+    firsts = [IPv4Address(str(g.addresses[primary])) for g in sb.nodes]
+    assert all(a in net for a in firsts)
+    assert [int(a) - int(net.network_address) for a in firsts] == [10, 11, 21]
+
+
+def test_partitions_and_virtual_partitions_are_narrowed(hal):
+    sb = derive_sandbox(hal, computes=2)
+    assert [(p.name, p.nodes) for p in sb.slurm.partitions] == [("gpu", "hal[01-02]")]
+    vps = {vp.name for vp in sb.swsuite.virtual_partitions}
+    assert {"gpux1", "gpux8", "cpun2"} <= vps  # 2 nodes x 4 GPUs = 8 GPUs
+    assert not {"gpux12", "gpux16", "cpun4"} & vps
+
+
+def test_only_used_hardware_profiles_remain(hal):
+    sb = derive_sandbox(hal)
+    assert set(sb.hardware) == {g.hardware for g in sb.nodes}
+
+
+@pytest.mark.parametrize("computes", [1, 2, 3])
+def test_derived_model_passes_every_check(hal, computes):
+    assert not has_errors(run_all(derive_sandbox(hal, computes=computes)))
+
+
+def test_other_cluster_derives_too(twogen):
+    sb = derive_sandbox(twogen, computes=2)
+    assert len(sb.groups_with_role(Role.compute)) == 1 and not has_errors(run_all(sb))
+    assert sb.cluster.description.startswith(f"sandbox of {twogen.cluster.name}: ")
+
+
+def test_more_computes_than_the_group_has_is_an_error(hal):
+    with pytest.raises(SandboxError, match="fewer than 17 hosts"):
+        derive_sandbox(hal, computes=17)
+
+
+def test_a_cluster_without_login_nodes_cannot_be_sandboxed(hal):
+    data = hal.model_dump(mode="json", exclude_none=True)
+    data["nodes"] = [g for g in data["nodes"] if g["role"] != "login"]
+    no_login = type(hal).model_validate(data)
+    with pytest.raises(SandboxError, match="login group and a compute group"):
+        derive_sandbox(no_login)
+
+
+def test_default_subnet_is_private():
+    assert IPv4Network(DEFAULT_SUBNET).is_private
+
+
+# ---- overlay ----
+
+@pytest.fixture(scope="module")
+def sandbox_cluster(hal):
+    return derive_sandbox(hal)
+
+
+@pytest.fixture(scope="module")
+def files(sandbox_cluster):
+    return sandbox_files(sandbox_cluster)
+
+
+def test_overlay_changes_only_slurm_and_cgroup_conf_and_adds_the_inventory(sandbox_cluster, files):
+    production = render_all(sandbox_cluster)
+    assert set(files) == set(production) | {SANDBOX_INVENTORY}
+    assert {k for k in production if production[k] != files[k]} == {SLURM_CONF, CGROUP_CONF}
+
+
+@pytest.mark.parametrize(("path", "removed", "added"), [
+    (SLURM_CONF, "TaskPlugin=task/cgroup,task/affinity\n", "SlurmdParameters=config_overrides\n"),
+    (SLURM_CONF, "TaskPlugin=task/cgroup,task/affinity\n", "TaskPlugin=task/cgroup\n"),
+    (CGROUP_CONF, "ConstrainCores=yes\n", "ConstrainCores=no\n"),
+])
+def test_overlay_lines(sandbox_cluster, files, path, removed, added):
+    production = render_all(sandbox_cluster)[path]
+    assert removed in production and added not in production
+    assert removed not in files[path] and files[path].count(added) == 1
+    assert files[path].count(MARK) == 1
+
+
+def test_sandbox_inventory_reaches_every_host_by_container_name(sandbox_cluster, files):
+    inv = files[SANDBOX_INVENTORY]
+    assert "ansible_connection: containers.podman.podman\n" in inv and "slurm_fake_gpus: true\n" in inv
+    for host in _hosts(sandbox_cluster):
+        assert f'    {host}: {{ansible_host: "{host}"}}\n' in inv
+
+
+def test_sandbox_inventory_sorts_after_the_rendered_hosts_file(files):
+    # Ansible reads an inventory directory in name order; the sandbox's host vars must win.
+    assert sorted(p for p in files if p.startswith("inventory/")) == ["inventory/hosts.yml", SANDBOX_INVENTORY]
+
+
+def test_only_compute_nodes_are_privileged(sandbox_cluster):
+    assert privileged_hosts(sandbox_cluster) == {"hal01", "hal02"}
+
+
+def test_replace_once_refuses_missing_or_repeated_text():
+    assert _replace_once("a=1\n", "a=1\n", "a=2\n", "f") == "a=2\n"
+    with pytest.raises(OverlayError, match="expected exactly one"):
+        _replace_once("a=1\n", "b=1\n", "b=2\n", "f")
+    with pytest.raises(OverlayError, match="expected exactly one"):
+        _replace_once("a=1\na=1\n", "a=1\n", "a=2\n", "f")
+
+
+def test_overlay_output_is_deterministic(sandbox_cluster, files):
+    assert sandbox_files(sandbox_cluster) == files and list(files) == sorted(files)
