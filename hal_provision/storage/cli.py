@@ -1,0 +1,125 @@
+"""`hal-provision storage plan|bench|report|probe`: thin commands over hal_provision.storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from . import bench as bench_lib
+from . import gpfs
+from . import probe as probe_lib
+
+app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmark, the "
+                                             "responsiveness probe.")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH_PLAYBOOK = REPO / "playbooks" / "storage-bench.yml"
+EXIT_UNUSABLE = 2
+
+
+def _fail(message: str, code: int = EXIT_UNUSABLE) -> None:
+    err.print(f"error: {message}", style="bold red", markup=False)
+    raise typer.Exit(code)
+
+
+@app.command()
+def plan(
+    current: Path = typer.Option(..., "--current", help="Output of `mmlsconfig -Y` (saved to a file).",
+                                 exists=True, dir_okay=False),
+    file: Optional[Path] = typer.Argument(None, help="cluster.yml; the embedded HAL description if omitted.",
+                                          show_default=False),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (what the gpfs role reads)."),
+) -> None:
+    """Show what mmchconfig must change to reach the model's tuning, and what needs a restart."""
+    from ..cli import _checked
+
+    _loaded, model = _checked(file)
+    if model.storage.gpfs is None:
+        _fail("the description has no storage.gpfs section")
+    try:
+        settings = gpfs.parse_mmlsconfig(current.read_text())
+    except gpfs.MmlsconfigError as exc:
+        _fail(f"{current}: {exc}")
+    result = gpfs.plan(gpfs.desired_state(model.storage.gpfs), settings)
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+        return
+    for setting in result.overrides:
+        out.print(f"left alone: {setting.attribute} {setting.value} on {','.join(setting.nodes)} (not a node class "
+                  "of the model; remove it with mmchconfig ...=DEFAULT -N if unintended)", markup=False)
+    if not result.changes:
+        out.print("GPFS tuning matches the model: nothing to change", markup=False)
+        return
+    for change in result.changes:
+        out.print(change.describe(), markup=False)
+    out.print("\ncommands:", markup=False)
+    for argv in result.commands():
+        out.print("  " + " ".join(argv), markup=False)
+    for deferred in result.deferred:
+        out.print(f"  (needs GPFS down on every node) {deferred}", markup=False)
+    if result.restart():
+        scopes = ", ".join("all nodes" if s == gpfs.CLUSTER else s for s in result.restart())
+        out.print(f"restart GPFS for the changes to take effect on: {scopes}", markup=False)
+
+
+@app.command()
+def bench(
+    mount: Path = typer.Option(..., "--mount", help="Directory on the file system under test (on every node)."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i",
+                                             help="Ansible inventory of the nodes; omit with --local."),
+    nodes: str = typer.Option("nfs_clients", "--nodes", help="Inventory hosts or group pattern to run on."),
+    size: str = typer.Option("small", "--size", help=f"One of {', '.join(bench_lib.SIZES)}."),
+    results: Optional[Path] = typer.Option(None, "--out", help="Where the per-node JSON results go."),
+    local: bool = typer.Option(False, "--local", help="Run on this machine only, without Ansible."),
+) -> None:
+    """Run the DL-style fio benchmark on the chosen nodes and print the per-node and aggregate table."""
+    if size not in bench_lib.SIZES:
+        _fail(f"unknown size {size!r}; one of {', '.join(bench_lib.SIZES)}")
+    results = results or Path(tempfile.mkdtemp(prefix="hal-storage-bench-"))
+    results.mkdir(parents=True, exist_ok=True)
+    if local:
+        try:
+            doc = bench_lib.run(mount, size)
+        except bench_lib.BenchError as exc:
+            _fail(str(exc), 1)
+        (results / f"{doc['host']}.json").write_text(json.dumps(doc, sort_keys=True))
+    else:
+        if inventory is None:
+            _fail("give --inventory (the rendered inventory directory) or --local")
+        argv = ["ansible-playbook", "-i", str(inventory), str(BENCH_PLAYBOOK),
+                "-e", json.dumps({"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size,
+                                  "bench_results": str(results.resolve()), "bench_report": False})]
+        rc = subprocess.run(argv, cwd=REPO, check=False, env=dict(os.environ, ANSIBLE_FORCE_COLOR="0")).returncode
+        if rc != 0:
+            _fail(f"{BENCH_PLAYBOOK.name} failed (exit {rc})", 1)
+    report(results)
+
+
+@app.command()
+def report(results: Path = typer.Argument(..., help="Directory of per-node JSON results.")) -> None:
+    """Print the table of a directory of benchmark results."""
+    try:
+        out.print(bench_lib.table(bench_lib.load_results(results)), markup=False, end="")
+    except bench_lib.BenchError as exc:
+        _fail(str(exc))
+    out.print(f"results: {results}", markup=False)
+
+
+@app.command()
+def probe(
+    roots: List[str] = typer.Argument(..., help="Directories to list, e.g. /home."),
+    stat_path: Optional[str] = typer.Option(None, "--stat", help="File to stat (default: each root itself)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Host tag (default: this host's name)."),
+) -> None:
+    """Print one responsiveness sample per directory as InfluxDB line protocol."""
+    argv = [*roots] + (["--stat", stat_path] if stat_path else []) + (["--host", host] if host else [])
+    raise typer.Exit(probe_lib.main(argv))
