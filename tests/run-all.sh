@@ -8,10 +8,15 @@ cd "$(dirname "$0")/.."
 python -m pytest -ra "$@"
 pytest_rc=$?
 
+# The scenarios CI runs, in order (molecule/ci-scenarios; '#' comments). A scenario that is
+# not listed there is not yet proven green in CI: molecule/README.md says why.
 passed=0; failed=0; timings=()
-for dir in molecule/*/; do
-  scenario=$(basename "$dir")
-  [ -f "$dir/molecule.yml" ] || continue
+# Every scenario runs the locally built node image (no registry): build it if missing.
+echo "== node image"
+python -m hal_provision.sandbox.image || failed=$((failed + 1))
+for scenario in $(sed 's/#.*//' molecule/ci-scenarios); do
+  dir="molecule/$scenario"
+  [ -f "$dir/molecule.yml" ] || { echo "no scenario $dir"; failed=$((failed + 1)); continue; }
   echo "== molecule test -s $scenario"
   start=$(date +%s)
   if molecule -c molecule/shared/config.yml test -s "$scenario"; then
