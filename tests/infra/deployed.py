@@ -195,7 +195,9 @@ def site_cmd(inventory: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
 
     from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
 
-    return playbook_cmd(SimpleNamespace(inventory=inventory), "site.yml", *extra), ansible_env()
+    # The tests parse the output: no colour, even when the caller (molecule) asks for it.
+    env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    return playbook_cmd(SimpleNamespace(inventory=inventory), "site.yml", *extra), env
 
 
 def run_site(inventory: Path, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
