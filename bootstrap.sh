@@ -15,7 +15,7 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 # Debian packages: real Slurm daemons, munge and hwloc for the acceptance tests; podman and
 # friends for the sandbox (aardvark-dns is only a Recommends of podman: name it).
-APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio
+APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
               podman runc debootstrap netavark aardvark-dns tar)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
