@@ -62,3 +62,18 @@ def check_file(tmp_path: Path) -> Callable[[str], tuple[Path, Loaded]]:
         return path, validate(path)
 
     return run
+
+
+@pytest.fixture
+def finds(check_file, edited) -> Callable[..., None]:
+    """finds(mutation, level, path, message): the edited HAL description yields a finding at
+    `path` (dotted) whose message contains `message`, of exactly `level`, located in the file."""
+
+    def run(mutation, level, path: str, message: str) -> None:
+        file, loaded = check_file(edited(*mutation))
+        matching = [f for f in loaded.findings if f.dotted == path and message in f.message]
+        assert matching, "\n".join(f.format() for f in loaded.findings)
+        assert {f.level for f in matching} == {level}
+        assert all(f.file == str(file) and f.line for f in matching)
+
+    return run

@@ -6,6 +6,8 @@ with the helpers of checks.common, never walked host by host.
 
 from __future__ import annotations
 
+import functools
+
 from ClusterShell.NodeSet import NodeSet
 
 from ..findings import dotted, error, warning
@@ -23,6 +25,17 @@ BLOCK_SIZES = ("64K", "128K", "256K", "512K", "1M", "2M", "4M", "8M", "16M")
 LOG_SIZE_RANGE = ("256K", "1024M")
 MAX_QUORUM_WITH_TIEBREAKERS = 8
 GIB = 1 << 30
+
+
+def gpfs_check(fn):
+    """A check of the Spectrum Scale cluster: runs with it as `g`, and only when there is one."""
+
+    @functools.wraps(fn)
+    def run(c: Cluster):
+        if c.storage.gpfs is not None:
+            yield from fn(c, c.storage.gpfs)
+
+    return check(run)
 
 
 def _gib(n_bytes: int) -> str:
@@ -135,13 +148,10 @@ def storage_hosts_in_model(c: Cluster):
 
 
 # ---- Spectrum Scale -------------------------------------------------------------------------
-@check
-def gpfs_node_in_one_class(c: Cluster):
+@gpfs_check
+def gpfs_node_in_one_class(c: Cluster, g: Gpfs):
     """Every cluster member is in exactly one node class: `mmchconfig -N <class>` then reaches
     each node once, and no node silently takes whichever of two classes' values GPFS applies last."""
-    g = c.storage.gpfs
-    if g is None:
-        return
     classes = [nodeset(nc.hosts) for nc in g.node_classes]
     for i, j, hosts in repeated_hosts(classes):
         yield error((*GPFS, "node_classes", i, "hosts"),
@@ -170,11 +180,8 @@ def gpfs_daemon_network_reaches_members(c: Cluster):
                         "GPFS node names would not resolve")
 
 
-@check
-def gpfs_quorum_odd(c: Cluster):
-    g = c.storage.gpfs
-    if g is None:
-        return
+@gpfs_check
+def gpfs_quorum_odd(c: Cluster, g: Gpfs):
     n = len(nodeset(g.quorum))
     if g.tiebreaker_disks:
         if n > MAX_QUORUM_WITH_TIEBREAKERS:
@@ -192,11 +199,8 @@ def gpfs_quorum_odd(c: Cluster):
                       f"(a majority of {n} is {n // 2 + 1}); add or drop one, or declare tiebreaker_disks")
 
 
-@check
-def gpfs_worker_threads_ordered(c: Cluster):
-    g = c.storage.gpfs
-    if g is None:
-        return
+@gpfs_check
+def gpfs_worker_threads_ordered(c: Cluster, g: Gpfs):
     for i, nc in enumerate(g.node_classes):
         values = effective(g, nc)
         low, low_from = values["nsdMinWorkerThreads"]
@@ -208,13 +212,10 @@ def gpfs_worker_threads_ordered(c: Cluster):
                             f"nsdMaxWorkerThreads {high} ({high_from}); GPFS never starts more than the maximum")
 
 
-@check
-def gpfs_caches_fit_memory(c: Cluster):
+@gpfs_check
+def gpfs_caches_fit_memory(c: Cluster, g: Gpfs):
     """pagepool + maxFilesToCache x 3 KiB + maxStatCache x 400 B (IBM's rule of thumb) must fit
     the smallest member of each class; a pagepool above pagepoolMaxPhysMemPct of memory is cut."""
-    g = c.storage.gpfs
-    if g is None:
-        return
     for i, nc in enumerate(g.node_classes):
         values = {k: v for k, (v, _src) in effective(g, nc).items()}
         mem = cache_memory(values)
@@ -236,11 +237,8 @@ def gpfs_caches_fit_memory(c: Cluster):
                                 "smaller pagepool")
 
 
-@check
-def gpfs_block_size_supported(c: Cluster):
-    g = c.storage.gpfs
-    if g is None:
-        return
+@gpfs_check
+def gpfs_block_size_supported(c: Cluster, g: Gpfs):
     supported = {size_bytes(s): s for s in BLOCK_SIZES}
     maxblock = tuning_values(g.tuning).get("maxblocksize", DEFAULTS["maxblocksize"])
     for i, fs in enumerate(g.filesystems):
@@ -268,11 +266,8 @@ def gpfs_block_size_supported(c: Cluster):
                                                  f"size {fs.metadata_block_size or fs.block_size}")
 
 
-@check
-def gpfs_replicas_have_failure_groups(c: Cluster):
-    g = c.storage.gpfs
-    if g is None:
-        return
+@gpfs_check
+def gpfs_replicas_have_failure_groups(c: Cluster, g: Gpfs):
     for i, fs in enumerate(g.filesystems):
         path = (*GPFS, "filesystems", i)
         for kind, holds in (("data", ("dataAndMetadata", "dataOnly")), ("metadata", ("dataAndMetadata", "metadataOnly"))):
