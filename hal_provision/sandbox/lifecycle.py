@@ -123,17 +123,8 @@ def playbook_cmd(sb: Sandbox, playbook: str = "site.yml", *extra: str) -> list[s
     return [exe, "-i", str(sb.inventory), str(path), *extra]
 
 
-# site.yml, then the tiers whose molecule coverage with site.yml is still to come (see
-# molecule/README.md): the sandbox gets the whole cluster either way.
-SANDBOX_PLAYBOOKS = ("site.yml", "swsuite.yml", "software.yml")
-
-
 def converge(sb: Sandbox, *extra: str) -> int:
-    for playbook in SANDBOX_PLAYBOOKS:
-        rc = subprocess.run(playbook_cmd(sb, playbook, *extra), env=ansible_env(), check=False).returncode
-        if rc != 0:
-            return rc
-    return 0
+    return subprocess.run(playbook_cmd(sb, "site.yml", *extra), env=ansible_env(), check=False).returncode
 
 
 def containers(name: str) -> list[dict]:

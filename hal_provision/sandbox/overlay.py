@@ -64,6 +64,8 @@ def sandbox_inventory(cluster: Cluster) -> str:
         "    ansible_python_interpreter: /usr/bin/python3\n",
         "    hal_sandbox: true\n",
         "    slurm_fake_gpus: true\n",
+        "    # -x: chronyd must not set the clock; privileged computes share the host's.\n",
+        '    common_chrony_daemon_options: "-F 1 -x"\n',
         "  hosts:\n",
     ]
     for group in cluster.nodes:
