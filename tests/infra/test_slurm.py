@@ -4,6 +4,7 @@ only those, are accounted, and ssh to a compute node is allowed only with a job 
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 
@@ -140,3 +141,15 @@ def test_ssh_to_compute_only_with_a_job(user_ssh_key, partition, node):
             f"ssh {TEST_USER}@{node} with job {job_id} running there: exit {allowed.rc}\n{allowed.stdout}{allowed.stderr}"
     finally:
         D.as_user(D.login, f"scancel {job_id}", 30)
+
+
+QOS_PLAN = json.loads(D.rendered("etc/hal-provision/slurm-accounting.json") or '{"qos": []}')
+
+
+@pytest.mark.parametrize("qos", QOS_PLAN["qos"], ids=lambda q: q["name"])
+def test_qos_in_accounting_as_the_model_says(qos):
+    """Each QOS of the model is in slurmdbd with its priority and limits, exactly as the plan's
+    line (the same line the role compares before it changes anything)."""
+    listed = D.host(D.login).check_output(
+        f"sacctmgr --noheader --parsable2 list qos name={shlex.quote(qos['name'])} format={QOS_PLAN['list_format']}")
+    assert listed.splitlines() == [qos["listed"]], f"sacctmgr list qos {qos['name']}: {listed!r}"

@@ -386,3 +386,31 @@ def test_scale_generator_writes_a_valid_model(tmp_path, scale, n):
     assert "SwitchName=gpu-su001-leaf01 Nodes=" in topology
     if n > scale.UNIT:
         assert "SwitchName=core1 Switches=" in topology and "partition_cpu:" in files[INVENTORY]
+
+
+@pytest.mark.parametrize(
+    ("limit", "listed"),
+    [(None, ""), ("UNLIMITED", ""), ("30", "00:30:00"), ("04:00:00", "04:00:00"), ("24:00:00", "1-00:00:00"),
+     ("1-00:00:00", "1-00:00:00"), ("2-12", "2-12:00:00"), ("90:30", "01:31:00"), ("36:00:00", "1-12:00:00")],
+)
+def test_qos_wall_time_is_written_as_sacctmgr_lists_it(limit, listed):
+    """The role compares the plan's line with `sacctmgr list qos`: a limit written any other
+    way than Slurm prints it would be 'modified' on every converge."""
+    from hal_provision.render.accounting import slurm_clock
+
+    assert slurm_clock(limit) == listed
+
+
+def test_qos_plan_adds_what_the_model_sets_and_clears_what_it_leaves_out(hal):
+    from hal_provision.render.accounting import PLAN
+
+    plan = json.loads(render_all(hal)[PLAN])
+    assert plan["list_format"] == "Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description"
+    by_name = {q["name"]: q for q in plan["qos"]}
+    assert [q.name for q in hal.slurm.qos] == list(by_name) == ["normal", "debug"]
+    debug = by_name["debug"]
+    assert debug["add"] == ["Priority=100", "MaxWall=04:00:00", "MaxTRESPerUser=gres/gpu=4", "Description=debug"]
+    assert debug["listed"] == "debug|100|04:00:00|gres/gpu=4||debug"
+    normal = by_name["normal"]
+    assert "MaxTRESPerUser=gres/gpu=-1" in normal["modify"] and "MaxJobsPerUser=-1" in normal["modify"]
+    assert normal["listed"] == "normal|10|1-00:00:00|||normal"

@@ -154,6 +154,22 @@ def test_batch_job_is_accounted_to_test_account():
     assert "cpu=" in tres
 
 
+def test_qos_of_the_model_are_in_accounting():
+    """cluster.yml's QOS, as sacctmgr lists them; debug was added, normal (made by slurmdbd)
+    was given the model's priority, wall time and the model's description (its name)."""
+    out = node(LOGIN).check_output(
+        "sacctmgr --noheader --parsable2 list qos format=Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description")
+    assert sorted(out.splitlines()) == [
+        "debug|100|04:00:00|gres/gpu=1||Short test jobs",
+        "normal|10|1-00:00:00|||normal",
+    ]
+
+
+def test_job_in_debug_qos_runs():
+    out = node(LOGIN).check_output(as_test_user("srun -N1 -n1 -q debug -t 1 bash -c 'echo $SLURM_JOB_QOS'"))
+    assert out.strip() == "debug"
+
+
 @pytest.fixture
 def test_user_ssh_key():
     """A key that lets the test user ssh from the compute node to itself."""

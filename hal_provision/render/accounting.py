@@ -1,0 +1,66 @@
+"""Accounting objects that live in slurmdbd, not in a file: the model's QOS.
+
+``files/etc/hal-provision/slurm-accounting.json`` is the plan the slurm role applies with
+sacctmgr on the first slurmdbd host (and tests/infra checks): per QOS the arguments that add
+or modify it, and the exact line ``sacctmgr --noheader --parsable2 list qos format=...``
+prints once it is in place, so the role changes a QOS only when that line differs. It is not
+copied to the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ..checks.common import slurm_minutes
+from ..model import Cluster
+from ..model.slurm import Qos
+from .common import header
+
+PLAN = "files/etc/hal-provision/slurm-accounting.json"
+# The columns of the listing the role compares, in this order.
+LIST_FORMAT = "Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description"
+
+
+def render(cluster: Cluster) -> dict[str, str]:
+    body = {
+        "_comment": header(cluster).replace("# ", "").strip().replace("\n", " "),
+        "list_format": LIST_FORMAT,
+        "qos": [qos_plan(q) for q in cluster.slurm.qos],
+    }
+    return {PLAN: json.dumps(body, indent=2, sort_keys=True) + "\n"}
+
+
+def slurm_clock(value: str | None) -> str:
+    """A time limit as sacctmgr prints it: whole minutes (Slurm rounds seconds up), then
+    D-HH:MM:SS from one day on, HH:MM:SS below; empty for no limit."""
+    minutes = slurm_minutes(value) if value is not None else None
+    if minutes is None:
+        return ""
+    total = math.ceil(minutes)
+    days, rest = divmod(total, 24 * 60)
+    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+def qos_plan(q: Qos) -> dict:
+    """Arguments for `sacctmgr add qos NAME ...` and `... modify qos where name=NAME set ...`,
+    and the listing line that proves it is in place. -1 clears a limit the model leaves out."""
+    wall = slurm_clock(q.max_wall)
+    gpus = "" if q.max_gpus_per_user is None else f"gres/gpu={q.max_gpus_per_user}"
+    jobs = "" if q.max_jobs_per_user is None else str(q.max_jobs_per_user)
+    description = q.description or q.name
+    values = {
+        "Priority": str(q.priority),
+        "MaxWall": wall,
+        "MaxTRESPerUser": gpus,
+        "MaxJobsPerUser": jobs,
+        "Description": description,
+    }
+    cleared = {"MaxWall": "-1", "MaxTRESPerUser": "gres/gpu=-1", "MaxJobsPerUser": "-1"}
+    return {
+        "name": q.name,
+        "add": [f"{k}={v}" for k, v in values.items() if v != ""],
+        "modify": [f"{k}={v if v != '' else cleared[k]}" for k, v in values.items()],
+        "listed": "|".join([q.name, str(q.priority), wall, gpus, jobs, description]),
+    }
