@@ -81,9 +81,15 @@ def slurm_conf(cluster: Cluster) -> str:
         "TaskPlugin=task/cgroup,task/affinity\n"
         "JobAcctGatherType=jobacct_gather/cgroup\n"
         "PrologFlags=Contain\n"
-        "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
-        "TopologyPlugin=topology/tree\n"
-        "\n# Accounting through slurmdbd.\n"
+        + (
+            "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
+            "TopologyPlugin=topology/tree\n"
+            if cluster.fabric is not None
+            # Slurm 22.05 names the flat topology topology/none (topology/default is 23.11's).
+            else "\n# No fabric described: no network-aware placement (topology.conf is not read).\n"
+            "TopologyPlugin=topology/none\n"
+        )
+        + "\n# Accounting through slurmdbd.\n"
         "AccountingStorageType=accounting_storage/slurmdbd\n"
         f"AccountingStorageHost={_first_host(svc.slurmdbd)}\n"
         f"AccountingStoragePort={s.dbd_port}\n"

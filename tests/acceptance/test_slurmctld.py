@@ -166,6 +166,18 @@ def test_switch_without_slurm_nodes_is_left_out_of_the_tree(extra_controller):
     assert "ib-leaf3" not in got
 
 
+def test_cluster_without_fabric_gets_flat_topology(extra_controller):
+    """No fabric described: slurm.conf says topology/none and slurmctld starts with it, showing
+    no switch. (A first try with topology/default was fatal: that name is Slurm 23.11's.)"""
+    data = load_cluster("hal").model_dump(mode="json", exclude_none=True)
+    del data["fabric"]
+    cluster = Cluster.model_validate(data)
+    assert not [f for f in run_all(cluster) if f.level == Level.error]
+    controller = extra_controller(cluster)
+    assert show_config(controller.scontrol("show", "config"))["TopologyPlugin"] == "topology/none"
+    assert _topology(controller) == {}
+
+
 def test_switch_with_nodes_and_switches_is_refused_before_slurm(extra_controller):
     """The contract between checks and renderer: a description either gets an error from
     `validate` or renders a configuration slurmctld loads. Here: hal16 cabled to a spine."""
