@@ -48,7 +48,7 @@ USAGE = {
 
 HELP_TAIL = """
 Without COMMAND swrun opens an interactive shell on the job's first node; a COMMAND runs
-once per node with all the job's CPUs (--ntasks-per-node=1 --cpus-per-task=N).
+once per node with all the job's CPUs (--ntasks-per-node=1 --ntasks=NODES --cpus-per-task=N).
 Virtual partitions name what you want; the suite computes the Slurm request:
   gpuxN   N GPUs, each with its share of the node's CPUs and memory; up to one node's GPUs
           run on one node (GPUs fill socket 0 first), more span whole nodes (N a multiple
@@ -69,8 +69,9 @@ Example: swrun -p gpux4 -c 40 -t 24   is
 """
 
 
-def _parse(prog: str, argv: list[str]) -> tuple[Request | None, list[str], bool, bool]:
-    """(request or None when no -p, command words, dry_run, help)."""
+def _parse(prog: str, argv: list[str]) -> tuple[Request, list[str], bool, bool]:
+    """(request, command words, dry_run, help). The request's virtual partition is None
+    without -p; its other options (and the plain Slurm ones) are kept either way."""
     vp = cpg = time = None
     slurm: list[str] = []
     dry = help_ = False
@@ -111,8 +112,7 @@ def _parse(prog: str, argv: list[str]) -> tuple[Request | None, list[str], bool,
             command = argv[i:]
             break
         i += 1
-    req = Request(vp, cpg, time, slurm) if vp else None
-    return req, command, dry, help_
+    return Request(vp, cpg, time, slurm), command, dry, help_
 
 
 def _print_help(prog: str) -> None:
@@ -143,7 +143,7 @@ def swrun(argv: list[str] | None = None) -> int:
         if help_:
             _print_help("swrun")
             return 0
-        if req is None:
+        if not req.virtual_partition:
             raise SwError("name a virtual partition with -p (see swrun --help)")
         args = resolve(load_table(), req, one_task_per_node=bool(command))
     except SwError as exc:
@@ -182,14 +182,14 @@ def swbatch(argv: list[str] | None = None) -> int:
             raise SwError("name a job script (see swbatch --help)")
         script = Path(command[0])
         file_req, _cmd, _dry, _h = _parse("swbatch", script_directives(script))
-        merged = file_req or Request(None)  # command line wins over #SWBATCH lines
-        if req is not None:
-            merged = Request(
-                req.virtual_partition or merged.virtual_partition,
-                req.cpus_per_gpu if req.cpus_per_gpu is not None else merged.cpus_per_gpu,
-                req.time if req.time is not None else merged.time,
-                merged.slurm_args + req.slurm_args,
-            )
+        # The command line wins over #SWBATCH lines; plain Slurm options of both pass through,
+        # the command line's last (so they win in sbatch too).
+        merged = Request(
+            req.virtual_partition or file_req.virtual_partition,
+            req.cpus_per_gpu if req.cpus_per_gpu is not None else file_req.cpus_per_gpu,
+            req.time if req.time is not None else file_req.time,
+            file_req.slurm_args + req.slurm_args,
+        )
         if not merged.virtual_partition:
             raise SwError(f"name a virtual partition with -p or a '#SWBATCH -p ...' line in {script}")
         args = resolve(load_table(), merged)

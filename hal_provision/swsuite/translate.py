@@ -10,9 +10,9 @@ The rule (also in `swrun --help` and the README):
   GPUs per node, every node with all its GPUs.
 * cpunN, N whole nodes, all hardware threads, no GPU.
 * Every job: --ntasks-per-node = its hardware threads per node (for a command given to
-  swrun: one task per node with --cpus-per-task = those threads, so it runs once per node), --threads-per-core = the
-  node's SMT, --mem-per-cpu from the table, --time from -t (hours or a Slurm time), at most
-  the virtual partition's limit.
+  swrun: one task per node, --ntasks = the nodes, --cpus-per-task = those threads, so it runs
+  once per node), --threads-per-core = the node's SMT, --mem-per-cpu from the table, --time
+  from -t (hours or a Slurm time), at most the virtual partition's limit.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def slurm_time(minutes: int) -> str:
 
 @dataclass
 class Request:
-    virtual_partition: str
+    virtual_partition: str | None
     cpus_per_gpu: int | None = None
     time: str | None = None
     slurm_args: list[str] = field(default_factory=list)  # passed through, after ours
@@ -118,7 +118,11 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
         f"--partition={vp['partition']}",
         f"--time={slurm_time(minutes)}",
         f"--nodes={opts['nodes']}",
-        *([f"--ntasks-per-node=1", f"--cpus-per-task={tasks}"] if one_task_per_node else [f"--ntasks-per-node={tasks}"]),
+        # --ntasks too: without it srun derives the task count from sockets x cores x threads
+        # (40 tasks of 40 CPUs for gpux1) and refuses: "Requested node configuration is not
+        # available" (seen with Slurm 22.05 on the sandbox; sbatch does not do this).
+        *([f"--ntasks-per-node=1", f"--ntasks={opts['nodes']}", f"--cpus-per-task={tasks}"]
+          if one_task_per_node else [f"--ntasks-per-node={tasks}"]),
         f"--sockets-per-node={opts['sockets-per-node']}",
         f"--cores-per-socket={opts['cores-per-socket']}",
         f"--threads-per-core={threads}",

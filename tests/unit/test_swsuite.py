@@ -136,6 +136,11 @@ def test_swrun_command_and_errors(table_file, capsys):
     assert out[-2:] == ["nvidia-smi", "-L"] and "--pty" not in out
     # a command runs once per node, with the same CPUs as the interactive shape
     assert "--ntasks-per-node=1" in out and "--cpus-per-task=40" in out
+    # ...and says how many tasks: srun would otherwise derive 40 from sockets x cores x threads
+    assert "--ntasks=1" in out
+    assert swrun(["-p", "gpux8", "--dry-run", "hostname"]) == 0
+    out = capsys.readouterr().out.split()
+    assert {"--nodes=2", "--ntasks-per-node=1", "--ntasks=2", "--cpus-per-task=160"} <= set(out)
     assert swrun(["-p", "nope", "--dry-run"]) == 2
     assert "valid: cpun1" in capsys.readouterr().err
     assert swrun(["--dry-run"]) == 2
@@ -153,6 +158,12 @@ def test_swbatch_reads_directives_and_cli_wins(table_file, tmp_path, capsys):
     words = shlex.split(capsys.readouterr().out)
     assert words[0] == "sbatch" and words[-2:] == [str(script), "arg1"]
     assert _opts(words)["gres"] == "gpu:v100:1" and _opts(words)["time"] == "02:00:00"
+    # Without -p (the partition comes from #SWBATCH) the command line's options still count:
+    # a time, and plain Slurm options, after the script's so that they win.
+    assert swbatch(["--dry-run", "-t", "1", "--wait", "--output=/tmp/o", "--job-name=cli", str(script)]) == 0
+    words = shlex.split(capsys.readouterr().out)
+    assert {"--wait", "--output=/tmp/o", "--time=01:00:00", "--gres=gpu:v100:2"} <= set(words)
+    assert words.index("--job-name=train") < words.index("--job-name=cli") < words.index(str(script))
     bare = tmp_path / "bare.sh"
     bare.write_text("#!/bin/bash\necho hi\n")
     assert swbatch(["--dry-run", str(bare)]) == 2
