@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from deployed import FILE_GROUPS, SLURM_CONF, TEST_USER, deployed, retry
+from deployed import FILE_GROUPS, PROBE_DEVICES, SLURM_CONF, TEST_USER, deployed, retry
 
 D = deployed()
 PARTITIONS = D.partitions()
@@ -90,12 +90,6 @@ def test_batch_job_completes_and_is_accounted(partition):
                  f"{D.as_user(D.login, f'sacct -n -P -X -j {job_id} -o State,AllocTRES', 30).stdout!r}; "
                  f"expected COMPLETED{' with gres/gpu in AllocTRES' if gpus else ''}\n"
                  f"{D.journal(D.controller, 'slurmdbd', 20)}")
-
-
-# An open() refused by the devices cgroup fails with EPERM. An allowed fake device (no driver
-# behind it) fails with ENXIO instead, and a real one opens: both count as allowed.
-PROBE_DEVICES = ("for d in {devs}; do e=$( (: < $d) 2>&1 ); case \"$e\" in "
-                 "*'Operation not permitted'*) echo denied $d;; *) echo ok $d;; esac; done")
 
 
 @pytest.mark.parametrize(("partition", "node"), GPU_NODE_PARAMS)

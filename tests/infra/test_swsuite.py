@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 
-from deployed import TEST_USER, deployed, retry
+from deployed import PROBE_DEVICES, TEST_USER, deployed, retry
 
 D = deployed()
 TABLE = "etc/swsuite/virtual-partitions.json"
@@ -39,15 +40,13 @@ def test_commands_installed_for_users(command):
 
 
 def test_swrun_gpux1_sees_exactly_one_gpu():
-    out = run(
-        f"cd /tmp && swrun -p {SMALLEST_GPU} -t 0:05 -- bash -c '"
-        'echo CUDA=$CUDA_VISIBLE_DEVICES; for d in /dev/nvidia[0-9]*; do '
-        '(exec 3<"$d") 2>/dev/null && echo open $d || echo denied $d; done\''
-    )
+    probe = "echo CUDA=$CUDA_VISIBLE_DEVICES; " + PROBE_DEVICES.format(devs="/dev/nvidia[0-9]*")
+    out = run(f"cd /tmp && swrun -p {SMALLEST_GPU} -t 0:05 -- bash -c {shlex.quote(probe)}")
     cuda = re.search(r"CUDA=(\S*)", out).group(1)
-    opened = re.findall(r"^open (\S+)", out, flags=re.M)
+    allowed = re.findall(r"^ok (\S+)", out, flags=re.M)
+    denied = re.findall(r"^denied (\S+)", out, flags=re.M)
     assert cuda.isdigit(), f"CUDA_VISIBLE_DEVICES should name one GPU: {out}"
-    assert len(opened) == 1, f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}"
+    assert len(allowed) == 1 and len(denied) >= 1, f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}"
 
 
 def test_swbatch_job_completes_and_is_accounted():
@@ -59,14 +58,19 @@ def test_swbatch_job_completes_and_is_accounted():
     )
     out = run(script)
     job = re.search(r"Submitted batch job (\d+)", out).group(1)
-    assert re.search(r"gpus=\d+$", D.host(D.login).file("/tmp/swbatch-test.out").content_string.strip())
 
     def accounted():
-        r = D.host(D.login).run("sacct -n -X -P -j %s -o JobName,State,AllocTRES", job)
-        return r.stdout if "COMPLETED" in r.stdout else ""
+        r = D.host(D.login).run("sacct -n -X -P -j %s -o JobName,State,AllocTRES,NodeList", job)
+        # slurmdbd may briefly hold the record under a placeholder name: wait for the full row.
+        return r.stdout if r.stdout.startswith("swbatch-test|COMPLETED|") else ""
 
     acct = retry(accounted, 30)
     assert "swbatch-test|COMPLETED|" in acct and "gres/gpu=1" in acct, f"sacct for job {job}: {acct!r}"
+    # The batch step wrote its output where it ran (no shared /tmp): read it there.
+    node = acct.strip().split("|")[-1]
+    assert node in D.hostvars, f"job {job} ran on {node!r}, not a node of the inventory"
+    output = D.host(node).file("/tmp/swbatch-test.out").content_string.strip()
+    assert re.fullmatch(r"gpus=\d+", output), f"job {job} on {node} printed {output!r}"
 
 
 def test_swqueue_shows_running_job_and_gpu_use():
