@@ -8,8 +8,7 @@ cd "$(dirname "$0")/.."
 python -m pytest -ra "$@"
 pytest_rc=$?
 
-# The scenarios CI runs, in order (molecule/ci-scenarios; '#' comments). A scenario that is
-# not listed there is not yet proven green in CI: molecule/README.md says why.
+# The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
 passed=0; failed=0; timings=()
 # Every scenario runs the locally built node image (no registry): build it if missing.
 echo "== node image"

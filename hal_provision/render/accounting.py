@@ -49,7 +49,10 @@ def qos_plan(q: Qos) -> dict:
     wall = slurm_clock(q.max_wall)
     gpus = "" if q.max_gpus_per_user is None else f"gres/gpu={q.max_gpus_per_user}"
     jobs = "" if q.max_jobs_per_user is None else str(q.max_jobs_per_user)
-    description = q.description or q.name
+    # sacctmgr stores QOS names and descriptions in lower case (a converge comparing the
+    # model's "Short test jobs" with the listed "short test jobs" would modify it every time).
+    name = q.name.lower()
+    description = (q.description or q.name).lower()
     values = {
         "Priority": str(q.priority),
         "MaxWall": wall,
@@ -59,8 +62,8 @@ def qos_plan(q: Qos) -> dict:
     }
     cleared = {"MaxWall": "-1", "MaxTRESPerUser": "gres/gpu=-1", "MaxJobsPerUser": "-1"}
     return {
-        "name": q.name,
+        "name": name,
         "add": [f"{k}={v}" for k, v in values.items() if v != ""],
         "modify": [f"{k}={v if v != '' else cleared[k]}" for k, v in values.items()],
-        "listed": "|".join([q.name, str(q.priority), wall, gpus, jobs, description]),
+        "listed": "|".join([name, str(q.priority), wall, gpus, jobs, description]),
     }

@@ -414,3 +414,15 @@ def test_qos_plan_adds_what_the_model_sets_and_clears_what_it_leaves_out(hal):
     normal = by_name["normal"]
     assert "MaxTRESPerUser=gres/gpu=-1" in normal["modify"] and "MaxJobsPerUser=-1" in normal["modify"]
     assert normal["listed"] == "normal|10|1-00:00:00|||normal"
+
+
+def test_qos_plan_is_in_the_lower_case_sacctmgr_stores():
+    """sacctmgr lower-cases QOS names and descriptions: the plan's line must too, or every
+    converge would 'modify' the QOS (found by the slurm-roles idempotence step)."""
+    from hal_provision.model.slurm import Qos
+    from hal_provision.render.accounting import qos_plan
+
+    plan = qos_plan(Qos(name="Debug", priority=5, description="Short test jobs"))
+    assert plan["name"] == "debug"
+    assert plan["listed"] == "debug|5||||short test jobs"
+    assert "Description=short test jobs" in plan["add"]

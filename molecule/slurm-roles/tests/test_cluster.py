@@ -160,7 +160,7 @@ def test_qos_of_the_model_are_in_accounting():
     out = node(LOGIN).check_output(
         "sacctmgr --noheader --parsable2 list qos format=Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description")
     assert sorted(out.splitlines()) == [
-        "debug|100|04:00:00|gres/gpu=1||Short test jobs",
+        "debug|100|04:00:00|gres/gpu=1||short test jobs",   # sacctmgr lower-cases descriptions
         "normal|10|1-00:00:00|||normal",
     ]
 
