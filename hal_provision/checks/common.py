@@ -158,17 +158,3 @@ def makeup(hosts: NodeSet, by_profile: dict[str, NodeSet]) -> list[tuple[str, in
     counts = [(name, shared_count(hosts, members)) for name, members in by_profile.items()]
     return [(name, n) for name, n in counts if n]
 
-
-def slurm_minutes(value: str) -> float | None:
-    """Minutes of a Slurm time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]); None: unlimited."""
-    if value.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days, _, clock = value.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    elif len(parts) == 3:  # HH:MM:SS
-        hours, minutes, seconds = parts
-    else:  # MM, MM:SS
-        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
-    return (int(days or 0) * 24 + hours) * 60 + minutes + seconds / 60

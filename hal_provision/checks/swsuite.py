@@ -15,7 +15,8 @@ from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, HardwareProfile, Partition, Role
 from . import check
-from .common import did_you_mean, hosts_by_profile, makeup, plural, slurm_minutes, unique
+from ..model.slurm import slurm_minutes
+from .common import did_you_mean, hosts_by_profile, makeup, plural, unique
 
 
 class Shape(NamedTuple):

@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import math
 
-from ..checks.common import slurm_minutes
 from ..model import Cluster
-from ..model.slurm import Qos
-from .common import header
+from ..model.slurm import Qos, slurm_minutes
+from .common import json_comment
 
 PLAN = "files/etc/hal-provision/slurm-accounting.json"
 # The columns of the listing the role compares, in this order.
@@ -24,7 +23,7 @@ LIST_FORMAT = "Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description"
 
 def render(cluster: Cluster) -> dict[str, str]:
     body = {
-        "_comment": header(cluster).replace("# ", "").strip().replace("\n", " "),
+        "_comment": json_comment(cluster),
         "list_format": LIST_FORMAT,
         "qos": [qos_plan(q) for q in cluster.slurm.qos],
     }

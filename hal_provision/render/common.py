@@ -16,6 +16,11 @@ def header(cluster: Cluster, comment: str = "#") -> str:
     )
 
 
+def json_comment(cluster: Cluster) -> str:
+    """The generated-by header as one line, for JSON files' first key "_comment"."""
+    return header(cluster).replace("# ", "").strip().replace("\n", " ")
+
+
 def yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 

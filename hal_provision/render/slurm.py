@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ClusterShell.NodeSet import NodeSet
 
-from ..hostlist import fold, nodeset, union
+from ..hostlist import fold, nodeset
 from ..model import Cluster, HardwareProfile, Role
 from .common import header, yes_no
 

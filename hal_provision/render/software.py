@@ -18,7 +18,7 @@ import json
 
 from ..model import Cluster, Module
 from ..model.software import Containers, Software, fakeroot_ranges
-from .common import header
+from .common import header, json_comment
 
 FILES = "files"
 MANIFEST = f"{FILES}/etc/hal-provision/software.json"
@@ -302,7 +302,7 @@ def manifest(cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dic
             },
         }
     body = {
-        "_comment": header(cluster).replace("# ", "").strip().replace("\n", " "),
+        "_comment": json_comment(cluster),
         "cluster": cluster.cluster.name,
         "lmod": lmod if sw.modules else None,
         "containers": containers,

@@ -25,7 +25,7 @@ from ..model import Cluster, Gpfs
 from ..model.storage import GpfsFilesystem, NfsMount
 from ..storage import gpfs as tuning
 from ..storage.naming import mount_unit_name, nsd_records
-from .common import ansible_name, header
+from .common import ansible_name, header, json_comment
 
 GPFS_DIR = "files/gpfs"
 NFS_DIR = "files/nfs"
@@ -142,7 +142,7 @@ def mmcrfs_file(cluster: Cluster, fs: GpfsFilesystem) -> str:
 
 def tuning_json(cluster: Cluster, gpfs: Gpfs) -> str:
     doc = {
-        "_comment": header(cluster).replace("# ", "").strip().replace("\n", " "),
+        "_comment": json_comment(cluster),
         "cluster_name": gpfs.cluster_name,
         "scopes": tuning.desired_state(gpfs),
     }
@@ -262,7 +262,7 @@ def nfs_files(cluster: Cluster) -> dict[str, str]:
         files[f"{NFS_DIR}/mounts/{unit}"] = mount_unit(cluster, mount)
         mounts.append({"unit": unit, "group": mount_group(mount), "mount_point": mount.mount_point})
     if servers or mounts:
-        doc = {"_comment": header(cluster).replace("# ", "").strip().replace("\n", " "),
+        doc = {"_comment": json_comment(cluster),
                "servers": servers, "mounts": mounts}
         files[MANIFEST] = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     return files

@@ -10,7 +10,7 @@ import json
 
 from ..hostlist import nodeset
 from ..model import Cluster, HardwareProfile, Role
-from .common import header
+from .common import json_comment
 
 PATH = "files/etc/swsuite/virtual-partitions.json"
 
@@ -62,7 +62,7 @@ def table(cluster: Cluster) -> dict:
 
 def render(cluster: Cluster) -> dict[str, str]:
     body = json.dumps(
-        {"_comment": header(cluster).replace("# ", "").strip().replace("\n", " "), **table(cluster)},
+        {"_comment": json_comment(cluster), **table(cluster)},
         indent=2,
         sort_keys=True,
     )

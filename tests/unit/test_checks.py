@@ -16,7 +16,8 @@ from ClusterShell.NodeSet import NodeSet, NodeSetBase
 from ruamel.yaml import YAML
 
 from hal_provision.checks import REGISTRY, run_all
-from hal_provision.checks.common import overlapping_intervals, slurm_minutes
+from hal_provision.checks.common import overlapping_intervals
+from hal_provision.model.slurm import slurm_minutes
 from hal_provision.findings import Level
 from hal_provision.loader import load_text
 
