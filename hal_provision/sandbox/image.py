@@ -15,11 +15,24 @@ import tempfile
 from pathlib import Path
 
 IMAGE = "localhost/hal-node:bookworm"
+# Bumped whenever what the image holds changes, so an older local image is rebuilt.
+REVISION = "2"
+REVISION_LABEL = "io.hal-provision.image-revision"
 SUITE = "bookworm"
+# openssh-server: Ansible and the tests reach every node over SSH, as on a real cluster.
 PACKAGES = [
     "python3", "python3-apt", "systemd", "systemd-sysv", "dbus", "sudo", "procps",
-    "iproute2", "ca-certificates",
+    "iproute2", "ca-certificates", "openssh-server",
 ]
+# Host keys are made by each node at its first start, never baked into the shared image:
+# ssh.service's own ExecStartPre (sshd -t) needs them, so the drop-in puts ssh-keygen first.
+SSH_HOSTKEYS_DROPIN = (
+    "# hal-provision node image: every container makes its own SSH host keys at first start.\n"
+    "[Service]\n"
+    "ExecStartPre=\n"
+    "ExecStartPre=/usr/bin/ssh-keygen -A\n"
+    "ExecStartPre=/usr/sbin/sshd -t\n"
+)
 # Units that make no sense in a container and only slow its boot or spin.
 MASKED_UNITS = [
     "getty@tty1.service", "console-getty.service", "systemd-udevd.service",
@@ -57,7 +70,10 @@ def host_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
 
 
 def image_exists(image: str = IMAGE) -> bool:
-    return subprocess.run(["podman", "image", "exists", image], check=False).returncode == 0
+    """The image is there and of this revision (an older one lacks what the sandbox needs)."""
+    proc = subprocess.run(["podman", "image", "inspect", "--format", f'{{{{index .Labels "{REVISION_LABEL}"}}}}', image],
+                          capture_output=True, text=True, check=False)
+    return proc.returncode == 0 and proc.stdout.strip() == REVISION
 
 
 def _run(cmd: list[str], **kw) -> None:
@@ -87,6 +103,12 @@ def build(image: str = IMAGE, force: bool = False) -> str:
             elif src.is_file():
                 shutil.copy2(src, dst)
         (root / "etc/machine-id").write_text("")
+        for key in (root / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        dropin = root / "etc/systemd/system/ssh.service.d/hal-hostkeys.conf"
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text(SSH_HOSTKEYS_DROPIN)
+        (root / "root/.ssh").mkdir(mode=0o700, exist_ok=True)
         for unit in MASKED_UNITS:
             link = root / "etc/systemd/system" / unit
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +126,7 @@ def build(image: str = IMAGE, force: bool = False) -> str:
         (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         _run(["podman", "import", "--change", 'CMD ["/sbin/init"]', "--change", "STOPSIGNAL SIGRTMIN+3",
-              "-", image], stdin=tar.stdout, stdout=subprocess.DEVNULL)
+              "--change", f"LABEL {REVISION_LABEL}={REVISION}", "-", image], stdin=tar.stdout, stdout=subprocess.DEVNULL)
         tar.stdout.close()
         if tar.wait() != 0:
             raise ImageError("tar of the image root failed")

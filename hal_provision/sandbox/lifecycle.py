@@ -8,14 +8,16 @@ import shutil
 import subprocess
 import time
 from dataclasses import dataclass
+from ipaddress import IPv4Address
 from pathlib import Path
 
 from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
 from . import image as image_mod
+from ..storage.sandbox import shared_mounts
 from .derive import DEFAULT_SUBNET, derive_sandbox
-from .overlay import privileged_hosts, sandbox_files
+from .overlay import SshAccess, privileged_hosts, sandbox_files
 
 LABEL = "io.hal-provision.sandbox"
 REPO = Path(__file__).resolve().parents[2]
@@ -26,14 +28,40 @@ class LifecycleError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class SharedMount:
+    """A shared file system of the model, backed in the sandbox by one host directory."""
+
+    name: str
+    mount_point: str
+    hosts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Sandbox:
     name: str  # label value, also the network name
     workdir: Path
     cluster: Cluster
+    shared: tuple[SharedMount, ...] = ()
 
     @property
     def rendered(self) -> Path:
         return self.workdir / "rendered"
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        """Host -> its address on the sandbox network (the model's primary network)."""
+        primary = self.cluster.cluster.primary_network
+        return {host: str(IPv4Address(int(g.addresses[primary]) + i))
+                for g in self.cluster.nodes for i, host in enumerate(nodeset(g.hosts))}
+
+    @property
+    def ssh(self) -> SshAccess:
+        """Root's key pair and the nodes' host keys, as a real site keeps them for Ansible."""
+        d = self.workdir.resolve() / "ssh"
+        return SshAccess(private_key=d / "id_ed25519", known_hosts=d / "known_hosts")
+
+    def backing(self, mount: SharedMount) -> Path:
+        return self.workdir.resolve() / "shared" / mount.name
 
     @property
     def inventory(self) -> Path:
@@ -46,7 +74,11 @@ class Sandbox:
 
 def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET) -> Sandbox:
     cluster = derive_sandbox(full, computes=computes, subnet=subnet)
-    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster)
+    keep = nodeset(",".join(h for g in cluster.nodes for h in nodeset(g.hosts)))
+    storage = full.model_dump(mode="json", exclude_none=True).get("storage") or {}
+    shared = tuple(SharedMount(name, mount_point, tuple(hosts))
+                   for (name, mount_point), hosts in shared_mounts(storage, keep).items())
+    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster, shared=shared)
 
 
 def _podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess:
@@ -57,13 +89,31 @@ def _podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.
 
 
 def render(sb: Sandbox) -> None:
-    write_tree(sandbox_files(sb.cluster), sb.rendered)
+    shared = {m.mount_point: list(m.hosts) for m in sb.shared}
+    write_tree(sandbox_files(sb.cluster, sb.ssh, shared), sb.rendered)
+
+
+def make_root_key(sb: Sandbox, log=print) -> None:
+    """Root's SSH key pair for the sandbox, made once, private key 0600 (never in git)."""
+    key = sb.ssh.private_key
+    if key.is_file():
+        return
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.parent.chmod(0o700)
+    proc = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{sb.name}", "-f", str(key)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LifecycleError(f"ssh-keygen failed: {proc.stderr.strip()}")
+    key.chmod(0o600)
+    log(f"ssh key {key}")
 
 
 def create(sb: Sandbox, log=print) -> None:
     """Render, build the image if missing, start the network and one container per host."""
-    if shutil.which("podman") is None:
-        raise LifecycleError("podman is not installed (./bootstrap.sh demo installs it)")
+    for tool in ("podman", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            raise LifecycleError(f"{tool} is not installed (./bootstrap.sh demo installs it)")
+    make_root_key(sb, log)
     render(sb)
     image_mod.build()
     net = sb.name
@@ -73,26 +123,43 @@ def create(sb: Sandbox, log=print) -> None:
         _podman("network", "create", "--label", f"{LABEL}={sb.name}", "--subnet", cidr, net)
         log(f"network {net} ({cidr})")
     privileged = privileged_hosts(sb.cluster)
-    for group in sb.cluster.nodes:
-        first = int(group.addresses[primary])
-        for i, host in enumerate(nodeset(group.hosts)):
-            state = _podman("container", "inspect", "--format", "{{.State.Status}}", host, check=False)
-            if state.returncode == 0:
-                if state.stdout.strip() != "running":
-                    _podman("start", host)
-                    log(f"container {host} started")
-                continue
-            from ipaddress import IPv4Address
-
-            args = ["run", "-d", "--name", host, "--hostname", host, "--label", f"{LABEL}={sb.name}",
-                    "--network", net, "--ip", str(IPv4Address(first + i)), "--no-hosts",
-                    "--systemd", "always", "--stop-signal", "SIGRTMIN+3"]
-            if host in privileged:
-                args.append("--privileged")
-            _podman(*args, image_mod.IMAGE, "/sbin/init")
-            log(f"container {host} {IPv4Address(first + i)}{' (privileged)' if host in privileged else ''}")
+    for mount in sb.shared:
+        sb.backing(mount).mkdir(parents=True, exist_ok=True)
+    for host, ip in sb.addresses.items():
+        state = _podman("container", "inspect", "--format", "{{.State.Status}}", host, check=False)
+        if state.returncode == 0:
+            if state.stdout.strip() != "running":
+                _podman("start", host)
+                log(f"container {host} started")
+            continue
+        args = ["run", "-d", "--name", host, "--hostname", host, "--label", f"{LABEL}={sb.name}",
+                "--network", net, "--ip", ip, "--no-hosts",
+                "--systemd", "always", "--stop-signal", "SIGRTMIN+3"]
+        if host in privileged:
+            args.append("--privileged")
+        # Root's public key is the node's authorized key; the shared file systems are host
+        # directories at the model's mount points.
+        args += ["--mount", f"type=bind,src={sb.ssh.private_key}.pub,dst=/root/.ssh/authorized_keys,ro=true"]
+        for mount in sb.shared:
+            if host in mount.hosts:
+                args += ["--mount", f"type=bind,src={sb.backing(mount)},dst={mount.mount_point}"]
+        _podman(*args, image_mod.IMAGE, "/sbin/init")
+        log(f"container {host} {ip}{' (privileged)' if host in privileged else ''}")
     for host in sb.hosts:
         _wait_booted(host)
+    write_known_hosts(sb)
+
+
+def write_known_hosts(sb: Sandbox) -> None:
+    """known_hosts for the sandbox: each node's own host key (made at its first start), under
+    its name and address, so Ansible connects with strict host key checking as on a real site."""
+    lines = []
+    for host, ip in sb.addresses.items():
+        key = _podman("exec", host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        if len(key) < 2:
+            raise LifecycleError(f"{host}: no SSH host key (is sshd in the node image?)")
+        lines.append(f"{host},{ip} {key[0]} {key[1]}\n")
+    sb.ssh.known_hosts.write_text("".join(lines))
 
 
 def _wait_booted(host: str, timeout: float = 90) -> None:

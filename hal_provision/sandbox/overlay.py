@@ -8,13 +8,17 @@ derived model with the same renderers, then applies exactly these test-harness c
 * slurm.conf ``TaskPlugin=task/cgroup`` (no task/affinity) and cgroup.conf
   ``ConstrainCores=no``: binding to CPUs that do not exist fails every job. CPU binding is
   therefore not exercised in the sandbox.
-* inventory/sandbox.yml: reach the nodes through the podman connection (container name =
-  host name) and ask the slurm role for fake GPU character devices.
+* inventory/sandbox.yml: reach the nodes over SSH at their model addresses as root with the
+  sandbox's own key pair and known_hosts (the connection settings themselves, pipelining and
+  ControlPersist, are the repository's ansible.cfg, as on a real site), name each node's
+  container, and ask the slurm role for fake GPU character devices.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 
 from ..model import Cluster, Role
 from ..render import render_all
@@ -30,13 +34,25 @@ class OverlayError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class SshAccess:
+    """Where the sandbox keeps root's private key and the nodes' host keys (absolute paths:
+    Ansible reads them relative to its working directory otherwise)."""
+
+    private_key: Path
+    known_hosts: Path
+
+
 def _replace_once(text: str, old: str, new: str, path: str) -> str:
     if text.count(old) != 1:
         raise OverlayError(f"{path}: expected exactly one {old.strip()!r} to replace")
     return text.replace(old, new)
 
 
-def sandbox_files(cluster: Cluster) -> dict[str, str]:
+def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """The production render of the sandbox's model plus the test-harness changes above.
+    `shared`: mount point -> nodes, the shared file systems the sandbox backs with host
+    directories (listed in the inventory for the tests)."""
     files = render_all(cluster)
     slurm = _replace_once(files[SLURM_CONF], "TaskPlugin=task/cgroup,task/affinity\n",
                           "TaskPlugin=task/cgroup\n", SLURM_CONF)
@@ -48,29 +64,36 @@ def sandbox_files(cluster: Cluster) -> dict[str, str]:
     files[CGROUP_CONF] = _replace_once(files[CGROUP_CONF], "ConstrainCores=yes\n", "ConstrainCores=no\n", CGROUP_CONF) + (
         MARK + "# ConstrainCores=no: the declared CPUs do not exist in a container.\n"
     )
-    files[SANDBOX_INVENTORY] = sandbox_inventory(cluster)
+    files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {})
     return dict(sorted(files.items()))
 
 
-def sandbox_inventory(cluster: Cluster) -> str:
+def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]]) -> str:
     from ..hostlist import nodeset
 
+    known_hosts = f"-o UserKnownHostsFile={ssh.known_hosts} -o StrictHostKeyChecking=yes"
     lines = [
         header(cluster),
         MARK,
         "all:\n",
         "  vars:\n",
-        "    ansible_connection: containers.podman.podman\n",
+        "    # hosts.yml gives each node its model address (ansible_host).\n",
+        "    ansible_connection: ssh\n",
+        "    ansible_user: root\n",
+        f"    ansible_ssh_private_key_file: {json.dumps(str(ssh.private_key))}\n",
+        f"    ansible_ssh_common_args: {json.dumps(known_hosts)}\n",
         "    ansible_python_interpreter: /usr/bin/python3\n",
         "    hal_sandbox: true\n",
         "    slurm_fake_gpus: true\n",
         "    # -x: chronyd must not set the clock; privileged computes share the host's.\n",
         '    common_chrony_daemon_options: "-F 1 -x"\n',
+        "    # The model's shared file systems, each one host directory bound into its nodes.\n",
+        f"    hal_sandbox_shared: {json.dumps(shared, sort_keys=True)}\n",
         "  hosts:\n",
     ]
     for group in cluster.nodes:
         for host in nodeset(group.hosts):
-            lines.append(f"    {host}: {{ansible_host: {json.dumps(host)}}}\n")
+            lines.append(f"    {host}: {{hal_sandbox_container: {json.dumps(host)}}}\n")
     return "".join(lines)
 
 

@@ -47,3 +47,30 @@ def shared_filesystem_names(storage: dict) -> set[str]:
     """Names other sections use for shared file systems: GPFS file systems, NFS exports."""
     names = {fs["name"] for fs in (storage.get("gpfs") or {}).get("filesystems", [])}
     return names | {e["name"] for e in (storage.get("nfs") or {}).get("exports", [])}
+
+
+
+def shared_mounts(storage: dict, keep: NodeSet) -> dict[tuple[str, str], NodeSet]:
+    """(shared file system name, mount point) -> the hosts of `keep` that mount it there.
+
+    From the full description's storage (before `narrow_storage`): a GPFS file system is
+    mounted by every member of the GPFS cluster (its node classes), an NFS export where its
+    mounts say. The sandbox backs each with one host directory bound into those containers,
+    so the mount points are the model's; only the backing differs.
+    """
+    out: dict[tuple[str, str], NodeSet] = {}
+
+    def add(name: str, mount_point: str, hosts: NodeSet) -> None:
+        hosts = hosts.intersection(keep)
+        if len(hosts):
+            out.setdefault((name, mount_point), NodeSet()).update(hosts)
+
+    gpfs = storage.get("gpfs") or {}
+    members = NodeSet()
+    for node_class in gpfs.get("node_classes", []):
+        members.update(nodeset(node_class["hosts"]))
+    for fs in gpfs.get("filesystems", []):
+        add(fs["name"], fs["mount_point"], members)
+    for mount in (storage.get("nfs") or {}).get("mounts", []):
+        add(mount["export"], mount["mount_point"], nodeset(mount["clients"]))
+    return out

@@ -134,6 +134,10 @@ class Deployed:
     def is_podman(self, name: str) -> bool:
         return str(self.hostvars[name].get("ansible_connection", "")).endswith("podman")
 
+    def container(self, name: str) -> str | None:
+        """The podman container behind a sandbox node (inventory/sandbox.yml), else None."""
+        return self.hostvars[name].get("hal_sandbox_container")
+
     def host(self, name: str):
         if name not in self._hosts:
             import testinfra
@@ -149,7 +153,10 @@ class Deployed:
 
     def as_user(self, name: str, script: str, timeout: int = JOB_TIMEOUT):
         """Run a shell script as the normal test user, in a login shell, on a host."""
-        return self.host(name).run("timeout %s su - %s -c %s", str(timeout), TEST_USER, script)
+        # Over SSH an exit status of 255 means "ssh failed" to testinfra, which raises: a
+        # script's own 255 (an ssh it ran was refused, say) is reported as 254.
+        return self.host(name).run("timeout %s su - %s -c %s; rc=$?; [ $rc -ne 255 ] || rc=254; exit $rc",
+                                   str(timeout), TEST_USER, script)
 
     def user_ok(self, script: str, timeout: int = JOB_TIMEOUT) -> str:
         """as_user on the login node; the test fails with the output unless the script exits 0."""

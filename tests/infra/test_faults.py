@@ -103,9 +103,9 @@ def _converge_and_kill(victim: str, container: str) -> tuple[str, int, bool]:
         killer.cancel()
 
 
-@pytest.mark.skipif(VICTIM is None or not D.is_podman(VICTIM), reason="needs a compute node that is a podman container")
+@pytest.mark.skipif(VICTIM is None or not D.container(VICTIM), reason="needs a compute node that is a podman container")
 def test_node_dying_mid_converge_spares_the_others():
-    container = D.hostvars[VICTIM].get("ansible_host", VICTIM)
+    container = D.container(VICTIM)
     try:
         output, rc, stopped = _converge_and_kill(VICTIM, container)
         assert stopped, f"the converge never reached {FAULT_AT.pattern!r}, so {VICTIM} was never stopped\n{tail(output)}"

@@ -106,8 +106,8 @@ def test_one_gpu_job_cannot_open_other_gpus(partition, node):
 def user_ssh_key():
     """The normal user's key on the login node, authorised on every compute node.
 
-    Users' homes are shared on a real cluster; the sandbox does not model shared storage,
-    so the test copies the public key itself (idempotent)."""
+    With a shared home (HAL, and the sandbox) writing it once would do; the loop keeps the
+    suite usable where homes are node-local (idempotent)."""
     key = "~/.ssh/id_ed25519"
     if D.host(D.login).run("command -v ssh").rc != 0:
         pytest.fail(f"no ssh client on {D.login}: users cannot reach the nodes of their jobs (install openssh-client)")

@@ -6,6 +6,7 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hal_provision.checks import run_all
 from hal_provision.findings import has_errors
@@ -13,8 +14,10 @@ from hal_provision.hostlist import nodeset
 from hal_provision.model import Role
 from hal_provision.render import render_all
 from hal_provision.sandbox.derive import DEFAULT_SUBNET, SandboxError, derive_sandbox
+from hal_provision.sandbox.lifecycle import plan
 from hal_provision.sandbox.overlay import (
-    CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, _replace_once, privileged_hosts, sandbox_files,
+    CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, SshAccess, _replace_once, privileged_hosts,
+    sandbox_files,
 )
 from hal_provision.validate import validate
 
@@ -117,9 +120,12 @@ def sandbox_cluster(hal):
     return derive_sandbox(hal)
 
 
+SSH = SshAccess(private_key=Path("/sb/ssh/id_ed25519"), known_hosts=Path("/sb/ssh/known_hosts"))
+
+
 @pytest.fixture(scope="module")
 def files(sandbox_cluster):
-    return sandbox_files(sandbox_cluster)
+    return sandbox_files(sandbox_cluster, SSH)
 
 
 def test_overlay_changes_only_slurm_and_cgroup_conf_and_adds_the_inventory(sandbox_cluster, files):
@@ -140,11 +146,28 @@ def test_overlay_lines(sandbox_cluster, files, path, removed, added):
     assert files[path].count(MARK) == 1
 
 
-def test_sandbox_inventory_reaches_every_host_by_container_name(sandbox_cluster, files):
-    inv = files[SANDBOX_INVENTORY]
-    assert "ansible_connection: containers.podman.podman\n" in inv and "slurm_fake_gpus: true\n" in inv
-    for host in _hosts(sandbox_cluster):
-        assert f'    {host}: {{ansible_host: "{host}"}}\n' in inv
+def test_sandbox_inventory_reaches_every_host_over_ssh_with_its_own_keys(sandbox_cluster, files):
+    inv = yaml.safe_load(files[SANDBOX_INVENTORY])["all"]
+    assert inv["vars"]["ansible_connection"] == "ssh" and inv["vars"]["ansible_user"] == "root"
+    assert inv["vars"]["ansible_ssh_private_key_file"] == "/sb/ssh/id_ed25519"
+    assert inv["vars"]["ansible_ssh_common_args"] == (
+        "-o UserKnownHostsFile=/sb/ssh/known_hosts -o StrictHostKeyChecking=yes")
+    assert inv["vars"]["slurm_fake_gpus"] is True
+    # The address comes from the rendered hosts.yml (the model's); the overlay names containers only.
+    assert inv["hosts"] == {h: {"hal_sandbox_container": h} for h in _hosts(sandbox_cluster)}
+    assert "podman" not in files[SANDBOX_INVENTORY]
+
+
+def test_shared_file_systems_are_the_models_mount_points(hal, tmp_path):
+    sb = plan(hal, tmp_path)
+    shared = {(m.name, m.mount_point): m.hosts for m in sb.shared}
+    # GPFS halfs at /home on every GPFS member the sandbox keeps, NFS misc at /sw on its clients;
+    # hal-mgmt1 is in neither.
+    assert shared == {("halfs", "/home"): ("hal01", "hal02", "hal-login"),
+                      ("misc", "/sw"): ("hal01", "hal02", "hal-login")}
+    assert sb.backing(sb.shared[0]) == tmp_path.resolve() / "shared" / "halfs"
+    assert sb.addresses == {"hal-mgmt1": "10.89.77.10", "hal-login": "10.89.77.11",
+                            "hal01": "10.89.77.21", "hal02": "10.89.77.22"}
 
 
 def test_sandbox_inventory_sorts_after_the_rendered_hosts_file(files):
@@ -165,4 +188,9 @@ def test_replace_once_refuses_missing_or_repeated_text():
 
 
 def test_overlay_output_is_deterministic(sandbox_cluster, files):
-    assert sandbox_files(sandbox_cluster) == files and list(files) == sorted(files)
+    assert sandbox_files(sandbox_cluster, SSH) == files and list(files) == sorted(files)
+
+
+def test_sandbox_inventory_lists_the_shared_file_systems_for_the_tests(sandbox_cluster):
+    inv = sandbox_files(sandbox_cluster, SSH, {"/home": ["hal01", "hal-login"]})[SANDBOX_INVENTORY]
+    assert yaml.safe_load(inv)["all"]["vars"]["hal_sandbox_shared"] == {"/home": ["hal01", "hal-login"]}
