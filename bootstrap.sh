@@ -7,24 +7,38 @@
 # Idempotent: a second run only re-checks. Needs root (or sudo) for apt-get and podman.
 set -euo pipefail
 cd "$(dirname "$0")"
+# tests/run-all.sh prints the total from here, set-up included.
+export HAL_BOOTSTRAP_START="${HAL_BOOTSTRAP_START:-$(date +%s)}"
 
 job="${1:-}"
 case "$job" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; esac
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
+# One line per step; a step's own output is kept in a log and shown only when it fails.
+LOG=$(mktemp -t hal-bootstrap.XXXXXX)
+trap 'rm -f "$LOG"' EXIT
+step() { echo "== $*"; }
+quiet() {
+  if ! "$@" >"$LOG" 2>&1; then
+    echo "failed: $*" >&2
+    tail -n 40 "$LOG" >&2
+    exit 1
+  fi
+}
+
 # Debian packages: real Slurm daemons, munge and hwloc for the acceptance tests; podman and
 # friends for the sandbox (aardvark-dns is only a Recommends of podman: name it).
 APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
-              podman runc debootstrap netavark aardvark-dns tar)
+              podman runc debootstrap netavark aardvark-dns tar openssh-client)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-  echo "== apt-get install ${missing[*]}"
-  $SUDO apt-get update -q
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  step "apt-get install ${missing[*]}"
+  quiet $SUDO apt-get update -q
+  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 # The Debian packages start daemons with the package's example config; the tests run their
 # own private daemons and need none of these on the host.
@@ -35,7 +49,7 @@ for svc in slurmctld slurmd slurmdbd munge; do $SUDO systemctl disable --now "$s
 # containers.conf stays untouched.
 PODMAN_DROPIN=/etc/containers/containers.conf.d/50-hal-provision.conf
 if [ ! -f "$PODMAN_DROPIN" ]; then
-  echo "== writing $PODMAN_DROPIN"
+  step "writing $PODMAN_DROPIN"
   $SUDO mkdir -p "$(dirname "$PODMAN_DROPIN")"
   $SUDO tee "$PODMAN_DROPIN" >/dev/null <<'CONF'
 [containers]
@@ -50,13 +64,13 @@ fi
 
 # Python: a project-local virtual environment with the package, tests and Ansible tooling.
 if [ ! -x .venv/bin/python ]; then
-  echo "== python3 -m venv .venv"
-  python3 -m venv .venv
+  step "python3 -m venv .venv"
+  quiet python3 -m venv .venv
 fi
 if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
-  echo "== pip install -e .[test,sandbox]"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test,sandbox]'
+  step "pip install -e .[test,sandbox]"
+  quiet .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+  quiet .venv/bin/pip install -q --disable-pip-version-check -e '.[test,sandbox]'
   touch .venv/.installed
 fi
 export PATH="$PWD/.venv/bin:$PATH"

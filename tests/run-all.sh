@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The whole test suite, as ./bootstrap.sh test runs it: pytest (unit, golden, real-Slurm
 # acceptance), then every molecule scenario, one after another (container names are global),
-# each timed. Ends with one summary line 'molecule: N passed, N failed'.
+# each timed, then the total. Ends with one summary line 'molecule: N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# From ./bootstrap.sh's start when it runs this (set-up included), else from here.
+all_start=${HAL_BOOTSTRAP_START:-$(date +%s)}
 
+start=$(date +%s)
 python -m pytest -ra "$@"
 pytest_rc=$?
+pytest_s=$(( $(date +%s) - start ))
 
 # The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
 passed=0; failed=0; timings=()
 # Every scenario runs the locally built node image (no registry): build it if missing.
 echo "== node image"
+start=$(date +%s)
 python -m hal_provision.sandbox.image || failed=$((failed + 1))
+image_s=$(( $(date +%s) - start ))
 for scenario in $(sed 's/#.*//' molecule/ci-scenarios); do
   dir="molecule/$scenario"
   [ -f "$dir/molecule.yml" ] || { echo "no scenario $dir"; failed=$((failed + 1)); continue; }
@@ -25,7 +31,11 @@ for scenario in $(sed 's/#.*//' molecule/ci-scenarios); do
   fi
   timings+=("$(printf '%-16s %-7s %4ds' "$scenario" "$result" "$(( $(date +%s) - start ))")")
 done
-echo "== molecule scenario timings"
+echo "== timings"
+printf '%-16s %-7s %4ds\n' pytest "$([ "$pytest_rc" -eq 0 ] && echo passed || echo FAILED)" "$pytest_s"
+printf '%-16s %-7s %4ds\n' "node image" - "$image_s"
 printf '%s\n' "${timings[@]}"
+total=$(( $(date +%s) - all_start ))
+printf '%-16s %-7s %4ds (%dm%02ds)\n' total - "$total" $((total / 60)) $((total % 60))
 echo "molecule: $passed passed, $failed failed"
 [ "$pytest_rc" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -53,9 +53,10 @@ def up(
             raise typer.Exit(1)
     login = next(h for g in sb.cluster.nodes if g.role.value == "login" for h in [g.hosts])
     comps = [h for h in sb.hosts if h not in (login, sb.hosts[0])]
+    ssh = f"ssh -i {sb.ssh.private_key} -o UserKnownHostsFile={sb.ssh.known_hosts}"
     out.print(
         f"\nSandbox '{sb.name}' is up: {', '.join(sb.hosts)}. Try:\n"
-        f"  podman exec -it {login} su - haltest\n"
+        f"  {ssh} -t root@{sb.addresses[login]} su - haltest\n"
         f"      sinfo -N -o '%N %t %G'\n"
         f"      srun -N{len(comps)} --gres=gpu:{_gpu_type(sb)}:4 bash -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
         f"  hal-provision verify {sb.inventory}\n"
@@ -78,7 +79,11 @@ def down(
 ) -> None:
     """Remove every container, network and volume the sandbox made, and its rendered tree."""
     sb = _plan(file, workdir, 2, DEFAULT_SUBNET)
-    lifecycle.destroy(sb.name, workdir, log=lambda m: out.print(m, markup=False))
+    try:
+        lifecycle.destroy(sb.name, workdir, log=lambda m: out.print(m, markup=False))
+    except lifecycle.LifecycleError as exc:
+        err.print(f"error: {exc}", style="bold red", markup=False)
+        raise typer.Exit(2) from None
     out.print(f"sandbox '{sb.name}' is gone", markup=False)
 
 

@@ -202,7 +202,10 @@ def containers(name: str) -> list[dict]:
 def destroy(name: str, workdir: Path | None, log=print) -> None:
     for c in containers(name):
         cname = c["Names"][0]
-        _podman("rm", "-f", "-t", "2", cname)
+        # A container that stops by itself while podman kills it fails the first rm
+        # ("container state improper"): the second one removes it.
+        if _podman("rm", "-f", "-t", "2", cname, check=False).returncode != 0:
+            _podman("rm", "-f", cname)
         log(f"container {cname} removed")
     if _podman("network", "exists", name, check=False).returncode == 0:
         _podman("network", "rm", "-f", name)
