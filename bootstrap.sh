@@ -30,7 +30,7 @@ quiet() {
 # Debian packages: real Slurm daemons, munge and hwloc for the acceptance tests; podman and
 # friends for the sandbox (aardvark-dns is only a Recommends of podman: name it).
 APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
-              podman runc debootstrap netavark aardvark-dns tar openssh-client)
+              podman runc debootstrap netavark aardvark-dns tar openssh-client rsync)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -30,8 +30,13 @@ from hal_provision.sandbox import lifecycle  # noqa: E402
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
-# The same play through the podman connection: every module runs by `podman exec`/`podman cp`.
-PODMAN = ("-e", "ansible_connection=containers.podman.podman", "-e", "ansible_host={{ hal_sandbox_container }}")
+def podman_inventory(sb: lifecycle.Sandbox) -> Path:
+    """An inventory read after the sandbox's: the same hosts through the podman connection
+    (every module by `podman exec`/`podman cp` into the node's container)."""
+    path = sb.workdir / "podman-inventory.yml"
+    path.write_text("all:\n  hosts:\n" + "".join(
+        f"    {h}: {{ansible_connection: containers.podman.podman, ansible_host: {h}}}\n" for h in sb.hosts))
+    return path
 
 
 def timed_converge(sb: lifecycle.Sandbox, *extra: str) -> tuple[float, int, int, int]:
@@ -67,7 +72,7 @@ def main() -> int:
             took, changed, failed, rc = timed_converge(sb)
             rows.append((f"site.yml re-run {i + 1} (idempotent)", took, changed, failed, rc))
         for i in range(args.podman_reruns):
-            took, changed, failed, rc = timed_converge(sb, *PODMAN)
+            took, changed, failed, rc = timed_converge(sb, "-i", str(podman_inventory(sb)))
             rows.append((f"re-run {i + 1} over podman exec", took, changed, failed, rc))
     finally:
         if not args.keep:
