@@ -12,15 +12,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
 from . import __version__
-from .findings import Finding, Level, has_errors
-from .loader import Loaded
+from .clitools import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, checked, err, out
 from .model import Cluster
-from .validate import validate as load_and_check
-
-EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 
 app = typer.Typer(
     add_completion=False,
@@ -29,36 +24,14 @@ app = typer.Typer(
     help="Describe a HAL-class GPU cluster once (cluster.yml); validate it, render every config "
     "and the Ansible inventory from it. Without FILE, commands use the embedded HAL description.",
 )
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 FileArg = typer.Argument(None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False)
-
-_STYLE = {Level.error: "bold red", Level.warning: "yellow", Level.info: "cyan"}
-
-
-def _print_findings(findings: list[Finding]) -> None:
-    for f in findings:
-        err.print(f.format(), style=_STYLE[f.level], markup=False)
-    if findings:
-        counts = {lvl: sum(1 for f in findings if f.level is lvl) for lvl in Level}
-        err.print(", ".join(f"{n} {lvl.value}{'s' if n != 1 else ''}" for lvl, n in counts.items()), markup=False)
-
-
-def _checked(file: Optional[Path]) -> tuple[Loaded, Cluster]:
-    loaded = load_and_check(file)
-    _print_findings(loaded.findings)
-    if loaded.model is None:
-        raise typer.Exit(EXIT_UNUSABLE)
-    if has_errors(loaded.findings):
-        raise typer.Exit(EXIT_FINDINGS)
-    return loaded, loaded.model
 
 
 @app.command()
 def validate(file: Optional[Path] = FileArg) -> None:
     """Check the description; list every finding with file, line and column."""
-    loaded, model = _checked(file)
+    loaded, model = checked(file)
     out.print(f"{loaded.file}: cluster '{model.cluster.name}' is valid", markup=False)
 
 
@@ -71,7 +44,7 @@ def render(
     from .render import render_all
     from .render.writer import WriteError, write_tree
 
-    _loaded, model = _checked(file)
+    _loaded, model = checked(file)
     files = render_all(model)
     try:
         write_tree(files, output)
@@ -86,7 +59,7 @@ def show(file: Optional[Path] = FileArg) -> None:
     """Print the cluster as tables: node groups, hardware, partitions, totals."""
     from .show import tables
 
-    _loaded, model = _checked(file)
+    _loaded, model = checked(file)
     for table in tables(model):
         out.print(table)
 

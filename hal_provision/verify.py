@@ -15,9 +15,10 @@ from typing import List, Optional
 
 import typer
 
+from .clitools import EXIT_UNUSABLE, err
+
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "tests" / "infra"
-EXIT_UNUSABLE = 2
 
 
 class VerifyError(RuntimeError):
@@ -60,8 +61,6 @@ def command(
     pytest_args: Optional[List[str]] = typer.Argument(None, help="Extra pytest arguments, after --.", show_default=False),
 ) -> None:
     """Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."""
-    from .cli import err
-
     try:
         rc = run(inventory, faults, pytest_args)
     except VerifyError as exc:

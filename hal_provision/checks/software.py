@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..model import Cluster, Module, Role
 from ..model.software import FAKEROOT_MAX_START, FAKEROOT_MIN_COUNT, MAX_ID, fakeroot_ranges
-from ..render.software import filesystem_mounts
 from . import check
 from .common import did_you_mean, duplicates, overlapping_intervals, unique
 
@@ -133,7 +132,7 @@ def container_bind_filesystems_exist(c: Cluster):
     ct = c.containers
     if ct is None or ct.bind_filesystems is None:
         return
-    known = filesystem_mounts(c)
+    known = c.storage.filesystem_mounts()
     for k, name in enumerate(ct.bind_filesystems):
         if name not in known:
             yield error(("containers", "bind_filesystems", k), f"{name!r} is not a shared filesystem of the model "

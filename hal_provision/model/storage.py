@@ -214,3 +214,14 @@ class Storage(Strict):
     @property
     def appliance_servers(self) -> dict[str, ApplianceServer]:
         return {s.name: s for a in self.arrays for s in a.servers}
+
+    def filesystem_mounts(self) -> dict[str, str]:
+        """Shared file system name -> mount point: GPFS file systems by name, NFS mounts by
+        export (the names `containers.bind_filesystems` and the software checks use)."""
+        out: dict[str, str] = {}
+        if self.gpfs is not None:
+            for fs in self.gpfs.filesystems:
+                out.setdefault(fs.name, fs.mount_point)
+        for mount in self.nfs.mounts:
+            out.setdefault(mount.export, mount.mount_point)
+        return out

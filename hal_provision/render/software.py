@@ -167,20 +167,8 @@ def lmod_site_files(cluster: Cluster, roles: list[str]) -> dict[str, str]:
 
 # ---- container runtime -----------------------------------------------------------------------
 
-def filesystem_mounts(cluster: Cluster) -> dict[str, str]:
-    """Shared filesystem name -> mount point: GPFS file systems by name, NFS mounts by export."""
-    out: dict[str, str] = {}
-    storage = cluster.storage
-    if storage.gpfs is not None:
-        for fs in storage.gpfs.filesystems:
-            out.setdefault(fs.name, fs.mount_point)
-    for mount in storage.nfs.mounts:
-        out.setdefault(mount.export, mount.mount_point)
-    return out
-
-
 def bind_paths(cluster: Cluster, ct: Containers) -> list[str]:
-    mounts = filesystem_mounts(cluster)
+    mounts = cluster.storage.filesystem_mounts()
     names = list(mounts) if ct.bind_filesystems is None else [n for n in ct.bind_filesystems if n in mounts]
     return list(dict.fromkeys([*ct.bind_paths, *(mounts[n] for n in names)]))
 

@@ -6,24 +6,20 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from ..clitools import checked, err, out
 from ..render.writer import WriteError
 from . import lifecycle
 from .derive import DEFAULT_SUBNET, SandboxError
 from .image import ImageError
 
 app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster in podman containers, on this machine.")
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbox's rendered tree lives.")
 
 
 def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str) -> lifecycle.Sandbox:
-    from ..cli import _checked
-
-    _loaded, model = _checked(file)
+    _loaded, model = checked(file)
     try:
         return lifecycle.plan(model, workdir, computes=computes, subnet=subnet)
     except SandboxError as exc:

@@ -137,7 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     ap.add_argument("--image", default=IMAGE)
+    ap.add_argument("--print-mirror", action="store_true", help="print the host's Debian mirror and exit")
     args = ap.parse_args(argv)
+    if args.print_mirror:
+        try:
+            print(host_mirror())
+        except ImageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     try:
         build(args.image, args.force)
     except (ImageError, subprocess.CalledProcessError) as exc:

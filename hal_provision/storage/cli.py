@@ -10,16 +10,14 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
+from ..clitools import checked, err, out
 from . import bench as bench_lib
 from . import gpfs
 from . import probe as probe_lib
 
 app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmark, the "
                                              "responsiveness probe.")
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_PLAYBOOK = REPO / "playbooks" / "storage-bench.yml"
@@ -40,9 +38,7 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (what the gpfs role reads)."),
 ) -> None:
     """Show what mmchconfig must change to reach the model's tuning, and what needs a restart."""
-    from ..cli import _checked
-
-    _loaded, model = _checked(file)
+    _loaded, model = checked(file)
     if model.storage.gpfs is None:
         _fail("the description has no storage.gpfs section")
     try:

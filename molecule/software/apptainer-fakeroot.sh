@@ -15,8 +15,10 @@ files="$work/rendered/files"
 podman rm -f "$name" >/dev/null 2>&1 || true
 # Apptainer needs a privileged container here (as root it lacks CAP_SYS_RESOURCE anyway).
 podman run -d --privileged --name "$name" localhost/hal-node:bookworm sleep 3600 >/dev/null
-podman exec "$name" sh -c 'rm -f /etc/apt/sources.list.d/*
-  echo "deb http://deb.debian.org/debian sid main" > /etc/apt/sources.list
+# The host's own Debian mirror (its apt sources), with the sid suite.
+mirror=$(python3 -m hal_provision.sandbox.image --print-mirror)
+podman exec -e MIRROR="$mirror" "$name" sh -c 'rm -f /etc/apt/sources.list.d/*
+  echo "deb $MIRROR sid main" > /etc/apt/sources.list
   apt-get -q -o Acquire::Check-Valid-Until=false update >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Acquire::Check-Valid-Until=false install \
     --no-install-recommends apptainer busybox-static uidmap >/dev/null
