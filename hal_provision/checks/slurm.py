@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
+from ..model.slurm import slurm_minutes
 from . import check
 from .common import (
     compute_hosts_outside,
@@ -43,6 +44,44 @@ def partition_qos_declared(c: Cluster):
                 (*path, "qos"),
                 f"partition {part.name!r} uses QOS {part.qos!r}, which is not declared under slurm.qos"
                 + did_you_mean(part.qos, declared),
+            )
+
+
+@check
+def partition_default_time_within_max(c: Cluster):
+    # slurmctld logs "DefaultTime exceeds MaxTime" and drops the DefaultTime: jobs without
+    # --time would get MaxTime, not what the model says.
+    for _i, part, path in _partitions(c):
+        default, limit = part.default_time, part.max_time
+        if default is None:
+            continue
+        d, m = slurm_minutes(default), slurm_minutes(limit)
+        if d is None and m is not None or d is not None and m is not None and d > m:
+            yield error(
+                (*path, "default_time"),
+                f"partition {part.name!r}: DefaultTime {default} is longer than MaxTime {limit}; "
+                "slurmctld ignores such a DefaultTime, so jobs without --time would get MaxTime",
+            )
+
+
+@check
+def qos_max_wall_within_partition_max_time(c: Cluster):
+    # A partition's MaxTime applies to every job in it, whatever its QOS (unless the QOS has
+    # the PartitionTimeLimit flag, which the model does not set): a longer MaxWall never bites.
+    by_name = {q.name: (i, q) for i, q in enumerate(c.slurm.qos)}
+    for _i, part, _path in _partitions(c):
+        if part.qos not in by_name:
+            continue
+        qi, qos = by_name[part.qos]
+        wall, limit = qos.max_wall, part.max_time
+        if wall is None:
+            continue
+        w, m = slurm_minutes(wall), slurm_minutes(limit)
+        if m is not None and (w is None or w > m):
+            yield warning(
+                ("slurm", "qos", qi, "max_wall"),
+                f"QOS {qos.name!r} allows MaxWall {wall}, but partition {part.name!r}, which uses it, "
+                f"has MaxTime {limit}: the partition's limit stops jobs first, so this MaxWall never applies",
             )
 
 
