@@ -155,3 +155,13 @@ def virtual_partition_times_fit(c: Cluster):
                 f"{vp.name!r} allows {vp.max_time_hours} h, but partition {part.name!r} has MaxTime "
                 f"{part.max_time}; Slurm refuses longer jobs: use at most {int(limit // 60)} h",
             )
+        # A warning too: an error on a virtual partition means swrun refuses its jobs (see
+        # test_checks_accept_exactly_what_the_suite_can_run); swrun submits these with --time set
+        # to the default, and slurmctld never starts them.
+        if limit is not None and vp.default_time_hours * 60 > limit:
+            yield warning(
+                (*path, "default_time_hours"),
+                f"{vp.name!r} gives jobs without -t --time={vp.default_time_hours:02d}:00:00, beyond MaxTime "
+                f"{part.max_time} of partition {part.name!r}; slurmctld leaves such jobs pending "
+                f"(Reason=PartitionTimeLimit): use a default of at most {int(limit // 60)} h",
+            )

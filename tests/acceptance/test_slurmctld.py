@@ -197,6 +197,21 @@ def test_switch_with_nodes_and_switches_is_refused_before_slurm(extra_controller
         extra_controller(cluster)
 
 
+def test_default_time_beyond_max_time_is_an_error_because_slurmctld_drops_it(extra_controller):
+    """What the check partition_default_time_within_max says slurmctld does: it starts, logs
+    the clash and drops the DefaultTime, so jobs that give no time would get the MaxTime."""
+    data = load_cluster("hal").model_dump(mode="json", exclude_none=True)
+    data["slurm"]["partitions"][0]["default_time"] = "2-00:00:00"
+    cluster = Cluster.model_validate(data)
+    found = [f for f in run_all(cluster) if f.check == "partition_default_time_within_max"]
+    assert [(f.level, f.dotted) for f in found] == [(Level.error, "slurm.partitions[0].default_time")]
+    assert "slurmctld ignores such a DefaultTime" in found[0].message
+    controller = extra_controller(cluster)
+    gpu = records(controller.scontrol("-o", "show", "partition"), "PartitionName")["gpu"]
+    assert (gpu["MaxTime"], gpu["DefaultTime"]) == ("1-00:00:00", "NONE")
+    assert "partition gpu DefaultTime exceeds MaxTime (2880 > 1440)" in controller.log()
+
+
 def test_unknown_cgroup_key_stops_slurmctld(extra_controller):
     """Negative control: slurmctld really parses cgroup.conf, so the test above means something."""
 

@@ -108,6 +108,14 @@ ROWS = [
                                        '{name: normal, priority: 10, max_wall: "2-00:00:00"}')],
      W, "slurm.qos[0].max_wall",
      "QOS 'normal' allows MaxWall 2-00:00:00, but partition 'gpu', which uses it, has MaxTime 1-00:00:00"),
+    ("qos-max-wall-unlimited-above-partition",
+     [('{name: normal, priority: 10, max_wall: "1-00:00:00"}', '{name: normal, priority: 10, max_wall: UNLIMITED}')],
+     W, "slurm.qos[0].max_wall", "QOS 'normal' allows MaxWall UNLIMITED, but partition 'gpu'"),
+    ("virtual-default-above-partition",
+     [(vp("gpux1", "1"), vp("gpux1", "1", hours=48, extra=", default_time_hours: 30"))],
+     W, "swsuite.virtual_partitions[0].default_time_hours",
+     "'gpux1' gives jobs without -t --time=30:00:00, beyond MaxTime 1-00:00:00 of partition 'gpu'; slurmctld "
+     "leaves such jobs pending (Reason=PartitionTimeLimit): use a default of at most 24 h"),
     ("partition-qos-none-declared", [lambda text: re.sub(r"  qos:\n(    - .*\n)+", "", text)],
      E, "slurm.partitions[0].qos", "QOS 'normal', which is not declared under slurm.qos; none is declared"),
     ("two-default-partitions", [("  qos:\n", '    - {name: debug, nodes: "hal[01-02]", default: true}\n  qos:\n')],
@@ -243,6 +251,11 @@ def test_mistake_is_found(finds, mutation, level, path, message):
 
 
 ACCEPTED = [
+    ("partition-default-time-equals-max", [('default_time: "04:00:00"', 'default_time: "24:00:00"')]),
+    ("partition-unlimited-under-any-qos", [('max_time: "1-00:00:00"', "max_time: UNLIMITED"),
+                                           ('max_wall: "1-00:00:00"}', "max_wall: UNLIMITED}")]),
+    ("qos-shorter-than-partition", [('max_wall: "1-00:00:00"}', 'max_wall: "12:00:00"}')]),
+    ("unused-qos-longer-than-partitions", [('max_wall: "04:00:00"', 'max_wall: "7-00:00:00"')]),
     ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n")]),
     ("no-nvlink", [lambda t: re.sub(r" +- \[\d, \d, \d, \d\].*\n", "", t), ("      nvlink:", "      nvlink: []")]),
     ("no-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):]]),

@@ -1,7 +1,9 @@
-"""The sandbox's derived model and its test-harness overlay (pure: no containers, no I/O)."""
+"""The sandbox's derived model and its test-harness overlay (pure: no containers, no I/O), and
+where the node image and the Apptainer script find their Debian mirror."""
 
 from __future__ import annotations
 
+import subprocess
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from hal_provision.hostlist import nodeset
 from hal_provision.model import Role
 from hal_provision.render import render_all
 from hal_provision.sandbox.derive import DEFAULT_SUBNET, SandboxError, derive_sandbox
+from hal_provision.sandbox import image
 from hal_provision.sandbox.lifecycle import plan
 from hal_provision.sandbox.overlay import (
     CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, SshAccess, _replace_once, privileged_hosts,
@@ -194,3 +197,47 @@ def test_overlay_output_is_deterministic(sandbox_cluster, files):
 def test_sandbox_inventory_lists_the_shared_file_systems_for_the_tests(sandbox_cluster):
     inv = sandbox_files(sandbox_cluster, SSH, {"/home": ["hal01", "hal-login"]})[SANDBOX_INVENTORY]
     assert yaml.safe_load(inv)["all"]["vars"]["hal_sandbox_shared"] == {"/home": ["hal01", "hal-login"]}
+
+
+# ---- the Debian mirror, from the host's apt sources (node image, Apptainer script) ----------
+MIRROR = "http://mirror.example.org/debian"
+
+
+def test_host_mirror_skips_security_and_other_suites(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example.org/debian-security\nSuites: bookworm-security\n\n"
+        f"Types: deb\nURIs: {MIRROR}\nSuites: bookworm bookworm-updates\nComponents: main\n"
+    )
+    (tmp_path / "sources.list").write_text("deb http://other.example.org/debian trixie main\n")
+    assert image.host_mirror(tmp_path) == MIRROR
+
+
+def test_host_mirror_reads_one_line_sources_or_says_none_is_there(tmp_path):
+    with pytest.raises(image.ImageError, match="no Debian 'bookworm' archive"):
+        image.host_mirror(tmp_path)
+    (tmp_path / "sources.list").write_text(f"# comment\ndeb [signed-by=/k.gpg] {MIRROR} bookworm main\n")
+    assert image.host_mirror(tmp_path) == MIRROR
+
+
+def test_print_mirror_prints_it_and_builds_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(image, "host_mirror", lambda: MIRROR)
+    monkeypatch.setattr(image, "build", lambda *a, **k: pytest.fail("--print-mirror built an image"))
+    assert image.main(["--print-mirror"]) == 0
+    assert capsys.readouterr().out == MIRROR + "\n"
+
+    def no_mirror():
+        raise image.ImageError("no Debian 'bookworm' archive found")
+
+    monkeypatch.setattr(image, "host_mirror", no_mirror)
+    assert image.main(["--print-mirror"]) == 2
+    assert "error: no Debian 'bookworm' archive" in capsys.readouterr().err
+
+
+def test_apptainer_script_names_no_archive_and_parses():
+    """It upgrades a container to sid from the host's mirror, as the node image is built."""
+    script = Path(__file__).resolve().parents[2] / "molecule" / "software" / "apptainer-fakeroot.sh"
+    text = script.read_text()
+    assert "://" not in text
+    assert "python3 -m hal_provision.sandbox.image --print-mirror" in text and "deb $MIRROR sid main" in text
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0

@@ -226,6 +226,17 @@ def test_runtime_config_binds_the_model_filesystems_and_gpus(hal_files):
     assert "always use nv = yes\n" in conf and "allow setuid = yes\n" in conf
 
 
+def test_filesystem_mounts_are_a_model_rule(edited):
+    """Name -> mount point lives in the model: the bind check and the runtime config both read it,
+    and checks never import renderers. GPFS file systems by name, NFS mounts by export; an
+    export mounted at a second place keeps its first mount point."""
+    first = "      - {export: misc, mount_point: /misc-first, clients: hal-login}\n"
+    model = load_text(edited(("    mounts:\n", "    mounts:\n" + first)), "c.yml").model
+    assert model.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/misc-first"}
+    hal = load_text(edited(), "c.yml").model
+    assert hal.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/sw"}
+
+
 def test_apptainer_config_path(edited):
     files = sw.render(load_text(edited(("  runtime: singularity\n", "  runtime: apptainer\n"),
                                        ("  gpu: true ", "  gpu: false ")), "c.yml").model)
