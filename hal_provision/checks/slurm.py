@@ -47,16 +47,19 @@ def partition_qos_declared(c: Cluster):
             )
 
 
+def _longer(time: str, limit: str) -> bool:
+    """A Slurm time is longer than a limit (UNLIMITED is longer than any finite limit)."""
+    t, m = slurm_minutes(time), slurm_minutes(limit)
+    return m is not None and (t is None or t > m)
+
+
 @check
 def partition_default_time_within_max(c: Cluster):
     # slurmctld logs "DefaultTime exceeds MaxTime" and drops the DefaultTime: jobs without
     # --time would get MaxTime, not what the model says.
     for _i, part, path in _partitions(c):
         default, limit = part.default_time, part.max_time
-        if default is None:
-            continue
-        d, m = slurm_minutes(default), slurm_minutes(limit)
-        if d is None and m is not None or d is not None and m is not None and d > m:
+        if default is not None and _longer(default, limit):
             yield error(
                 (*path, "default_time"),
                 f"partition {part.name!r}: DefaultTime {default} is longer than MaxTime {limit}; "
@@ -74,10 +77,7 @@ def qos_max_wall_within_partition_max_time(c: Cluster):
             continue
         qi, qos = by_name[part.qos]
         wall, limit = qos.max_wall, part.max_time
-        if wall is None:
-            continue
-        w, m = slurm_minutes(wall), slurm_minutes(limit)
-        if m is not None and (w is None or w > m):
+        if wall is not None and _longer(wall, limit):
             yield warning(
                 ("slurm", "qos", qi, "max_wall"),
                 f"QOS {qos.name!r} allows MaxWall {wall}, but partition {part.name!r}, which uses it, "
