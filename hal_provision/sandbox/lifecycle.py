@@ -14,8 +14,8 @@ from pathlib import Path
 from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
-from . import image as image_mod
 from ..storage.sandbox import shared_mounts
+from . import image as image_mod
 from .derive import DEFAULT_SUBNET, derive_sandbox
 from .overlay import SshAccess, privileged_hosts, sandbox_files
 
@@ -74,7 +74,7 @@ class Sandbox:
 
 def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET) -> Sandbox:
     cluster = derive_sandbox(full, computes=computes, subnet=subnet)
-    keep = nodeset(",".join(h for g in cluster.nodes for h in nodeset(g.hosts)))
+    keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     storage = full.model_dump(mode="json", exclude_none=True).get("storage") or {}
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(storage, keep).items())
