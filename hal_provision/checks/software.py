@@ -164,7 +164,7 @@ def fakeroot_ranges_valid(c: Cluster):
         yield error((*FAKEROOT, "count"), f"{fr.count} subordinate IDs per user is too few: a user namespace "
                                           f"needs {FAKEROOT_MIN_COUNT} (IDs 0-65535), and Apptainer refuses smaller "
                                           "ranges")
-    ranges = fakeroot_ranges(fr)
+    ranges = fakeroot_ranges(fr, c.accounts)
     if not ranges:
         yield warning(FAKEROOT, "fakeroot is enabled, but no user gets a range: list users, or group members")
 

@@ -8,6 +8,7 @@ from ClusterShell.NodeSet import NodeSet
 from pydantic import Field
 
 from ..hostlist import nodeset, union
+from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
 from .cluster import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
@@ -40,6 +41,7 @@ class Cluster(Strict):
     containers: Containers | None = Field(None, description="Container runtime and fakeroot.")
     portal: Portal | None = Field(None, description="Web portal.")
     monitoring: Monitoring | None = Field(None, description="Monitoring stack.")
+    accounts: Accounts | None = Field(None, description="Research groups and users (LDAP directory, Slurm associations).")
 
     # ---- derived views (pure; node groups stay compressed) ----------------------------
     def group_nodeset(self, group: NodeGroup) -> NodeSet:
@@ -68,7 +70,7 @@ class Cluster(Strict):
 
 
 __all__ = [
-    "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
+    "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Portal", "Qos", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",

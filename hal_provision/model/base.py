@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..hostlist import HostlistError, nodeset
 
@@ -37,3 +37,18 @@ def _check_name(value: str) -> str:
             f"{value!r} is not a valid name (start with a letter; letters, digits, '_' and '-')"
         )
     return value
+
+
+# The highest ID a user namespace can map (2**32 - 2; 2**32 - 1 is the kernel's "no ID").
+MAX_ID = 2**32 - 2
+
+AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s:]*$")]
+
+
+class IdRange(Strict):
+    first: int = Field(ge=0, le=MAX_ID, description="First ID of the range.")
+    last: int = Field(ge=0, le=MAX_ID, description="Last ID of the range (inclusive).")
+    description: str = Field("", description="Whose IDs these are, e.g. LDAP accounts.")
+
+    def __contains__(self, value: int) -> bool:
+        return self.first <= value <= self.last

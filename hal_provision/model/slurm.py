@@ -87,6 +87,11 @@ class Slurm(Strict):
         gt=0, description="Cluster-wide DefMemPerCPU in MiB (per hardware thread)."
     )
     cgroup: Cgroup = Field(default_factory=Cgroup, description="cgroup.conf settings.")
+    accounting_enforce: list[Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]] = Field(
+        default_factory=list,
+        description="AccountingStorageEnforce: associations (only users with an association may run jobs), "
+        "limits and qos (their limits bite). Empty: not rendered (Slurm enforces nothing).",
+    )
     partitions: list[Partition] = Field(min_length=1, description="Slurm partitions.")
     qos: list[Qos] = Field(default_factory=list, description="Quality-of-service levels.")
 

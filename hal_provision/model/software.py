@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Annotated, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .base import Name, Strict
+from .base import MAX_ID, AbsolutePath, IdRange, Name, Strict
 from .nodes import Role
+
+if TYPE_CHECKING:
+    from .accounts import Accounts
 
 # Apptainer refuses fakeroot ranges smaller than this (internal/pkg/fakeroot: validRangeCount)
 # and it is what shadow's useradd hands out by default (login.defs SUB_UID_COUNT).
 FAKEROOT_MIN_COUNT = 65536
-# The highest first ID Apptainer accepts for a range (2**32 - 131072), and the highest ID a
-# user namespace can map (2**32 - 2; 2**32 - 1 is the kernel's "no ID").
+# The highest first ID Apptainer accepts for a range (2**32 - 131072); the highest ID a user
+# namespace can map is base.MAX_ID.
 FAKEROOT_MAX_START = 2**32 - 131072
-MAX_ID = 2**32 - 2
 
 DEFAULT_ROLES = [Role.login, Role.development, Role.compute]
 
-AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s:]*$")]
 Version = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")]
 
 
@@ -137,12 +138,6 @@ class Software(Strict):
         return f"{self.prefix_root.rstrip('/')}/{level}{module.name}/{module.version}"
 
 
-class IdRange(Strict):
-    first: int = Field(ge=0, le=MAX_ID, description="First ID of the range.")
-    last: int = Field(ge=0, le=MAX_ID, description="Last ID of the range (inclusive).")
-    description: str = Field("", description="Whose IDs these are, e.g. LDAP accounts.")
-
-
 class FakerootUser(Strict):
     name: Name = Field(description="User name as /etc/passwd or the directory knows it.")
     first_subid: int | None = Field(
@@ -217,35 +212,44 @@ class SubidRange(NamedTuple):
     count: int
     path: tuple  # where the user is declared, e.g. ("containers", "fakeroot", "users", 0)
     pinned: bool
+    active: bool = True  # False: a disabled directory user; the slot stays reserved, unwritten
 
     @property
     def last(self) -> int:
         return self.first + self.count - 1
 
 
-def fakeroot_ranges(fakeroot: Fakeroot) -> list[SubidRange]:
+def fakeroot_ranges(fakeroot: Fakeroot, accounts: "Accounts | None" = None) -> list[SubidRange]:
     """Every fakeroot user's range, in declaration order (users, then each group's members).
 
-    A user declared twice keeps the first declaration. Pinned ranges stay where they are;
-    the others take consecutive slots of `count` IDs from `first_subid`, skipping any slot a
-    pinned range touches. Nothing is sorted, so appending a user never moves another's range.
+    A group's members are those it lists, then the directory users (`accounts`) who belong to
+    the directory group of the same name, in the order accounts.users declares them. A user
+    declared twice keeps the first declaration. Pinned ranges stay where they are; the others
+    take consecutive slots of `count` IDs from `first_subid`, skipping any slot a pinned range
+    touches. Nothing is sorted, so appending a user never moves another's range, and a
+    disabled directory user keeps a reserved slot (`active` False) that /etc/subuid leaves out.
     """
     if not fakeroot.enabled:
         return []
     base = ("containers", "fakeroot")
-    subjects: dict[str, tuple[tuple, int | None]] = {}
+    subjects: dict[str, tuple[tuple, int | None, bool]] = {}
     for i, user in enumerate(fakeroot.users):
-        subjects.setdefault(user.name, ((*base, "users", i), user.first_subid))
+        subjects.setdefault(user.name, ((*base, "users", i), user.first_subid, True))
     for g, group in enumerate(fakeroot.groups):
         for m, member in enumerate(group.members):
-            subjects.setdefault(member, ((*base, "groups", g, "members", m), None))
+            subjects.setdefault(member, ((*base, "groups", g, "members", m), None, True))
+        if accounts is not None:
+            members = {user.name for user in accounts.members(group.name)}
+            for u, user in enumerate(accounts.users):
+                if user.name in members:
+                    subjects.setdefault(user.name, (("accounts", "users", u), None, user.active))
     count = fakeroot.count
-    pinned = sorted((start, start + count - 1) for _path, start in subjects.values() if start is not None)
+    pinned = sorted((start, start + count - 1) for _path, start, _a in subjects.values() if start is not None)
     out: list[SubidRange] = []
     slot = fakeroot.first_subid
-    for name, (path, start) in subjects.items():
+    for name, (path, start, active) in subjects.items():
         if start is not None:
-            out.append(SubidRange(name, start, count, path, True))
+            out.append(SubidRange(name, start, count, path, True, active))
             continue
         moved = True
         while moved:  # skip past every pinned range this slot would touch
@@ -253,6 +257,6 @@ def fakeroot_ranges(fakeroot: Fakeroot) -> list[SubidRange]:
             for first, last in pinned:
                 if first <= slot + count - 1 and slot <= last:
                     slot, moved = last + 1, True
-        out.append(SubidRange(name, slot, count, path, False))
+        out.append(SubidRange(name, slot, count, path, False, active))
         slot += count
     return out
