@@ -27,10 +27,10 @@ quiet() {
   fi
 }
 
-# Debian packages: real Slurm daemons, munge and hwloc for the acceptance tests; podman and
+# Debian packages: real Slurm daemons, munge, hwloc and slapd (slapadd) for the acceptance tests; podman and
 # friends for the sandbox (aardvark-dns is only a Recommends of podman: name it).
 APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
-              podman runc debootstrap netavark aardvark-dns tar openssh-client rsync)
+              podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd ldap-utils)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -42,7 +42,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 # The Debian packages start daemons with the package's example config; the tests run their
 # own private daemons and need none of these on the host.
-for svc in slurmctld slurmd slurmdbd munge; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
+for svc in slurmctld slurmd slurmdbd munge slapd; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
 
 # Podman on a cgroups-v1 hybrid host without CAP_SYS_RESOURCE: crun fails, runc needs lower
 # default ulimits; netavark gives DNS by container name. A drop-in, so the admin's own

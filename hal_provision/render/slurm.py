@@ -94,6 +94,12 @@ def slurm_conf(cluster: Cluster) -> str:
         f"AccountingStorageHost={_first_host(svc.slurmdbd)}\n"
         f"AccountingStoragePort={s.dbd_port}\n"
         "AccountingStorageTRES=gres/gpu\n"
+        + (
+            "# Only users with an association run jobs, and their QOS limits bite.\n"
+            f"AccountingStorageEnforce={','.join(s.accounting_enforce)}\n"
+            if s.accounting_enforce
+            else ""
+        )
     )
     out.append(
         "\n# Nodes: one line per identical hardware group. RealMemory is installed memory minus\n"

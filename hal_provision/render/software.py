@@ -223,7 +223,7 @@ def subid_file(cluster: Cluster, ct: Containers) -> str:
         lines.append(f"# Fakeroot ranges: {ct.fakeroot.count} IDs per user, clear of real IDs.\n")
     else:
         lines.append("# Fakeroot is off: no user has subordinate IDs.\n")
-    lines.extend(f"{r.user}:{r.first}:{r.count}\n" for r in fakeroot_ranges(ct.fakeroot))
+    lines.extend(f"{r.user}:{r.first}:{r.count}\n" for r in fakeroot_ranges(ct.fakeroot, cluster.accounts) if r.active)
     return "".join(lines)
 
 
@@ -286,7 +286,8 @@ def manifest(cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dic
             "files": [_node_path(p) for p in runtime_files],
             "fakeroot": {
                 "enabled": ct.fakeroot.enabled,
-                "ranges": [{"user": r.user, "first": r.first, "count": r.count} for r in fakeroot_ranges(ct.fakeroot)],
+                "ranges": [{"user": r.user, "first": r.first, "count": r.count}
+                           for r in fakeroot_ranges(ct.fakeroot, cluster.accounts) if r.active],
             },
         }
     body = {

@@ -24,6 +24,11 @@ AT = "      description: IBM Advance Toolchain for Linux on Power\n"
 OMPI = "      compiler: pgi/19.10\n"
 HALTEST = "      - name: haltest                         # the verification user (uid 3001, role common)\n"
 
+FAKEROOT_GROUP = """    groups:
+      - name: hal-containers                  # [assumed] the directory group of fakeroot users: its
+        description: users allowed fakeroot   #   members in accounts.users get ranges, in their order
+"""
+
 ROWS = [
     # --- modules -------------------------------------------------------------------------------
     ("prerequisite-unknown", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda/10.3]")],
@@ -80,7 +85,7 @@ ROWS = [
      E, "containers.fakeroot.users[0].first_subid", "ends beyond what Apptainer maps"),
     ("fakeroot-user-twice", [(HALTEST, HALTEST + "      - name: haltest\n")],
      E, "containers.fakeroot.users[1].name", "fakeroot user 'haltest' is already used by containers.fakeroot.users[0]"),
-    ("fakeroot-without-users", [("    users:\n" + HALTEST, "    users: []\n")],
+    ("fakeroot-without-users", [("    users:\n" + HALTEST, "    users: []\n"), (FAKEROOT_GROUP, "    groups: []\n")],
      W, "containers.fakeroot", "fakeroot is enabled, but no user gets a range"),
     ("real-id-range-reversed", [("{first: 100000, last: 999999,", "{first: 999999, last: 100000,")],
      E, "containers.fakeroot.real_ids[1]", "real ID range 999999-100000 ends before it starts"),
@@ -95,7 +100,8 @@ def test_mistake_is_found(finds, mutation, level, path, message):
 ACCEPTED = [
     ("swap-on-conflict", [("  on_conflict: refuse ", "  on_conflict: swap ")]),
     ("apptainer", [("  runtime: singularity\n", "  runtime: apptainer\n")]),
-    ("group-member-also-a-user", [("        members: []  ", "        members: [haltest, alice]  ")]),
+    ("group-member-also-a-user", [("        description: users allowed fakeroot ",
+                                   "        members: [haltest, alice, jdoe]\n        description: users allowed fakeroot ")]),
     ("pinned-range-among-automatic-ones",
      [(HALTEST, HALTEST + "      - {name: alice, first_subid: 1065536}\n      - {name: bob}\n")]),
     ("fakeroot-off", [("    enabled: true                             # [paper]", "    enabled: false")]),
@@ -244,11 +250,22 @@ def test_apptainer_config_path(edited):
     assert not any("singularity" in p for p in files)
 
 
-def test_subid_files_give_haltest_one_range_above_real_ids(hal_files, plan):
+def test_subid_files_give_each_active_fakeroot_user_one_range_above_real_ids(hal_files, plan):
+    """haltest is listed; jdoe and pformer are the directory group hal-containers' members:
+    pformer is disabled, so the slot after jdoe's stays reserved and unwritten."""
     entries = [ln for ln in hal_files["files/etc/subuid"].splitlines() if not ln.startswith("#")]
-    assert entries == ["haltest:1000000:65536"]
+    assert entries == ["haltest:1000000:65536", "jdoe:1065536:65536"]
     assert hal_files["files/etc/subgid"] == hal_files["files/etc/subuid"]
-    assert plan["containers"]["fakeroot"]["ranges"] == [{"user": "haltest", "first": 1000000, "count": 65536}]
+    assert plan["containers"]["fakeroot"]["ranges"] == [{"user": "haltest", "first": 1000000, "count": 65536},
+                                                       {"user": "jdoe", "first": 1065536, "count": 65536}]
+
+
+def test_a_disabled_directory_user_keeps_a_reserved_slot(edited):
+    """Enabling pformer again gives back the same slot; nobody after moves when they leave."""
+    text = edited(("      state: disabled\n", ""))
+    files = sw.render(load_text(text, "c.yml").model)
+    entries = [ln for ln in files["files/etc/subuid"].splitlines() if not ln.startswith("#")]
+    assert entries == ["haltest:1000000:65536", "jdoe:1065536:65536", "pformer:1131072:65536"]
 
 
 def test_subid_header_lines_are_skipped_by_shadow_and_apptainer(hal_files):
