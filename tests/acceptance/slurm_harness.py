@@ -110,6 +110,7 @@ class Rewrite:
     value: str | None
     reason: str
     add_if_missing: bool = False
+    optional: bool = False  # the model decides whether the rendered file sets the key
 
 
 def slurm_conf_rewrites(scratch: Path, munge_socket: Path) -> list[Rewrite]:
@@ -129,6 +130,12 @@ def slurm_conf_rewrites(scratch: Path, munge_socket: Path) -> list[Rewrite]:
             "AccountingStorageTRES", None,
             "with accounting_storage/none slurmctld stops: 'fatal: slurmdbd is required to "
             "run with TRES gres/gpu'",
+        ),
+        Rewrite(
+            "AccountingStorageEnforce", None,
+            "enforcement needs the slurmdbd that accounting_storage/none replaces: 'error: You can "
+            "not have AccountingStorageEnforce set for AccountingStorageType='accounting_storage/none''",
+            optional=True,
         ),
         Rewrite(
             "AuthInfo", f"socket={munge_socket}", "the private munged's socket",
@@ -172,7 +179,7 @@ def apply_rewrites(text: str, rewrites: list[Rewrite], file: str) -> str:
         seen.add(key)
         out.append(_rewritten(rewrite, line.rstrip("\n")))
     for rewrite in rewrites:
-        if rewrite.key in seen:
+        if rewrite.key in seen or (rewrite.optional and not rewrite.add_if_missing):
             continue
         if not rewrite.add_if_missing:
             raise HarnessError(
