@@ -20,6 +20,7 @@ from .derive import DEFAULT_SUBNET, derive_sandbox
 from .overlay import SshAccess, privileged_hosts, sandbox_files
 
 LABEL = "io.hal-provision.sandbox"
+MODEL = "model.json"  # the derived model, beside the rendered tree
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -88,24 +89,62 @@ def _podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.
     return proc
 
 
-def render(sb: Sandbox) -> None:
+def rendered_files(sb: Sandbox) -> dict[str, str]:
+    """The sandbox's rendered tree: its model, with each directory user's SSH key replaced by
+    the sandbox's own key pair for that user (see make_user_keys)."""
     shared = {m.mount_point: list(m.hosts) for m in sb.shared}
-    write_tree(sandbox_files(sb.cluster, sb.ssh, shared), sb.rendered)
+    return sandbox_files(with_user_keys(sb), sb.ssh, shared)
 
 
-def make_root_key(sb: Sandbox, log=print) -> None:
-    """Root's SSH key pair for the sandbox, made once, private key 0600 (never in git)."""
-    key = sb.ssh.private_key
+def render(sb: Sandbox) -> None:
+    write_tree(rendered_files(sb), sb.rendered)
+    # The derived model itself, so that tests can change it (disable a user, say) and render
+    # the change the way an admin would.
+    (sb.workdir / MODEL).write_text(sb.cluster.model_dump_json(indent=1, exclude_none=True) + "\n")
+
+
+def load(workdir: Path) -> Sandbox:
+    """The sandbox a previous `render` wrote into workdir (its derived model, no shared mounts)."""
+    cluster = Cluster.model_validate_json((workdir / MODEL).read_text())
+    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster)
+
+
+def _keygen(key: Path, comment: str, log=print) -> None:
+    """An ed25519 key pair, made once, private key 0600 in a 0700 directory (never in git)."""
     if key.is_file():
         return
     key.parent.mkdir(parents=True, exist_ok=True)
     key.parent.chmod(0o700)
-    proc = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{sb.name}", "-f", str(key)],
+    proc = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise LifecycleError(f"ssh-keygen failed: {proc.stderr.strip()}")
     key.chmod(0o600)
     log(f"ssh key {key}")
+
+
+def make_root_key(sb: Sandbox, log=print) -> None:
+    """Root's SSH key pair for the sandbox."""
+    _keygen(sb.ssh.private_key, f"root@{sb.name}", log)
+
+
+def make_user_keys(sb: Sandbox, log=print) -> None:
+    """One key pair per directory user: the model's public keys belong to people whose private
+    keys the sandbox cannot have, so the sandbox logs in as them with keys of its own."""
+    for user in sb.cluster.accounts.users if sb.cluster.accounts else []:
+        _keygen(sb.ssh.user_keys / user.name, f"{user.name}@{sb.name}", lambda _m: None)
+
+
+def with_user_keys(sb: Sandbox) -> Cluster:
+    """The sandbox model with each directory user's keys replaced by the sandbox's pair, when made."""
+    accounts = sb.cluster.accounts
+    if accounts is None:
+        return sb.cluster
+    users = []
+    for user in accounts.users:
+        pub = sb.ssh.user_keys / f"{user.name}.pub"
+        users.append(user.model_copy(update={"ssh_keys": [pub.read_text().strip()]}) if pub.is_file() else user)
+    return sb.cluster.model_copy(update={"accounts": accounts.model_copy(update={"users": users})})
 
 
 def create(sb: Sandbox, log=print) -> None:
@@ -114,6 +153,7 @@ def create(sb: Sandbox, log=print) -> None:
         if shutil.which(tool) is None:
             raise LifecycleError(f"{tool} is not installed (./bootstrap.sh demo installs it)")
     make_root_key(sb, log)
+    make_user_keys(sb, log)
     render(sb)
     image_mod.build()
     net = sb.name

@@ -42,6 +42,12 @@ class SshAccess:
     private_key: Path
     known_hosts: Path
 
+    @property
+    def user_keys(self) -> Path:
+        """Directory users' key pairs (NAME, NAME.pub): the sandbox's stand-ins for the keys
+        the model lists, whose private halves only their owners hold."""
+        return self.private_key.parent / "users"
+
 
 def _replace_once(text: str, old: str, new: str, path: str) -> str:
     if text.count(old) != 1:
@@ -89,6 +95,10 @@ def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[s
         '    common_chrony_daemon_options: "-F 1 -x"\n',
         "    # The model's shared file systems, each one host directory bound into its nodes.\n",
         f"    hal_sandbox_shared: {json.dumps(shared, sort_keys=True)}\n",
+        "    # Directory users' private keys (NAME), whose public halves the sandbox's model lists.\n",
+        f"    hal_sandbox_user_keys: {json.dumps(str(ssh.user_keys))}\n",
+        "    # The sandbox's work directory: its derived model (model.json), keys and rendered tree.\n",
+        f"    hal_sandbox_workdir: {json.dumps(str(ssh.private_key.parent.parent))}\n",
         "  hosts:\n",
     ]
     for group in cluster.nodes:

@@ -3,6 +3,7 @@ where the node image and the Apptainer script find their Debian mirror."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
@@ -241,3 +242,28 @@ def test_apptainer_script_names_no_archive_and_parses():
     assert "://" not in text
     assert "python3 -m hal_provision.sandbox.image --print-mirror" in text and "deb $MIRROR sid main" in text
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
+
+
+def test_directory_users_log_in_with_the_sandboxs_own_keys(hal, tmp_path):
+    """The model's public keys belong to people whose private halves the sandbox cannot hold:
+    it makes one pair per directory user and renders the directory with those."""
+    from hal_provision.sandbox import lifecycle
+
+    sb = lifecycle.plan(hal, tmp_path / "sb")
+    lifecycle.make_user_keys(sb)
+    names = [u.name for u in hal.accounts.users]
+    keys = sb.ssh.user_keys
+    assert sorted(p.name for p in keys.iterdir()) == sorted([*names, *(n + ".pub" for n in names)])
+    assert all((keys / n).stat().st_mode & 0o777 == 0o600 for n in names)
+    assert keys.stat().st_mode & 0o777 == 0o700
+    lifecycle.render(sb)
+    directory = json.loads((sb.rendered / "files/etc/hal-provision/ldap-directory.json").read_text())
+    listed = {e["attributes"]["uid"][0]: e["attributes"].get("sshPublicKey") for e in directory["entries"]
+              if "uid" in e["attributes"]}
+    jdoe = (keys / "jdoe.pub").read_text().split()
+    assert listed["jdoe"] == [" ".join(jdoe)]
+    assert listed["pformer"] is None  # disabled: no key in the directory, whoever holds one
+    inventory = (sb.rendered / "inventory/sandbox.yml").read_text()
+    assert f"hal_sandbox_user_keys: \"{keys}\"" in inventory
+    # The derived model is kept beside the tree, so a test can change it and render again.
+    assert lifecycle.load(sb.workdir).cluster == sb.cluster
