@@ -15,7 +15,8 @@ from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
 from .services import Services
-from .services_ext import Monitoring, Portal
+from .portal import Portal, PortalApp
+from .services_ext import Monitoring
 from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
@@ -72,7 +73,7 @@ class Cluster(Strict):
 __all__ = [
     "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
-    "Network", "NodeGroup", "Partition", "Portal", "Qos", "Role", "Services", "Slurm",
+    "Network", "NodeGroup", "Partition", "Portal", "PortalApp", "Qos", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

@@ -12,5 +12,5 @@ class Services(Strict):
     slurmdbd: Hostlist = Field(description="Slurm accounting daemon host.")
     accounting_db: Hostlist = Field(description="MariaDB server holding Slurm accounting.")
     monitoring_db: Hostlist | None = Field(None, description="InfluxDB host for metrics.")
-    portal: Hostlist | None = Field(None, description="Open OnDemand web portal host.")
+    portal: Hostlist | None = Field(None, description="Web portal host (JupyterHub, or Open OnDemand).")
     ldap: Hostlist | None = Field(None, description="LDAP directory server host.")

@@ -1,4 +1,4 @@
-"""Portal and monitoring. Extension points, filled in by later work."""
+"""Monitoring. An extension point, filled in by later work (the portal is in portal.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,6 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Name, Strict
-
-
-class Portal(Strict):
-    kind: Literal["open_ondemand"] = Field("open_ondemand", description="Portal software.")
-    auth: Literal["ldap", "pam"] = Field("ldap", description="How users log in.")
-    apps: list[Name] = Field(default_factory=list, description="Interactive apps offered.")
 
 
 class Monitoring(Strict):

@@ -156,7 +156,8 @@ def tree_modules(files: dict[str, str], role: str, level: str = "Core") -> list[
 
 
 def test_hal_trees_hold_the_published_stack_for_each_role(hal_files, plan):
-    core = ["at/12.0", "cuda/10.2", "pgi/19.10", "wmlce/1.7.0-py2.7", "wmlce/1.7.0-py3.6", "wmlce/1.7.0-py3.7"]
+    core = ["at/12.0", "cuda/10.2", "jupyter/2026.11", "pgi/19.10", "wmlce/1.7.0-py2.7", "wmlce/1.7.0-py3.6",
+            "wmlce/1.7.0-py3.7"]  # jupyter: the portal's session environment
     assert sorted(plan["lmod"]["roles"]) == ["compute", "development", "login"]
     for role, entry in plan["lmod"]["roles"].items():
         assert tree_modules(hal_files, role) == sorted(entry["core"]) == core
