@@ -27,10 +27,11 @@ quiet() {
   fi
 }
 
-# Debian packages: real Slurm daemons, munge, hwloc and slapd (slapadd) for the acceptance tests; podman and
+# Debian packages: real Slurm daemons, munge, hwloc and slapd (slapadd) for the acceptance tests, ruby
+# (erb) for the rendered Open OnDemand templates; podman and
 # friends for the sandbox (aardvark-dns is only a Recommends of podman: name it).
 APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
-              podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd ldap-utils)
+              podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd ldap-utils ruby)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, hosts, inventory, portal, slurm, software, storage, swsuite
+from . import accounting, accounts, hosts, inventory, ood, portal, slurm, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -15,6 +15,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(accounting.render(cluster))
     files.update(accounts.render(cluster))
     files.update(portal.render(cluster))
+    files.update(ood.render(cluster))
     files.update(swsuite.render(cluster))
     files.update(storage.render(cluster))
     files.update(software.render(cluster))

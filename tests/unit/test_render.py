@@ -96,6 +96,9 @@ def test_every_file_starts_with_the_generated_by_header(file):
             assert all(line.removeprefix("# ") in comment for line in expected.splitlines()), rel
         elif rel.endswith(".lua"):  # Lua comments start with "--"; a "#" line is a syntax error
             assert text.startswith(header(model, "--")), f"{rel} lacks the generated-by header"
+        elif rel.endswith(".html.erb"):  # an ERB comment, so that the page does not show it
+            assert text.startswith("<%#\n" + "".join(f"  {line.removeprefix('# ')}\n"
+                                                    for line in expected.splitlines())), rel
         else:  # after the interpreter line of a script
             body = text.split("\n", 1)[1] if text.startswith("#!") else text
             assert body.startswith(expected), f"{rel} lacks the generated-by header"
