@@ -1,7 +1,7 @@
 """Derive the sandbox cluster from a full description: same hardware, fewer nodes.
 
-The sandbox keeps the primary slurmctld host (which also runs slurmdbd and MariaDB), one
-login node and the first compute nodes, on one private podman network. Everything else in
+The sandbox keeps the primary slurmctld host (which also runs slurmdbd and MariaDB, and the
+web portal when its own host is not kept), one login node and the first compute nodes, on one private podman network. Everything else in
 the description is narrowed to those hosts, so the sandbox model passes the same checks as
 the original and renders with the same renderers.
 """
@@ -59,6 +59,8 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     for key in list(svc):
         if key in ("slurmctld", "slurmdbd", "accounting_db"):
             svc[key] = mgmt_host
+        elif key == "portal" and not set(nodeset(svc[key])) & set(keep):
+            svc[key] = mgmt_host  # the portal is what users see first: keep it, on the management host
         elif not set(nodeset(svc[key])) & set(keep):
             del svc[key]
         else:

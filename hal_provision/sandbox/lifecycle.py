@@ -17,7 +17,7 @@ from ..render.writer import write_tree
 from ..storage.sandbox import shared_mounts
 from . import image as image_mod
 from .derive import DEFAULT_SUBNET, derive_sandbox
-from .overlay import SshAccess, privileged_hosts, sandbox_files
+from .overlay import NODE_PIP_CERT, SshAccess, privileged_hosts, sandbox_files
 
 LABEL = "io.hal-provision.sandbox"
 MODEL = "model.json"  # the derived model, beside the rendered tree
@@ -82,6 +82,30 @@ def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_
     return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster, shared=shared)
 
 
+def host_pip_cert(environ: dict[str, str] | None = None, files: tuple[Path, ...] | None = None) -> Path | None:
+    """The CA bundle the host's pip is told to trust (PIP_CERT, or `cert` in a pip
+    configuration file), when there is one; None: pip's own (certifi), as on the nodes."""
+    import configparser
+
+    environ = os.environ if environ is None else environ
+    if files is None:
+        home = Path.home()
+        files = (Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"), home / ".pip/pip.conf",
+                 home / ".config/pip/pip.conf")
+    value = environ.get("PIP_CERT")
+    for path in files:
+        if value is None and path.is_file():
+            parser = configparser.ConfigParser()
+            try:
+                parser.read(path)
+            except configparser.Error:
+                continue
+            value = parser.get("global", "cert", fallback=None) or value
+    if value and Path(value).is_file():
+        return Path(value).resolve()
+    return None
+
+
 def _podman(*args: str, check: bool = True, capture: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(["podman", *args], text=True, capture_output=capture, check=False)
     if check and proc.returncode != 0:
@@ -93,7 +117,7 @@ def rendered_files(sb: Sandbox) -> dict[str, str]:
     """The sandbox's rendered tree: its model, with each directory user's SSH key replaced by
     the sandbox's own key pair for that user (see make_user_keys)."""
     shared = {m.mount_point: list(m.hosts) for m in sb.shared}
-    return sandbox_files(with_user_keys(sb), sb.ssh, shared)
+    return sandbox_files(with_user_keys(sb), sb.ssh, shared, pip_cert=host_pip_cert() is not None)
 
 
 def render(sb: Sandbox) -> None:
@@ -183,6 +207,9 @@ def create(sb: Sandbox, log=print) -> None:
         for mount in sb.shared:
             if host in mount.hosts:
                 args += ["--mount", f"type=bind,src={sb.backing(mount)},dst={mount.mount_point}"]
+        cert = host_pip_cert()
+        if cert is not None:  # the nodes' pip reaches the index the way the host's does
+            args += ["--mount", f"type=bind,src={cert},dst={NODE_PIP_CERT},ro=true"]
         _podman(*args, image_mod.IMAGE, "/sbin/init")
         log(f"container {host} {ip}{' (privileged)' if host in privileged else ''}")
     for host in sb.hosts:

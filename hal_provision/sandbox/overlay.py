@@ -55,10 +55,16 @@ def _replace_once(text: str, old: str, new: str, path: str) -> str:
     return text.replace(old, new)
 
 
-def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]] | None = None) -> dict[str, str]:
+# Where the sandbox binds the host's CA bundle for pip (host_pip_cert) in every container.
+NODE_PIP_CERT = "/etc/ssl/hal-sandbox/host-ca.crt"
+
+
+def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]] | None = None,
+                  pip_cert: bool = False) -> dict[str, str]:
     """The production render of the sandbox's model plus the test-harness changes above.
     `shared`: mount point -> nodes, the shared file systems the sandbox backs with host
-    directories (listed in the inventory for the tests)."""
+    directories (listed in the inventory for the tests). `pip_cert`: the host's pip trusts a
+    CA bundle of its own, bound into the nodes at NODE_PIP_CERT; the nodes' pip gets it too."""
     files = render_all(cluster)
     slurm = _replace_once(files[SLURM_CONF], "TaskPlugin=task/cgroup,task/affinity\n",
                           "TaskPlugin=task/cgroup\n", SLURM_CONF)
@@ -70,11 +76,11 @@ def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]]
     files[CGROUP_CONF] = _replace_once(files[CGROUP_CONF], "ConstrainCores=yes\n", "ConstrainCores=no\n", CGROUP_CONF) + (
         MARK + "# ConstrainCores=no: the declared CPUs do not exist in a container.\n"
     )
-    files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {})
+    files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {}, pip_cert)
     return dict(sorted(files.items()))
 
 
-def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]]) -> str:
+def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]], pip_cert: bool = False) -> str:
     from ..hostlist import nodeset
 
     known_hosts = f"-o UserKnownHostsFile={ssh.known_hosts} -o StrictHostKeyChecking=yes"
@@ -99,6 +105,13 @@ def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[s
         f"    hal_sandbox_user_keys: {json.dumps(str(ssh.user_keys))}\n",
         "    # The sandbox's work directory: its derived model (model.json), keys and rendered tree.\n",
         f"    hal_sandbox_workdir: {json.dumps(str(ssh.private_key.parent.parent))}\n",
+    ]
+    if pip_cert:
+        lines += [
+            "    # pip on the nodes trusts what the host's pip trusts (its CA bundle, bound in).\n",
+            f"    portal_pip_environment: {json.dumps({'PIP_CERT': NODE_PIP_CERT})}\n",
+        ]
+    lines += [
         "  hosts:\n",
     ]
     for group in cluster.nodes:

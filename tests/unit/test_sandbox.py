@@ -62,7 +62,7 @@ def test_hal_sandbox_keeps_controller_login_and_first_computes(hal, computes, ex
 def test_services_move_to_the_controller_or_are_dropped(hal):
     svc = derive_sandbox(hal).services.model_dump(exclude_none=True)
     assert svc["slurmctld"] == svc["slurmdbd"] == svc["accounting_db"] == "hal-mgmt1"
-    assert "portal" not in svc  # on hal-mgmt2, which the sandbox does not keep
+    assert svc["portal"] == "hal-mgmt1"  # hal-mgmt2 is not kept: the portal moves to the management host
     assert all(set(nodeset(v)) <= set(_hosts(derive_sandbox(hal))) for v in svc.values() if v)
 
 
@@ -198,6 +198,24 @@ def test_overlay_output_is_deterministic(sandbox_cluster, files):
 def test_sandbox_inventory_lists_the_shared_file_systems_for_the_tests(sandbox_cluster):
     inv = sandbox_files(sandbox_cluster, SSH, {"/home": ["hal01", "hal-login"]})[SANDBOX_INVENTORY]
     assert yaml.safe_load(inv)["all"]["vars"]["hal_sandbox_shared"] == {"/home": ["hal01", "hal-login"]}
+
+
+def test_nodes_pip_trusts_the_host_s_ca_bundle_only_when_the_host_s_pip_has_one(sandbox_cluster, tmp_path):
+    from hal_provision.sandbox.lifecycle import host_pip_cert
+    from hal_provision.sandbox.overlay import NODE_PIP_CERT
+
+    bundle = tmp_path / "bundle.crt"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\ncert = {bundle}\nfind-links = /opt/wheels\n")
+    assert host_pip_cert({}, (tmp_path / "absent.conf", conf)) == bundle
+    assert host_pip_cert({"PIP_CERT": str(bundle)}, ()) == bundle
+    assert host_pip_cert({"PIP_CERT": str(tmp_path / "gone.crt")}, ()) is None
+    assert host_pip_cert({}, (tmp_path / "absent.conf",)) is None
+    with_cert = yaml.safe_load(sandbox_files(sandbox_cluster, SSH, pip_cert=True)[SANDBOX_INVENTORY])["all"]["vars"]
+    assert with_cert["portal_pip_environment"] == {"PIP_CERT": NODE_PIP_CERT}
+    without = yaml.safe_load(sandbox_files(sandbox_cluster, SSH)[SANDBOX_INVENTORY])["all"]["vars"]
+    assert "portal_pip_environment" not in without
 
 
 # ---- the Debian mirror, from the host's apt sources (node image, Apptainer script) ----------
