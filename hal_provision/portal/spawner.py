@@ -37,7 +37,7 @@ class CatalogueSpawner(SlurmSpawner):
         for name, app in self.apps.items():
             opts = []
             for vp, spec in app["virtual_partitions"].items():
-                label = f"{vp}: {spec['description']} (up to {spec['max_hours']} h)"
+                label = f"{app['title']} on {vp}: {spec['description']} (up to {spec['max_hours']} h)"
                 selected = " selected" if first else ""
                 first = False
                 opts.append(f'<option value="{html.escape(name)}:{html.escape(vp)}"{selected}>'

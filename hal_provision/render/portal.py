@@ -100,6 +100,7 @@ def catalogue(cluster: Cluster) -> dict:
             "default_hours": app.default_hours,
             "virtual_partitions": offered,
         })
+    env_prefix = _module_prefix(cluster, p.user_environment.module)
     return {
         "front_end": p.front_end,
         "server_name": server_name(cluster),
@@ -107,9 +108,12 @@ def catalogue(cluster: Cluster) -> dict:
         "start_timeout_seconds": p.start_timeout_seconds,
         "idle_cull_minutes": p.idle_cull_minutes,
         "sessions_per_user": p.sessions_per_user,
+        "prefix": p.prefix,
+        "tls": {"site": p.tls.certificate is not None,
+                "certificate": p.tls.certificate or CA_SIGNED_CERT, "key": p.tls.key or CA_SIGNED_KEY},
         "user_environment": {
             "module": p.user_environment.module,
-            "prefix": _module_prefix(cluster, p.user_environment.module),
+            "prefix": env_prefix,
             "python": p.user_environment.python,
             "packages": [f"jupyterhub=={p.jupyterhub_version}", f"batchspawner=={p.batchspawner_version}",
                          *p.user_environment.packages],
