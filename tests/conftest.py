@@ -77,3 +77,25 @@ def finds(check_file, edited) -> Callable[..., None]:
         assert all(f.file == str(file) and f.line for f in matching)
 
     return run
+
+
+@pytest.fixture
+def render_rejects(tmp_path: Path) -> Callable[[str, str], None]:
+    """render_rejects(text, dotted): `hal-provision render` of the description `text` exits
+    non-zero naming the file (with its line) and the field `dotted`, prints no traceback and
+    writes nothing."""
+    from typer.testing import CliRunner
+
+    from hal_provision.cli import app
+
+    def run(text: str, dotted: str) -> None:
+        bad = tmp_path / "cluster.yml"
+        bad.write_text(text)
+        out = tmp_path / "out"
+        result = CliRunner().invoke(app, ["render", str(bad), "-o", str(out)])
+        assert result.exit_code != 0
+        assert f"{bad}:" in result.output and dotted in result.output, result.output
+        assert "Traceback" not in result.output
+        assert not out.exists()
+
+    return run

@@ -227,16 +227,6 @@ def test_slurm_conf_enforces_associations_limits_and_qos(files, edited):
     assert "AccountingStorageEnforce" not in render_all(load_text(text, "c.yml").model)["files/etc/slurm/slurm.conf"]
 
 
-def test_broken_accounts_section_is_rejected_with_its_line_and_writes_nothing(tmp_path, edited):
-    from typer.testing import CliRunner
-
-    from hal_provision.cli import app
-
-    bad = tmp_path / "cluster.yml"
-    bad.write_text(edited(("      full_name: Jane Doe\n", "      full_name: Jane Doe\n      shel: /bin/zsh\n")))
-    out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["render", str(bad), "-o", str(out)])
-    assert result.exit_code != 0
-    assert f"{bad}:" in result.output and "accounts.users[0].shel" in result.output
-    assert "Traceback" not in result.output
-    assert not out.exists()
+def test_broken_accounts_section_is_rejected_with_its_line_and_writes_nothing(render_rejects, edited):
+    text = edited(("      full_name: Jane Doe\n", "      full_name: Jane Doe\n      shel: /bin/zsh\n"))
+    render_rejects(text, "accounts.users[0].shel")
