@@ -73,7 +73,8 @@ def down(
     file: Optional[Path] = typer.Argument(None, help="cluster.yml the sandbox was made from.", show_default=False),
     workdir: Path = WORKDIR,
 ) -> None:
-    """Remove every container, network and volume the sandbox made, and its rendered tree."""
+    """Remove every container, network and volume the sandbox made, and its rendered tree (the
+    tests' screenshots stay in WORKDIR/screenshots)."""
     sb = _plan(file, workdir, 2, DEFAULT_SUBNET)
     try:
         lifecycle.destroy(sb.name, workdir, log=lambda m: out.print(m, markup=False))

@@ -266,6 +266,11 @@ def containers(name: str) -> list[dict]:
     return json.loads(p.stdout or "[]") if p.returncode == 0 else []
 
 
+# What the tests leave in the work directory for people to look at (the portal's browser
+# screenshots): `sandbox down` keeps it, and removes everything else the sandbox made.
+KEPT = ("screenshots",)
+
+
 def destroy(name: str, workdir: Path | None, log=print) -> None:
     for c in containers(name):
         cname = c["Names"][0]
@@ -282,5 +287,12 @@ def destroy(name: str, workdir: Path | None, log=print) -> None:
         _podman("volume", "rm", "-f", v)
         log(f"volume {v} removed")
     if workdir is not None and workdir.exists():
-        shutil.rmtree(workdir)
-        log(f"{workdir} removed")
+        kept = [workdir / name for name in KEPT if (workdir / name).exists()]
+        for entry in workdir.iterdir():
+            if entry not in kept:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if kept:
+            log(f"{workdir} removed but for the tests' artifacts: {', '.join(str(k) for k in kept)}")
+        else:
+            workdir.rmdir()
+            log(f"{workdir} removed")

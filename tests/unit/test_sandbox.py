@@ -4,6 +4,7 @@ where the node image and the Apptainer script find their Debian mirror."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
@@ -285,3 +286,22 @@ def test_directory_users_log_in_with_the_sandboxs_own_keys(hal, tmp_path):
     assert f"hal_sandbox_user_keys: \"{keys}\"" in inventory
     # The derived model is kept beside the tree, so a test can change it and render again.
     assert lifecycle.load(sb.workdir).cluster == sb.cluster
+
+
+@pytest.mark.skipif(shutil.which("podman") is None, reason="destroy asks podman what the sandbox left")
+def test_sandbox_down_removes_the_work_directory_but_the_tests_screenshots(tmp_path):
+    from hal_provision.sandbox.lifecycle import destroy
+
+    work = tmp_path / ".hal-sandbox"
+    (work / "rendered" / "files").mkdir(parents=True)
+    (work / "model.json").write_text("{}")
+    (work / "screenshots").mkdir()
+    (work / "screenshots" / "02-spawn-form.png").write_bytes(b"\x89PNG")
+    destroy("hal-unit-no-such-sandbox", work, log=lambda m: None)
+    assert sorted(p.name for p in work.iterdir()) == ["screenshots"]
+    assert (work / "screenshots" / "02-spawn-form.png").exists()
+    (work / "screenshots" / "02-spawn-form.png").unlink()
+    (work / "screenshots").rmdir()
+    (work / "model.json").write_text("{}")
+    destroy("hal-unit-no-such-sandbox", work, log=lambda m: None)
+    assert not work.exists()
