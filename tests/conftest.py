@@ -99,3 +99,19 @@ def render_rejects(tmp_path: Path) -> Callable[[str, str], None]:
         assert not out.exists()
 
     return run
+
+
+@pytest.fixture(scope="session")
+def hal():
+    """The embedded HAL description as a model (test modules may define their own `hal`)."""
+    from hal_provision.loader import load_text
+
+    return load_text(HAL_TEXT, "hal.yml").model
+
+
+@pytest.fixture(scope="session")
+def files(hal) -> dict[str, str]:
+    """HAL's rendered tree: relative path -> text."""
+    from hal_provision.render import render_all
+
+    return render_all(hal)

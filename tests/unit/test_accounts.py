@@ -112,18 +112,6 @@ def test_embedded_hal_accounts_are_clean(hal):
 
 
 @pytest.fixture(scope="module")
-def hal():
-    from hal_provision.loader import default_path
-
-    return load_text(default_path().read_text(), "hal.yml").model
-
-
-@pytest.fixture(scope="module")
-def files(hal):
-    return render_all(hal)
-
-
-@pytest.fixture(scope="module")
 def directory(files):
     return json.loads(files[acc.DIRECTORY])
 

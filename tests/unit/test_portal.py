@@ -104,18 +104,6 @@ def test_broken_portal_section_is_rejected_with_its_line_and_writes_nothing(rend
 
 
 @pytest.fixture(scope="module")
-def hal():
-    from hal_provision.loader import default_path
-
-    return load_text(default_path().read_text(), "hal.yml").model
-
-
-@pytest.fixture(scope="module")
-def files(hal):
-    return render_all(hal)
-
-
-@pytest.fixture(scope="module")
 def catalogue(files):
     return json.loads(files[portal.CATALOGUE])
 
