@@ -16,13 +16,11 @@ APPS = ("portal", "apps")
 
 
 def _known_module_refs(c: Cluster) -> list[str]:
-    return list(dict.fromkeys(r for m in c.software.modules for r in (m.name, m.full_name))) if c.software else []
+    return c.software.known_refs() if c.software else []
 
 
 def _modules_for(c: Cluster, ref: str):
-    name, _, version = ref.partition("/")
-    return [m for m in (c.software.modules if c.software else [])
-            if m.name == name and (not version or m.version == version)]
+    return c.software.resolve(ref) if c.software else []
 
 
 def _visible_on_compute(c: Cluster, ref: str) -> bool:

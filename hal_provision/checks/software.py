@@ -4,7 +4,7 @@ container runtime (bind filesystems, fakeroot subordinate ID ranges)."""
 from __future__ import annotations
 
 from ..findings import error, warning
-from ..model import Cluster, Module, Role
+from ..model import Cluster, Role
 from ..model.software import FAKEROOT_MAX_START, FAKEROOT_MIN_COUNT, MAX_ID, fakeroot_ranges
 from . import check
 from .common import did_you_mean, duplicates, overlapping_intervals, unique
@@ -16,16 +16,6 @@ FAKEROOT = ("containers", "fakeroot")
 def _modules(c: Cluster):
     for i, m in enumerate(c.software.modules):
         yield i, m, (*MODULES, i)
-
-
-def _resolve(c: Cluster, ref: str) -> list[Module]:
-    """The modules a NAME or NAME/VERSION reference can load."""
-    name, _, version = ref.partition("/")
-    return [m for m in c.software.modules if m.name == name and (not version or m.version == version)]
-
-
-def _known_refs(c: Cluster) -> list[str]:
-    return list(dict.fromkeys(r for m in c.software.modules for r in (m.name, m.full_name)))
 
 
 def _role_names(roles) -> str:
@@ -60,7 +50,7 @@ def module_compilers_exist(c: Cluster):
     for _i, m, path in _modules(c):
         if not m.compiler:
             continue
-        found = _resolve(c, m.compiler) if "/" in m.compiler else []
+        found = c.software.resolve(m.compiler) if "/" in m.compiler else []
         compilers = [x for x in found if x.kind.value == "compiler" and not x.compiler]
         if not compilers:
             known = [x.full_name for x in sw.modules if x.kind.value == "compiler" and not x.compiler]
@@ -79,10 +69,10 @@ def module_prerequisites_exist(c: Cluster):
     for _i, m, path in _modules(c):
         for k, ref in enumerate(m.requires):
             where = (*path, "requires", k)
-            found = _resolve(c, ref)
+            found = c.software.resolve(ref)
             if not found:
                 yield error(where, f"prerequisite {ref!r} of {m.full_name!r} is not a module of the model"
-                                   + did_you_mean(ref, _known_refs(c)))
+                                   + did_you_mean(ref, c.software.known_refs()))
                 continue
             reachable = [x for x in found if x.compiler is None or x.compiler == m.compiler]
             if not reachable:
@@ -102,9 +92,9 @@ def module_prerequisites_exist(c: Cluster):
 def module_conflicts_exist(c: Cluster):
     for _i, m, path in _modules(c):
         for k, ref in enumerate(m.conflicts):
-            if not _resolve(c, ref):
+            if not c.software.resolve(ref):
                 yield warning((*path, "conflicts", k), f"{m.full_name!r} conflicts with {ref!r}, which is not a "
-                                                       "module of the model" + did_you_mean(ref, _known_refs(c)))
+                                                       "module of the model" + did_you_mean(ref, c.software.known_refs()))
 
 
 @check

@@ -123,6 +123,15 @@ class Software(Strict):
     )
     modules: list[Module] = Field(default_factory=list, description="Environment modules.")
 
+    def resolve(self, ref: str) -> list[Module]:
+        """The modules a NAME or NAME/VERSION reference can load."""
+        name, _, version = ref.partition("/")
+        return [m for m in self.modules if m.name == name and (not version or m.version == version)]
+
+    def known_refs(self) -> list[str]:
+        """Every NAME and NAME/VERSION the modules answer to, for 'did you mean'."""
+        return list(dict.fromkeys(r for m in self.modules for r in (m.name, m.full_name)))
+
     def roles_of(self, module: Module) -> list[Role]:
         return list(module.roles if module.roles is not None else self.default_roles)
 

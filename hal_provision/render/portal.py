@@ -30,12 +30,12 @@ from ..model.accounts import base_dn
 from ..model.portal import Portal, PortalApp
 from ..swsuite.translate import Request, SwError, resolve
 from . import swsuite
+from .accounts import CA_CERT
 from .common import header, json_comment
 
 CATALOGUE = "files/etc/hal-provision/portal.json"
 SERVER_PROXY = "files/etc/hal-provision/portal/jupyter_server_config.py"
 HUB_CONFIG = "files/etc/jupyterhub/jupyterhub_config.py"
-CA_CERT = "/etc/ssl/hal-provision/cluster-ca.crt"
 # The certificate the portal role has the cluster CA sign when the site brings none.
 CA_SIGNED_CERT = "/etc/jupyterhub/tls/portal.crt"
 CA_SIGNED_KEY = "/etc/jupyterhub/tls/portal.key"
@@ -129,11 +129,8 @@ def _describe(vp) -> str:
 
 
 def _module_prefix(cluster: Cluster, ref: str) -> str | None:
-    name, _, version = ref.partition("/")
-    for m in cluster.software.modules if cluster.software else []:
-        if m.name == name and m.version == version:
-            return cluster.software.prefix_of(m)
-    return None
+    found = cluster.software.resolve(ref) if cluster.software and "/" in ref else []
+    return cluster.software.prefix_of(found[0]) if found else None
 
 
 def render(cluster: Cluster) -> dict[str, str]:
