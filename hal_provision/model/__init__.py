@@ -16,7 +16,7 @@ from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
 from .services import Services
 from .portal import Portal, PortalApp
-from .services_ext import Monitoring
+from .monitoring import Grafana, InfluxDb, Monitoring
 from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,

@@ -1,0 +1,140 @@
+"""Monitoring: Telegraf on every node feeding one InfluxDB, Grafana dashboards over it.
+
+Which inputs run on which node role, how often, where the database and Grafana live, and
+which dashboards are wanted. INPUTS is the catalogue every part agrees on: for each input,
+the measurements and fields it writes. Telegraf's own inputs are listed with the fields of
+their documented schema that the dashboards use; the custom collectors (hal_provision.monitoring,
+run by Telegraf's exec input) with what they print. The checks compare dashboard panels with
+this catalogue; the collectors' tests compare their output with it.
+
+No secret lives here: the InfluxDB passwords are generated on the database node (or come from
+Ansible Vault).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from .base import Hostlist, Name, Strict
+from .nodes import Role
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One Telegraf input: built into Telegraf, or one of our collectors run by inputs.exec."""
+
+    kind: Literal["builtin", "exec"]
+    measurements: dict[str, tuple[str, ...]]  # measurement -> fields the dashboards may use
+    tags: dict[str, tuple[str, ...]]  # measurement -> tags it carries (besides host)
+    min_interval_seconds: int  # one run takes up to this long on a busy node
+    needs: Literal["", "gpus", "fabric", "slurm_controller"] = ""
+    description: str = ""
+
+
+INPUTS: dict[str, InputSpec] = {
+    # ---- Telegraf's own inputs (documented schemas; the fields the dashboards use) ----
+    "cpu": InputSpec("builtin", {"cpu": ("usage_user", "usage_system", "usage_idle", "usage_iowait")},
+                     {"cpu": ("cpu",)}, 1, description="CPU time shares, per CPU and cpu-total"),
+    "mem": InputSpec("builtin", {"mem": ("total", "used", "available", "used_percent")}, {"mem": ()}, 1,
+                     description="memory"),
+    "system": InputSpec("builtin", {"system": ("load1", "load5", "load15", "n_cpus", "uptime")}, {"system": ()}, 1,
+                        description="load and uptime; its points are each node's heartbeat"),
+    "disk": InputSpec("builtin", {"disk": ("total", "used", "free", "used_percent")}, {"disk": ("path", "fstype")}, 1,
+                      description="file system usage"),
+    "net": InputSpec("builtin", {"net": ("bytes_recv", "bytes_sent")}, {"net": ("interface",)}, 1,
+                     description="network interface counters"),
+    "processes": InputSpec("builtin", {"processes": ("total", "running", "sleeping", "zombies")}, {"processes": ()}, 1,
+                           description="process counts"),
+    "nvidia_smi": InputSpec("builtin", {"nvidia_smi": ("utilization_gpu", "utilization_memory", "memory_used",
+                                                       "memory_total", "temperature_gpu", "power_draw")},
+                            {"nvidia_smi": ("index", "name", "uuid", "pstate")}, 5, needs="gpus",
+                            description="per-GPU utilization, memory, temperature and power (nvidia-smi -q -x)"),
+    "infiniband": InputSpec("builtin", {"infiniband": ("port_rcv_data", "port_xmit_data")},
+                            {"infiniband": ("device", "port")}, 1, needs="fabric",
+                            description="InfiniBand port counters (/sys/class/infiniband)"),
+    # ---- HAL's collectors (hal_provision.monitoring), run by inputs.exec ----
+    "slurm": InputSpec("exec", {
+        "slurm_jobs": ("jobs", "gpus", "cpus", "nodes"),
+        "slurm_job": ("gpus", "cpus", "nodes", "run_seconds"),
+        "slurm_node": ("up", "down", "drained", "gpus_total", "gpus_alloc", "cpus_total", "cpus_alloc"),
+    }, {
+        "slurm_jobs": ("partition", "user", "account", "state"),
+        "slurm_job": ("job_id", "partition", "user", "account"),
+        "slurm_node": ("node", "state"),
+    }, 10, needs="slurm_controller",
+        description="jobs per partition/user/account, running jobs, node states (squeue, sacct, sinfo -p/-P output)"),
+    "bmc": InputSpec("exec", {"bmc": ("value", "ok")}, {"bmc": ("sensor", "kind", "unit")}, 30,
+                     description="BMC temperatures, fans and power (ipmitool sdr; crassd on HAL's AC922s)"),
+    "gpu": InputSpec("exec", {"gpu_info": ("memory_total_mib", "ecc_enabled")},
+                     {"gpu_info": ("index", "name", "uuid", "pci_bus_id", "driver_version")}, 5, needs="gpus",
+                     description="GPU inventory facts nvidia_smi lacks (nvidia-smi --query-gpu CSV)"),
+    "storage_responsiveness": InputSpec("exec", {"storage_responsiveness": ("list_home_ms", "stat_ms", "entries")},
+                                        {"storage_responsiveness": ("path",)}, 5,
+                                        description="time to list the home directories and stat a file"),
+}
+
+DASHBOARDS = ("status", "nodes", "admin")
+DURATION = re.compile(r"^(INF|\d+[hdw])$")
+
+
+def producers(measurement: str) -> list[str]:
+    """The inputs that write a measurement."""
+    return [name for name, spec in INPUTS.items() if measurement in spec.measurements]
+
+
+class InfluxDb(Strict):
+    database: Name = Field("telegraf", description="Database Telegraf writes into.")
+    retention: str = Field(
+        "90d", description="Retention policy duration (InfluxDB syntax: 12h, 90d, 52w, INF); the database's default "
+        "policy, named after it.")
+    port: int = Field(8086, ge=1, le=65535, description="InfluxDB HTTP API port on services.monitoring_db.")
+
+    @field_validator("retention")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not DURATION.match(value):
+            raise ValueError(f"{value!r} is not an InfluxDB duration such as 12h, 90d, 52w or INF")
+        return value
+
+
+class Grafana(Strict):
+    host: Hostlist = Field(description="The one node Grafana runs on (management role).")
+    port: int = Field(3000, ge=1, le=65535, description="Grafana's HTTP port.")
+    datasource: str = Field("HAL InfluxDB", min_length=1, description="Name of the provisioned InfluxDB datasource.")
+    dashboards: list[Literal["status", "nodes", "admin"]] = Field(
+        default_factory=lambda: list(DASHBOARDS),
+        description="Dashboards provisioned: status (nodes up/down/drained, GPUs in use, jobs, top users, storage "
+        "responsiveness), nodes (per-node CPU, memory, GPU, network), admin (thermal load and power).")
+
+
+class Monitoring(Strict):
+    stack: Literal["telegraf-influxdb-grafana"] = Field(
+        "telegraf-influxdb-grafana", description="Metrics pipeline.")
+    interval_seconds: int = Field(60, gt=0, description="Collection interval of every input (Telegraf's agent interval).")
+    influxdb: InfluxDb = Field(default_factory=InfluxDb, description="The database on services.monitoring_db.")
+    inputs: dict[Role, list[Name]] = Field(
+        default_factory=dict,
+        description="Telegraf inputs per node role: Telegraf's own (cpu, mem, system, disk, net, processes, "
+        "nvidia_smi, infiniband) and HAL's collectors (slurm, bmc, gpu, storage_responsiveness).")
+    storage_probe_path: str = Field(
+        "/home", pattern=r"^/", description="Directory the storage_responsiveness collector lists (the users' homes).")
+    grafana: Grafana | None = Field(None, description="Grafana and its dashboards; None: no Grafana.")
+
+    def inputs_for(self, role: Role) -> list[str]:
+        return list(self.inputs.get(role, []))
+
+    def all_inputs(self) -> set[str]:
+        return {name for names in self.inputs.values() for name in names}
+
+    def measurements(self) -> dict[str, set[str]]:
+        """measurement -> fields, over every configured input."""
+        out: dict[str, set[str]] = {}
+        for name in self.all_inputs():
+            spec = INPUTS.get(name)
+            for meas, fields in (spec.measurements.items() if spec else ()):
+                out.setdefault(meas, set()).update(fields)
+        return out
