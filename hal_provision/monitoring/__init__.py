@@ -1,0 +1,23 @@
+"""HAL's monitoring collectors, and a stand-in for Telegraf where Telegraf cannot be installed.
+
+Standard library only (Python 3.11), relative imports only: the telegraf role copies this
+directory's *.py files onto every node as the package `hal_monitoring` (below
+/usr/local/lib/hal-monitoring), where neither hal-provision nor pydantic is installed, and
+Telegraf's `[[inputs.exec]]` runs them through `/usr/local/bin/hal-collect <collector>`:
+
+    PYTHONPATH=/usr/local/lib/hal-monitoring python3 -m hal_monitoring <collector> [options]
+
+In this repository the same package runs as `python -m hal_provision.monitoring <collector>`.
+
+Collectors (each prints InfluxDB line protocol on stdout and exits 0, or prints one line on
+stderr and exits 1; the names they write are INPUTS in hal_provision/model/monitoring.py):
+
+- slurm: slurm_jobs, slurm_job, slurm_node from squeue and scontrol (slurmctld host only)
+- bmc: bmc from `ipmitool sdr elist full`
+- gpu: gpu_info from `nvidia-smi --query-gpu=... --format=csv`
+- storage_responsiveness: how long listing the home directories and a stat take (probe.py)
+
+and `standin`, which reads the rendered telegraf.conf and does Telegraf's job: runs the exec
+inputs, emulates the built-in inputs cpu, mem, system, disk, net, processes (host.py) and
+nvidia_smi (gpu.py), and writes to InfluxDB (standin.py).
+"""
