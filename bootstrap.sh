@@ -30,10 +30,10 @@ quiet() {
 # Debian packages: real Slurm daemons, munge, hwloc and slapd (slapadd) for the acceptance
 # tests, ruby (erb) for the rendered Open OnDemand templates; podman and friends for the
 # sandbox (aardvark-dns is only a Recommends of podman: name it); headless Chromium and its
-# driver for the portal's browser tests.
+# driver for the portal's browser tests; InfluxDB 1.6 (influxd) for the dashboards' queries.
 APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
               podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd ldap-utils ruby
-              chromium chromium-driver)
+              chromium chromium-driver influxdb)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -45,7 +45,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 # The Debian packages start daemons with the package's example config; the tests run their
 # own private daemons and need none of these on the host.
-for svc in slurmctld slurmd slurmdbd munge slapd; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
+for svc in slurmctld slurmd slurmdbd munge slapd influxdb; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
 
 # Podman on a cgroups-v1 hybrid host without CAP_SYS_RESOURCE: crun fails, runc needs lower
 # default ulimits; netavark gives DNS by container name. A drop-in, so the admin's own

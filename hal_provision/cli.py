@@ -80,6 +80,7 @@ def version() -> None:
 
 
 def _register_subcommands() -> None:
+    from .dashboards_cli import panels as dashboards_command
     from .sandbox.cli import app as sandbox_app
     from .storage.cli import app as storage_app
     from .verify import command as verify_command
@@ -87,6 +88,7 @@ def _register_subcommands() -> None:
     app.add_typer(sandbox_app, name="sandbox")
     app.add_typer(storage_app, name="storage")
     app.command(name="verify")(verify_command)
+    app.command(name="dashboards")(dashboards_command)
 
 
 _register_subcommands()

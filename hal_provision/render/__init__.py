@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, hosts, inventory, ood, portal, slurm, software, storage, swsuite
+from . import accounting, accounts, grafana, hosts, inventory, monitoring, ood, portal, slurm, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -16,6 +16,8 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(accounts.render(cluster))
     files.update(portal.render(cluster))
     files.update(ood.render(cluster))
+    files.update(monitoring.render(cluster))
+    files.update(grafana.render(cluster))
     files.update(swsuite.render(cluster))
     files.update(storage.render(cluster))
     files.update(software.render(cluster))

@@ -96,6 +96,8 @@ def render(cluster: Cluster) -> dict[str, str]:
     for service, expr in services.items():
         if expr:
             _member_block(out, f"service_{service}", expand(expr))
+    if cluster.monitoring is not None and cluster.monitoring.grafana is not None:
+        _member_block(out, "service_grafana", expand(cluster.monitoring.grafana.host))
     out.append("    slurm_nodes:\n      children:\n")
     out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.groups_with_role(*_slurm_roles()))
     return {PATH: "".join(out)}

@@ -1,0 +1,449 @@
+"""HAL's Grafana dashboards as data, generated from the model: status, nodes and admin.
+
+Pure specs, no Grafana library: the semantic checks read them (every query names the
+measurement, fields and tags it reads, to compare with the inputs the model configures), the
+renderer (hal_provision.render.grafana) turns them into dashboard JSON, and
+`hal-provision dashboards` prints them.
+
+Queries are raw InfluxQL for InfluxDB 1.6 with Grafana's macros `$timeFilter` (the dashboard's
+time range) and `$__interval` (one bucket; every panel's minimum interval is the collection
+interval, so a bucket holds at least one collection). `concrete` substitutes both, to run a
+query by hand or in a test. Three shapes recur:
+
+* per series: mean/max of a field per bucket and host (or GPU, sensor);
+* sum of the latest: a sum over many series (nodes, users) is taken over each series' last()
+  value per bucket in a subquery, so a bucket spanning several collections counts each series
+  once, not once per collection (rates of counters likewise: per series, then summed);
+* now: the latest value per series over the last two collection intervals, whatever the
+  dashboard's range (nodes reporting, tables of running jobs): a bucket that has just begun
+  would miss the hosts that have not reported in it yet.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from ClusterShell.NodeSet import NodeSet
+
+from .hostlist import expand, fold, nodeset, union
+from .model import Cluster, NodeGroup, Role
+
+Kind = Literal["stat", "timeseries", "table", "bargauge", "gauge"]
+
+# A running job's state tag from the Slurm collector, in any case (squeue prints RUNNING).
+RUNNING = "/^(?i)running$/"
+NOT_LOOPBACK = "\"interface\" != 'lo'"
+
+
+@dataclass(frozen=True)
+class Query:
+    ref_id: str
+    influxql: str
+    measurement: str  # what the query reads, for the checks: one measurement,
+    fields: tuple[str, ...]  # these of its fields,
+    tags: tuple[str, ...]  # and these tags (filtered on or grouped by; "host" is every point's)
+    alias: str = ""  # Grafana's series name pattern ($tag_host, $col)
+    format: Literal["time_series", "table"] = "time_series"
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    kind: Kind
+    unit: str  # Grafana unit id: percent, Bps, celsius, watt, ms, none, ...
+    description: str
+    queries: tuple[Query, ...]
+    width: int = 12  # of Grafana's 24 grid columns; panels fill rows left to right
+    height: int = 8
+    max: float | None = None
+    alert_at: float | None = None  # the value from which the panel shows red
+    no_value: str | None = None  # shown when the query returns nothing
+    sort_by: str = ""  # tables: the column shown largest first
+    field_units: tuple[tuple[str, str], ...] = ()  # (column, unit) where a column's unit is not `unit`
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    panels: tuple[Panel, ...]
+
+
+# ---- the model's view ---------------------------------------------------------------------------
+
+
+def gpu_groups(cluster: Cluster) -> list[NodeGroup]:
+    """Node groups whose hardware profile has GPUs."""
+    return [g for g in cluster.nodes if (p := cluster.hardware.get(g.hardware)) is not None and p.gpu_count]
+
+
+def gpu_hosts(cluster: Cluster) -> NodeSet:
+    return union(g.hosts for g in gpu_groups(cluster))
+
+
+def slurm_gpus(cluster: Cluster) -> int:
+    """GPUs of the Slurm nodes (every compute group): the most that jobs can hold."""
+    total = 0
+    for g in cluster.groups_with_role(Role.compute):
+        profile = cluster.hardware.get(g.hardware)
+        total += profile.gpu_count * len(nodeset(g.hosts)) if profile else 0
+    return total
+
+
+def groups_with_input(cluster: Cluster, name: str) -> list[NodeGroup]:
+    """Node groups of the roles that run input `name`; every group when no role does (the
+    checks report the panel that reads it)."""
+    roles = {role for role, names in cluster.monitoring.inputs.items() if name in names}
+    return [g for g in cluster.nodes if g.role in roles] or list(cluster.nodes)
+
+
+def reporting_hosts(cluster: Cluster) -> NodeSet:
+    """The nodes expected to report: those whose role runs the `system` input (each node's
+    heartbeat)."""
+    return union(g.hosts for g in groups_with_input(cluster, "system"))
+
+
+# ---- host regexes ---------------------------------------------------------------------------------
+
+
+def host_regex(hosts: NodeSet | str) -> str:
+    """An anchored regular expression matching exactly `hosts` (a NodeSet or a hostlist
+    expression), in Go RE2 syntax (InfluxQL's), compact for ranges: hal[01-16] ->
+    ^(?:hal(?:0[1-9]|1[0-6]))$."""
+    return _expression_regex(hosts if isinstance(hosts, str) else fold(hosts))
+
+
+def _groups_regex(groups: list[NodeGroup]) -> str:
+    """host_regex of the groups' hosts, from their expressions: no folding of large sets."""
+    return _expression_regex(",".join(g.hosts for g in groups))
+
+
+@lru_cache(maxsize=64)
+def _expression_regex(expr: str) -> str:
+    parts = []
+    for part in _top_level(expr):
+        if "[" not in part:  # one name
+            parts.append(re.escape(part))
+            continue
+        m = re.fullmatch(r"([^\[\]]*)\[([0-9,\-]+)\]([^\[\]]*)", part)
+        if m is None:  # several index dimensions (rack[1-2]n[1-4]): list the names
+            parts.extend(re.escape(h) for h in expand(part))
+            continue
+        prefix, ranges, suffix = m.groups()
+        alternatives = [alt for r in ranges.split(",") for alt in _range_regex(r)]
+        parts.append(re.escape(prefix) + _alt(alternatives) + re.escape(suffix))
+    return "^" + _alt(parts, group=True) + "$"
+
+
+def _top_level(folded: str) -> list[str]:
+    """Split a folded hostlist at the commas outside brackets."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(folded):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(folded[start:i])
+            start = i + 1
+    out.append(folded[start:])
+    return out
+
+
+def _range_regex(text: str) -> list[str]:
+    """Alternatives matching the indexes of one ClusterShell range, '07', '01-16' or '8-120'."""
+    first, _, last = text.partition("-")
+    last = last or first
+    pad = len(first) if len(first) > 1 and first.startswith("0") else 0
+    lo, hi = int(first), int(last)
+    out = []
+    for digits in range(len(str(lo)), len(str(hi)) + 1):  # numbers of one natural width at a time
+        a, b = max(lo, 10 ** (digits - 1) if digits > 1 else 0), min(hi, 10**digits - 1)
+        if a <= b:
+            width = max(pad, digits)
+            out.extend(_fixed_width(str(a).zfill(width), str(b).zfill(width)))
+    return out
+
+
+def _fixed_width(lo: str, hi: str) -> list[str]:
+    """Alternatives matching every digit string of len(lo) from lo to hi."""
+    if lo == hi:
+        return [lo]
+    if len(lo) == 1:
+        return [f"[{lo}-{hi}]"]
+    if lo[0] == hi[0]:
+        return [lo[0] + _alt(_fixed_width(lo[1:], hi[1:]))]
+    rest = len(lo) - 1
+    any_rest = r"\d" if rest == 1 else rf"\d{{{rest}}}"
+    out, start, end, tail = [], int(lo[0]), int(hi[0]), None
+    if lo[1:] != "0" * rest:
+        out.append(lo[0] + _alt(_fixed_width(lo[1:], "9" * rest)))
+        start += 1
+    if hi[1:] != "9" * rest:
+        tail = hi[0] + _alt(_fixed_width("0" * rest, hi[1:]))
+        end -= 1
+    if start <= end:
+        out.append((str(start) if start == end else f"[{start}-{end}]") + any_rest)
+    if tail:
+        out.append(tail)
+    return out
+
+
+def _alt(alternatives: list[str], group: bool = False) -> str:
+    if len(alternatives) == 1 and not group:
+        return alternatives[0]
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+# ---- InfluxQL ------------------------------------------------------------------------------------
+
+
+def concrete(influxql: str, window_seconds: int = 900, *, interval_seconds: int) -> str:
+    """The query as Grafana sends it for the last `window_seconds`, buckets of the interval."""
+    return (influxql.replace("$timeFilter", f"time > now() - {window_seconds}s")
+            .replace("$__interval", f"{interval_seconds}s"))
+
+
+def _q(name: str) -> str:
+    return f'"{name}"'
+
+
+def _where(*conditions: str) -> str:
+    return " AND ".join(c for c in conditions if c)
+
+
+def _in_groups(groups: list[NodeGroup]) -> str:
+    return f'"host" =~ /{_groups_regex(groups)}/'
+
+
+def _per_series(selects: str, measurement: str, where: str, by: tuple[str, ...]) -> str:
+    """Per bucket and per series of `by` (the first shape)."""
+    group = ", ".join(["time($__interval)", *map(_q, by)])
+    return (f"SELECT {selects} FROM {_q(measurement)} WHERE {_where('$timeFilter', where)} "
+            f"GROUP BY {group} fill(none)")
+
+
+def _sum_of_latest(fields: tuple[str, ...], measurement: str, where: str, per: tuple[str, ...],
+                   by: tuple[str, ...] = ()) -> str:
+    """Per bucket (and per series of `by`): the sum over the series of `per` of each one's
+    last value in the bucket (the second shape)."""
+    inner = ", ".join(f"last({_q(f)}) AS {_q(f)}" for f in fields)
+    return _sum_per_bucket(fields, inner, measurement, where, per, by)
+
+
+def _sum_of_rates(counters: dict[str, str], measurement: str, where: str, per: tuple[str, ...],
+                  scale: int = 1) -> str:
+    """Per bucket and host: the sum over the series of `per` of each counter's rate per second
+    (`counters`: name shown -> field; `scale`: units of the counter in bytes)."""
+    factor = f"{scale} * " if scale != 1 else ""
+    inner = ", ".join(f"{factor}non_negative_derivative(max({_q(field)}), 1s) AS {_q(name)}"
+                      for name, field in counters.items())
+    return _sum_per_bucket(tuple(counters), inner, measurement, where, per, ("host",))
+
+
+def _sum_per_bucket(columns: tuple[str, ...], inner: str, measurement: str, where: str,
+                    per: tuple[str, ...], by: tuple[str, ...]) -> str:
+    """Per bucket and series of `by`: the sums of the `columns` the subquery `inner` selects per
+    bucket and series of `per`."""
+    outer = ", ".join(f"sum({_q(column)}) AS {_q(column)}" for column in columns)
+    inner_group = ", ".join(["time($__interval)", *map(_q, per)])
+    outer_group = ", ".join(["time($__interval)", *map(_q, by)])
+    return (f"SELECT {outer} FROM (SELECT {inner} FROM {_q(measurement)} WHERE {_where('$timeFilter', where)} "
+            f"GROUP BY {inner_group}) WHERE $timeFilter GROUP BY {outer_group} fill(none)")
+
+
+def _now(interval: int) -> str:
+    return f"time > now() - {2 * interval}s"
+
+
+def _latest_now(fields: tuple[str, ...], measurement: str, where: str, per: tuple[str, ...],
+                interval: int) -> str:
+    """The latest value of each series of `per` over the last two intervals (the third shape)."""
+    selects = ", ".join(f"last({_q(f)}) AS {_q(f)}" for f in fields)
+    return (f"SELECT {selects} FROM {_q(measurement)} WHERE {_where(_now(interval), where)} "
+            f"GROUP BY {', '.join(map(_q, per))}")
+
+
+def _query(ref: str, influxql: str, measurement: str, fields, tags=(), alias="", fmt="time_series") -> Query:
+    return Query(ref, influxql, measurement, tuple(fields), tuple(tags), alias, fmt)
+
+
+# ---- the dashboards -------------------------------------------------------------------------------
+
+
+def dashboards(cluster: Cluster) -> list[Dashboard]:
+    """The dashboards `monitoring.grafana.dashboards` asks for, in its order."""
+    m = cluster.monitoring
+    if m is None or m.grafana is None:
+        return []
+    build = {"status": status, "nodes": nodes, "admin": admin}
+    return [build[name](cluster) for name in m.grafana.dashboards]
+
+
+def status(cluster: Cluster) -> Dashboard:
+    """At a glance, on a phone too: stat panels first, then who uses what and whether the
+    shared file systems answer."""
+    interval = cluster.monitoring.interval_seconds
+    n = len(reporting_hosts(cluster))
+    gpus = slurm_gpus(cluster)
+    all_hosts = _in_groups(cluster.nodes)
+    heartbeat = _latest_now(("load1",), "system", _in_groups(groups_with_input(cluster, "system")), ("host",),
+                            interval)
+    panels = [
+        Panel("Nodes reporting", "stat", "none",
+              f"Nodes of the {n} expected whose system metrics arrived in the last two collection "
+              f"intervals ({2 * interval} s).",
+              (_query("A", f'SELECT count("load1") AS "reporting" FROM ({heartbeat})', "system",
+                      ("load1",), ("host",)),),
+              width=6, height=4, max=n, no_value="0"),
+        Panel("Nodes down", "stat", "none",
+              f"The {n} nodes of the model that run the system input, less those reporting: a node that "
+              f"stops shows here within two collection intervals ({2 * interval} s).",
+              (_query("A", f'SELECT {n} - count("load1") AS "down" FROM ({heartbeat})', "system",
+                      ("load1",), ("host",)),),
+              width=6, height=4, alert_at=1, no_value=str(n)),
+        Panel("Slurm nodes", "stat", "none",
+              "Slurm's view of its nodes: up, down and drained (the latest state of each node).",
+              (_query("A", _sum_of_latest(("up", "down", "drained"), "slurm_node", "", ("node",)),
+                      "slurm_node", ("up", "down", "drained"), ("node",), "$col"),),
+              width=12, height=4),
+    ]
+    if gpus:
+        panels.append(Panel(
+            "GPUs in use", "gauge", "none",
+            f"GPUs allocated to jobs, of the {gpus} GPUs of the Slurm nodes; and how many of them Slurm "
+            "offers now (nodes down or drained offer none).",
+            (_query("A", _sum_of_latest(("gpus_alloc",), "slurm_node", "", ("node",)), "slurm_node",
+                    ("gpus_alloc",), ("node",), "in use"),
+             _query("B", _sum_of_latest(("gpus_total",), "slurm_node", "", ("node",)), "slurm_node",
+                    ("gpus_total",), ("node",), "offered")),
+            width=12, height=6, max=gpus, alert_at=gpus))
+    jobs_by_state = _sum_of_latest(("jobs",), "slurm_jobs", "", ("partition", "user", "account", "state"),
+                                   by=("state",))
+    panels.append(Panel(
+        "Jobs by state", "stat", "none", "Jobs running, pending and in any other state Slurm reports.",
+        (_query("A", jobs_by_state, "slurm_jobs", ("jobs",), ("partition", "user", "account", "state"),
+                "$tag_state"),),
+        width=12 if gpus else 24, height=6))
+    used, label = ("gpus", "GPUs") if gpus else ("cpus", "CPUs")
+    latest = _latest_now((used, "jobs"), "slurm_jobs", f'"state" =~ {RUNNING}', ("partition", "user", "account"),
+                         interval)
+    per_user = f'SELECT sum("{used}") AS "{used}", sum("jobs") AS "jobs" FROM ({latest}) GROUP BY "user"'
+    panels.append(Panel(
+        f"Top users by {label} in use", "table", "none",
+        f"{label} held by each user's running jobs now (the last two collection intervals), most first.",
+        (_query("A", per_user, "slurm_jobs", (used, "jobs"), ("partition", "user", "account", "state"),
+                fmt="table"),),
+        width=24, height=8, sort_by=used))
+    running = _latest_now(("gpus", "cpus", "nodes", "run_seconds"), "slurm_job", "",
+                          ("job_id", "user", "partition", "account"), interval)
+    panels.append(Panel(
+        "Running jobs", "table", "none", "Every running job now: its user, partition, GPUs and run time.",
+        (_query("A", running, "slurm_job", ("gpus", "cpus", "nodes", "run_seconds"),
+                ("job_id", "user", "partition", "account"), fmt="table"),),
+        width=24, height=10, sort_by="run_seconds", field_units=(("run_seconds", "s"),)))
+    panels.append(Panel(
+        "Storage responsiveness", "timeseries", "ms",
+        f"Time to list the home directories ({cluster.monitoring.storage_probe_path}) and to stat a file, "
+        "per probing host: the slowest probe of each bucket.",
+        (_query("A", _per_series('max("list_home_ms") AS "list home", max("stat_ms") AS "stat"',
+                                 "storage_responsiveness", all_hosts, ("host",)),
+                "storage_responsiveness", ("list_home_ms", "stat_ms"), ("host",), "$tag_host $col"),),
+        width=24, height=8))
+    return Dashboard("hal-status", f"{cluster.cluster.name.upper()} status",
+                     "Nodes up and down, GPUs and jobs, top users, storage responsiveness.", tuple(panels))
+
+
+def nodes(cluster: Cluster) -> Dashboard:
+    """Per node: CPU, memory, GPUs, network and InfiniBand."""
+    every = _in_groups(cluster.nodes)
+    panels = [
+        Panel("CPU usage per node", "timeseries", "percent", "Share of CPU time not idle, all CPUs of the node.",
+              (_query("A", _per_series('100 - mean("usage_idle") AS "busy"', "cpu",
+                                       _where("\"cpu\" = 'cpu-total'", every), ("host",)),
+                      "cpu", ("usage_idle",), ("cpu", "host"), "$tag_host"),),
+              max=100),
+        Panel("Memory used per node", "timeseries", "percent", "Memory in use, of the node's total.",
+              (_query("A", _per_series('mean("used_percent") AS "used"', "mem", every, ("host",)),
+                      "mem", ("used_percent",), ("host",), "$tag_host"),),
+              max=100),
+    ]
+    gpu = gpu_groups(cluster)
+    if gpu:
+        panels += [
+            Panel("GPU utilization per node and GPU", "timeseries", "percent",
+                  f"Share of time a kernel ran, per GPU of the {len(gpu_hosts(cluster))} nodes with GPUs.",
+                  (_per_gpu("mean", "utilization_gpu", "utilization", gpu),), max=100),
+            Panel("GPU memory used per node and GPU", "timeseries", "mbytes",
+                  "Memory in use on each GPU (MiB); the top of the axis is a GPU's memory.",
+                  (_per_gpu("max", "memory_used", "used", gpu),), max=_gpu_memory_mib(cluster)),
+        ]
+    net = _sum_of_rates({"in": "bytes_recv", "out": "bytes_sent"}, "net", _where(every, NOT_LOOPBACK),
+                        ("host", "interface"))
+    panels.append(Panel("Network traffic per node", "timeseries", "Bps",
+                        "Bytes per second received (in) and sent (out), all Ethernet and IPoIB interfaces "
+                        "of the node but loopback.",
+                        (_query("A", net, "net", ("bytes_recv", "bytes_sent"), ("host", "interface"),
+                                "$tag_host $col"),), width=24))
+    if "infiniband" in cluster.monitoring.all_inputs():
+        ib_hosts = _in_groups(groups_with_input(cluster, "infiniband"))
+        # The port counters count 4-byte words (InfiniBand's PortRcvData/PortXmitData).
+        ib = _sum_of_rates({"in": "port_rcv_data", "out": "port_xmit_data"}, "infiniband", ib_hosts,
+                           ("host", "device", "port"), scale=4)
+        panels.append(Panel("InfiniBand traffic per node", "timeseries", "Bps",
+                            "Bytes per second received (in) and sent (out) over all InfiniBand ports of the node.",
+                            (_query("A", ib, "infiniband", ("port_rcv_data", "port_xmit_data"),
+                                    ("host", "device", "port"), "$tag_host $col"),), width=24))
+    return Dashboard("hal-nodes", f"{cluster.cluster.name.upper()} nodes",
+                     "Per node: CPU, memory, GPUs, network and InfiniBand.", tuple(panels))
+
+
+def _per_gpu(aggregate: str, field: str, name: str, groups: list[NodeGroup]) -> Query:
+    """One nvidia_smi field per bucket and GPU of the groups' hosts."""
+    return _query("A", _per_series(f'{aggregate}("{field}") AS "{name}"', "nvidia_smi", _in_groups(groups),
+                                   ("host", "index")),
+                  "nvidia_smi", (field,), ("host", "index"), "$tag_host GPU $tag_index")
+
+
+def _gpu_memory_mib(cluster: Cluster) -> float | None:
+    sizes = {p.gpus.memory_gib for p in cluster.hardware.values() if p.gpus}
+    return max(sizes) * 1024 if sizes else None
+
+
+def admin(cluster: Cluster) -> Dashboard:
+    """Thermal load and power, for the administrators; the GPU inventory."""
+    every = _in_groups(cluster.nodes)
+
+    def bmc(kind: str, selects: str, by: tuple[str, ...]) -> Query:
+        alias = "$tag_host" if by == ("host",) else "$tag_host $tag_sensor"
+        return _query("A", _per_series(selects, "bmc", _where(f"\"kind\" = '{kind}'", every), by), "bmc",
+                      ("value",), ("kind", *by), alias)
+
+    gpu = gpu_groups(cluster)
+    panels = [Panel("Hottest BMC temperature per node", "timeseries", "celsius",
+                    "The highest temperature sensor the BMC reports, per node.",
+                    (bmc("temperature", 'max("value") AS "temperature"', ("host",)),))]
+    if gpu:
+        panels.append(Panel("GPU temperature", "timeseries", "celsius", "Core temperature of every GPU.",
+                            (_per_gpu("max", "temperature_gpu", "temperature", gpu),)))
+    panels.append(Panel("Power per node", "timeseries", "watt", "Power readings of each node's BMC, per sensor.",
+                        (bmc("power", 'mean("value") AS "power"', ("host", "sensor")),)))
+    if gpu:
+        panels.append(Panel("GPU power", "timeseries", "watt", "Power drawn by every GPU.",
+                            (_per_gpu("mean", "power_draw", "power", gpu),)))
+    panels.append(Panel("Fans", "timeseries", "rotrpm", "Fan speeds the BMCs report, per node and fan.",
+                        (bmc("fan", 'mean("value") AS "speed"', ("host", "sensor")),), width=24))
+    if gpu and "gpu" in cluster.monitoring.all_inputs():
+        inventory = _latest_now(("memory_total_mib", "ecc_enabled"), "gpu_info", _in_groups(gpu),
+                                ("host", "index", "name", "pci_bus_id", "driver_version"),
+                                cluster.monitoring.interval_seconds)
+        panels.append(Panel("GPU inventory", "table", "none",
+                            "Every GPU now: model, PCI bus, driver, memory (MiB) and whether ECC is on.",
+                            (_query("A", inventory, "gpu_info", ("memory_total_mib", "ecc_enabled"),
+                                    ("host", "index", "name", "pci_bus_id", "driver_version"), fmt="table"),),
+                            width=24, height=10, field_units=(("memory_total_mib", "mbytes"),)))
+    return Dashboard("hal-admin", f"{cluster.cluster.name.upper()} admin",
+                     "Thermal load and power: BMC and GPU temperatures, power, fans; the GPU inventory.",
+                     tuple(panels))

@@ -1,0 +1,177 @@
+"""Grafana: HAL's dashboards (hal_provision.dashboards) as dashboard JSON, and the provisioning
+that loads them and the InfluxDB datasource they read.
+
+* ``files/var/lib/grafana/dashboards/hal/<uid>.json``: one dashboard per entry of
+  monitoring.grafana.dashboards, built with grafana-foundation-sdk (Grafana's own builders);
+  every panel and target names the datasource by uid. Read-only in Grafana: change the model.
+* ``files/etc/grafana/provisioning/datasources/hal.yaml``: the InfluxDB (InfluxQL) datasource on
+  services.monitoring_db, as the read-only ``grafana`` user. Its password is not here: Grafana
+  expands ``$HAL_GRAFANA_INFLUX_PASSWORD`` from its environment when it reads the file, and the
+  grafana role puts the variable in /etc/default/grafana-server.
+* ``files/etc/grafana/provisioning/dashboards/hal.yaml``: the file provider for the dashboards'
+  directory, folder "HAL", no edits saved from the UI.
+
+The SDK has no InfluxDB query type, so the InfluxQL target is a small Dataquery of its own
+(the SDK's extension point for data sources it does not ship).
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from grafana_foundation_sdk.builders import bargauge, common as common_builders, dashboard as board, gauge, stat
+from grafana_foundation_sdk.builders import table, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+
+from ..dashboards import Dashboard, Panel, Query, dashboards
+from ..hostlist import nodeset
+from ..model import Cluster
+from .common import header, json_comment
+
+DATASOURCE_UID = "hal-influxdb"
+DATASOURCE_USER = "grafana"
+PASSWORD_ENV = "HAL_GRAFANA_INFLUX_PASSWORD"  # the grafana role's __grafana_password_env
+DASHBOARD_DIR = "/var/lib/grafana/dashboards/hal"
+FOLDER = "HAL"
+DATASOURCES = "files/etc/grafana/provisioning/datasources/hal.yaml"
+PROVIDERS = "files/etc/grafana/provisioning/dashboards/hal.yaml"
+
+_DATASOURCE = dm.DataSourceRef(type_val="influxdb", uid=DATASOURCE_UID)
+_BUILDERS = {"stat": stat.Panel, "timeseries": timeseries.Panel, "table": table.Panel,
+             "bargauge": bargauge.Panel, "gauge": gauge.Panel}
+
+
+def dashboard_path(uid: str) -> str:
+    return f"files{DASHBOARD_DIR}/{uid}.json"
+
+
+def render(cluster: Cluster) -> dict[str, str]:
+    m = cluster.monitoring
+    if m is None or m.grafana is None:
+        return {}
+    files = {DATASOURCES: datasources_yaml(cluster), PROVIDERS: providers_yaml(cluster)}
+    for spec in dashboards(cluster):
+        doc = {"_comment": json_comment(cluster), **dashboard_json(spec, m.interval_seconds)}
+        files[dashboard_path(spec.uid)] = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return files
+
+
+# ---- dashboards ----------------------------------------------------------------------------------
+
+
+class InfluxQLQuery(cogvariants.Dataquery):
+    """A raw InfluxQL target of Grafana's InfluxDB data source."""
+
+    def __init__(self, query: Query) -> None:
+        self.query = query
+
+    def to_json(self) -> dict[str, object]:
+        q = self.query
+        out: dict[str, object] = {"refId": q.ref_id, "datasource": _DATASOURCE.to_json(), "rawQuery": True,
+                                  "query": q.influxql, "resultFormat": q.format}
+        if q.alias:
+            out["alias"] = q.alias
+        return out
+
+
+class InfluxQLTarget(cogbuilder.Builder[cogvariants.Dataquery]):
+    def __init__(self, query: Query) -> None:
+        self._query = query
+
+    def build(self) -> InfluxQLQuery:
+        return InfluxQLQuery(self._query)
+
+
+def dashboard_json(spec: Dashboard, interval_seconds: int) -> dict:
+    """The dashboard model Grafana loads (no id: Grafana assigns it; no version, no time)."""
+    b = (board.Dashboard(spec.title).uid(spec.uid).description(spec.description).tags(["hal", "hal-provision"])
+         .readonly().time("now-6h", "now").refresh(_duration(interval_seconds)).timezone("browser"))
+    for number, panel in enumerate(spec.panels, 1):
+        b.with_panel(_panel(panel, number, interval_seconds))
+    return json.loads(json.dumps(b.build(), cls=JSONEncoder))
+
+
+def _panel(p: Panel, number: int, interval_seconds: int):
+    b = (_BUILDERS[p.kind]().id(number).title(p.title).description(p.description).datasource(_DATASOURCE)
+         .span(p.width).height(p.height).unit(p.unit)
+         # A bucket holds at least one collection, else sums of the latest see empty buckets.
+         .interval(_duration(interval_seconds)))
+    for q in p.queries:
+        b.with_target(InfluxQLTarget(q))
+    if p.max is not None:
+        b.min(0).max(p.max)
+    if p.no_value is not None:
+        b.no_value(p.no_value)
+    if p.alert_at is not None:
+        b.thresholds(board.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+            [dm.Threshold(None, "green"), dm.Threshold(p.alert_at, "red")]))
+    for column, unit in p.field_units:
+        b.override_by_name(column, [dm.DynamicConfigValue("unit", unit)])
+    if p.kind in ("stat", "gauge", "bargauge"):
+        b.reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    if p.kind == "stat" and not any("$__interval" in q.influxql for q in p.queries):
+        b.graph_mode(cm.BigValueGraphMode.NONE)  # one value now: nothing to draw a sparkline of
+    if p.kind == "table":
+        # Table-format results carry a Time column (the epoch, for queries without time buckets).
+        b.with_transformation(dm.DataTransformerConfig("organize", options={"excludeByName": {"Time": True}}))
+        if p.sort_by:
+            b.sort_by([common_builders.TableSortByFieldState().display_name(p.sort_by).desc(True)])
+    return b
+
+
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+
+# ---- provisioning ----------------------------------------------------------------------------------
+
+
+def _yaml(cluster: Cluster, what: str, doc: dict) -> str:
+    return header(cluster) + f"# {what}\n" + yaml.safe_dump(doc, default_flow_style=False, sort_keys=True)
+
+
+def datasources_yaml(cluster: Cluster) -> str:
+    m = cluster.monitoring
+    db_host = nodeset(cluster.services.monitoring_db)[0] if cluster.services.monitoring_db else "localhost"
+    what = f"The InfluxDB datasource; the password comes from ${PASSWORD_ENV} in Grafana's environment."
+    return _yaml(cluster, what, {
+        "apiVersion": 1,
+        "datasources": [{
+            "name": m.grafana.datasource,
+            "uid": DATASOURCE_UID,
+            "type": "influxdb",
+            "access": "proxy",
+            "url": f"http://{db_host}:{m.influxdb.port}",
+            "user": DATASOURCE_USER,
+            "isDefault": True,
+            "editable": False,
+            "jsonData": {
+                "dbName": m.influxdb.database,
+                "httpMode": "GET",
+                "timeInterval": _duration(m.interval_seconds),
+            },
+            # $NAME, not ${NAME}: Grafana expands it once, so a '$' inside the password stays.
+            "secureJsonData": {"password": f"${PASSWORD_ENV}"},
+        }],
+    })
+
+
+def providers_yaml(cluster: Cluster) -> str:
+    return _yaml(cluster, f"HAL's dashboards, from {DASHBOARD_DIR}.", {
+        "apiVersion": 1,
+        "providers": [{
+            "name": "hal",
+            "orgId": 1,
+            "folder": FOLDER,
+            "type": "file",
+            "disableDeletion": True,
+            "allowUiUpdates": False,
+            "updateIntervalSeconds": 60,
+            "options": {"path": DASHBOARD_DIR, "foldersFromFilesStructure": False},
+        }],
+    })

@@ -1,0 +1,139 @@
+"""Monitoring: Telegraf's configuration per node role, and the database facts the roles need.
+
+* ``files/etc/telegraf/roles/<role>.conf``: the telegraf.conf of every node of that role: the
+  agent's interval, the cluster as a global tag, one InfluxDB output (the write-only
+  ``telegraf`` user; its password is ``${HAL_INFLUX_PASSWORD}``, which Telegraf reads from
+  /etc/default/telegraf, made on the node), and the role's inputs: Telegraf's own, and HAL's
+  collectors through ``inputs.exec`` running ``hal-collect <collector>``.
+* ``files/etc/telegraf/hosts/<host>/hal-slurm.conf``: the Slurm collector, for the slurmctld
+  host alone (a second copy elsewhere would count every job twice).
+* ``files/etc/hal-provision/monitoring.json``: database, retention, port and users for the
+  influxdb role; no password.
+
+TOML is written here from plain values (strings through json.dumps, which TOML's basic
+strings accept) and parsed back with tomllib before it is returned, so a rendered file is
+always valid TOML.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+from ..hostlist import nodeset
+from ..model import Cluster, Role
+from ..model.monitoring import INPUTS
+from .common import header, json_comment
+
+COLLECT = "/usr/local/bin/hal-collect"
+PASSWORD_ENV = "HAL_INFLUX_PASSWORD"  # in /etc/default/telegraf, made by the telegraf role
+USERS = {  # InfluxDB users and what they may do (the influxdb role grants exactly this)
+    "telegraf": "WRITE",
+    "grafana": "READ",
+}
+# Telegraf's options for its own inputs, beyond the defaults.
+BUILTIN_OPTIONS: dict[str, dict] = {
+    "cpu": {"percpu": False, "totalcpu": True, "collect_cpu_time": False, "report_active": False},
+    "mem": {},
+    "system": {},
+    "disk": {"ignore_fs": ["tmpfs", "devtmpfs", "devfs", "iso9660", "overlay", "aufs", "squashfs"]},
+    "net": {"ignore_protocol_stats": True},
+    "processes": {},
+    "nvidia_smi": {"bin_path": "/usr/bin/nvidia-smi", "timeout": "5s"},
+    "infiniband": {},
+}
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise TypeError(f"no TOML for {v!r}")
+
+
+def _table(out: list[str], name: str, values: dict, array: bool = True) -> None:
+    out.append(f"\n[[{name}]]\n" if array else f"\n[{name}]\n")
+    for key, v in values.items():
+        out.append(f"  {key} = {_value(v)}\n")
+
+
+def exec_input(cluster: Cluster, name: str) -> dict:
+    """inputs.exec for one of HAL's collectors: its command, and a timeout that ends one run
+    before the next is due."""
+    spec = INPUTS[name]
+    args = [COLLECT, name]
+    if name == "storage_responsiveness":
+        args.append(cluster.monitoring.storage_probe_path)
+    return {
+        "commands": [" ".join(args)],
+        "timeout": f"{max(5, min(spec.min_interval_seconds, cluster.monitoring.interval_seconds) - 2)}s",
+        "data_format": "influx",
+    }
+
+
+def telegraf_conf(cluster: Cluster, inputs: list[str], what: str) -> str:
+    m = cluster.monitoring
+    db_host = nodeset(cluster.services.monitoring_db)[0]
+    out = [header(cluster), f"# Telegraf on {what}: inputs {', '.join(inputs) or 'none'}.\n"]
+    _table(out, "global_tags", {"cluster": cluster.cluster.name}, array=False)
+    _table(out, "agent", {
+        "interval": f"{m.interval_seconds}s",
+        "round_interval": True,
+        "metric_batch_size": 1000,
+        "metric_buffer_limit": 10000,
+        "collection_jitter": "0s",
+        "flush_interval": f"{m.interval_seconds}s",
+        "flush_jitter": "0s",
+        "omit_hostname": False,
+    }, array=False)
+    _table(out, "outputs.influxdb", {
+        "urls": [f"http://{db_host}:{m.influxdb.port}"],
+        "database": m.influxdb.database,
+        "skip_database_creation": True,
+        "username": "telegraf",
+        "password": "${" + PASSWORD_ENV + "}",
+        "timeout": "5s",
+    })
+    for name in inputs:
+        if INPUTS[name].kind == "builtin":
+            _table(out, f"inputs.{name}", BUILTIN_OPTIONS[name])
+        else:
+            _table(out, "inputs.exec", exec_input(cluster, name))
+    text = "".join(out)
+    tomllib.loads(text)  # a renderer bug must never reach a node
+    return text
+
+
+def render(cluster: Cluster) -> dict[str, str]:
+    m = cluster.monitoring
+    if m is None or cluster.services.monitoring_db is None:
+        return {}
+    files: dict[str, str] = {}
+    for role in Role:
+        names = [n for n in m.inputs_for(role) if INPUTS[n].needs != "slurm_controller"]
+        if cluster.groups_with_role(role) and role in m.inputs:
+            files[f"files/etc/telegraf/roles/{role.value}.conf"] = telegraf_conf(
+                cluster, names, f"every {role.value} node")
+    ctld = nodeset(cluster.services.slurmctld)[0] if cluster.services.slurmctld else None
+    if ctld and any(INPUTS[n].needs == "slurm_controller" for n in m.all_inputs()):
+        out = [header(cluster), f"# The Slurm collector, on the slurmctld host {ctld} alone.\n"]
+        _table(out, "inputs.exec", exec_input(cluster, "slurm"))
+        text = "".join(out)
+        tomllib.loads(text)
+        files[f"files/etc/telegraf/hosts/{ctld}/hal-slurm.conf"] = text
+    facts = {
+        "_comment": json_comment(cluster),
+        "database": m.influxdb.database,
+        "retention": m.influxdb.retention,
+        "port": m.influxdb.port,
+        "interval_seconds": m.interval_seconds,
+        "users": USERS,
+        "password_env": PASSWORD_ENV,
+    }
+    files["files/etc/hal-provision/monitoring.json"] = json.dumps(facts, indent=2, sort_keys=True) + "\n"
+    return files
