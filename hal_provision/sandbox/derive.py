@@ -1,7 +1,7 @@
 """Derive the sandbox cluster from a full description: same hardware, fewer nodes.
 
 The sandbox keeps the primary slurmctld host (which also runs slurmdbd and MariaDB, and the
-web portal when its own host is not kept), one login node and the first compute nodes, on one private podman network. Everything else in
+web portal and Grafana when their own hosts are not kept), one login node and the first compute nodes, on one private podman network. Everything else in
 the description is narrowed to those hosts, so the sandbox model passes the same checks as
 the original and renders with the same renderers.
 """
@@ -105,8 +105,27 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         if binds is not None:  # containers bind only the shared file systems the sandbox keeps
             shared = shared_filesystem_names(data["storage"])
             data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
+    if "monitoring" in data:
+        data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
     return Cluster.model_validate(data)
+
+
+# Collection interval in the sandbox: short, so the monitoring tests see data and a stopped
+# node within a minute; no shorter than the slowest collector (bmc) needs.
+SANDBOX_INTERVAL_SECONDS = 30
+
+
+def _sandbox_monitoring(mon: dict, mgmt_host: str, keep) -> dict:
+    """Monitoring narrowed to the sandbox: Grafana beside the database on the management host
+    when its own host is not kept, a short interval, and no InfiniBand counters (containers
+    have no InfiniBand devices: that input would find nothing to read)."""
+    mon = dict(mon, interval_seconds=min(mon.get("interval_seconds", 60), SANDBOX_INTERVAL_SECONDS))
+    mon["inputs"] = {role: [n for n in names if n != "infiniband"] for role, names in mon.get("inputs", {}).items()}
+    grafana = mon.get("grafana")
+    if grafana is not None and not set(nodeset(grafana["host"])) & set(keep):
+        mon["grafana"] = dict(grafana, host=mgmt_host)
+    return mon
 
 
 def _ip(n: int) -> str:

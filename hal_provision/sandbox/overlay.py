@@ -8,6 +8,10 @@ derived model with the same renderers, then applies exactly these test-harness c
 * slurm.conf ``TaskPlugin=task/cgroup`` (no task/affinity) and cgroup.conf
   ``ConstrainCores=no``: binding to CPUs that do not exist fails every job. CPU binding is
   therefore not exercised in the sandbox.
+* inventory/sandbox.yml, monitoring: Telegraf cannot be installed here, so the telegraf role
+  runs its stand-in (same telegraf.conf, same collectors, same database and user); fake
+  nvidia-smi and ipmitool answer with recorded output (tests/data); Grafana's provisioning is
+  put in place without Grafana.
 * inventory/sandbox.yml: reach the nodes over SSH at their model addresses as root with the
   sandbox's own key pair and known_hosts (the connection settings themselves, pipelining and
   ControlPersist, are the repository's ansible.cfg, as on a real site), name each node's
@@ -54,6 +58,9 @@ def _replace_once(text: str, old: str, new: str, path: str) -> str:
         raise OverlayError(f"{path}: expected exactly one {old.strip()!r} to replace")
     return text.replace(old, new)
 
+
+# Recorded and documented-format hardware output the fake nvidia-smi and ipmitool answer with.
+RECORDS = Path(__file__).resolve().parents[2] / "tests" / "data"
 
 # Where the sandbox binds the host's CA bundle for pip (host_pip_cert) in every container.
 NODE_PIP_CERT = "/etc/ssl/hal-sandbox/host-ca.crt"
@@ -105,6 +112,13 @@ def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[s
         f"    hal_sandbox_user_keys: {json.dumps(str(ssh.user_keys))}\n",
         "    # The sandbox's work directory: its derived model (model.json), keys and rendered tree.\n",
         f"    hal_sandbox_workdir: {json.dumps(str(ssh.private_key.parent.parent))}\n",
+    ]
+    lines += [
+        "    # Monitoring: no Telegraf or Grafana packages can be reached from here (see above).\n",
+        "    telegraf_install_method: standin\n",
+        "    telegraf_fake_hardware: true\n",
+        f"    telegraf_fake_hardware_records: {json.dumps(str(RECORDS))}\n",
+        "    grafana_install: false\n",
     ]
     if pip_cert:
         lines += [
