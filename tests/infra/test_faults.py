@@ -2,7 +2,8 @@
 
 Destructive, so marked `faults` (run last; `hal-provision verify` skips them unless
 --faults). In file order: slurmctld restarts with jobs queued; accounting survives a re-run of
-site.yml; a compute node dies in the middle of a converge (podman only: the node is a container).
+site.yml; a compute node dies in the middle of a converge (podman only: the node is a container),
+and the monitoring's status panel shows it down within two collection intervals.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import pytest
 
 from deployed import changed_tasks, deployed, parse_recap, retry, run_site, site_cmd, tail
+from monitoring_queries import FACTS as MONITORING, INTERVAL, DownWatch, nodes_down
 
 D = deployed()
 pytestmark = pytest.mark.faults
@@ -35,10 +37,11 @@ def accounted_job_ids() -> set[str]:
     return set(out.split())
 
 
-def assert_converged(output: str, rc: int) -> None:
+def assert_converged(output: str, rc: int, hosts: set[str] | None = None) -> None:
+    """site.yml ended well on `hosts` (default: every host of the inventory)."""
     recap = parse_recap(output)
     bad = {h: r for h, r in recap.items() if r.get("failed") or r.get("unreachable")}
-    assert rc == 0 and set(recap) == set(D.hostvars) and not bad, (
+    assert rc == 0 and set(recap) == (hosts or set(D.hostvars)) and not bad, (
         f"site.yml: exit {rc}, recap {recap}\n" + "\n".join(changed_tasks(output)) + "\n" + tail(output))
 
 
@@ -83,9 +86,9 @@ def _booted(container: str) -> bool:
     return state in ("running", "degraded")
 
 
-def _converge_and_kill(victim: str, container: str) -> tuple[str, int, bool]:
+def _converge_and_kill(victim: str, container: str, on_stop=None) -> tuple[str, int, bool]:
     """Run site.yml; stop the victim's container right after its first task result that
-    follows a task matching FAULT_AT, so it dies part-way through that role."""
+    follows a task matching FAULT_AT, so it dies part-way through that role; then on_stop()."""
     cmd, env = site_cmd(D.inventory)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killer = threading.Timer(1200, proc.kill)  # a hung converge must not hang the suite
@@ -98,6 +101,8 @@ def _converge_and_kill(victim: str, container: str) -> tuple[str, int, bool]:
             armed = armed or bool(FAULT_AT.search(line))
             if armed and not stopped and result.match(line):
                 stopped = _podman("stop", "-t", "5", container).returncode == 0
+                if stopped and on_stop is not None:
+                    on_stop()
         return "".join(lines), proc.wait(), stopped
     finally:
         killer.cancel()
@@ -106,8 +111,15 @@ def _converge_and_kill(victim: str, container: str) -> tuple[str, int, bool]:
 @pytest.mark.skipif(VICTIM is None or not D.container(VICTIM), reason="needs a compute node that is a podman container")
 def test_node_dying_mid_converge_spares_the_others():
     container = D.container(VICTIM)
+    # With monitoring, the victim's heartbeat (the system input) stops with it: the status
+    # panel's Nodes-down query must say 1 within two intervals of the stop, and 0 again after
+    # the recovery.
+    heartbeat = "[[inputs.system]]" in (D.rendered(f"etc/telegraf/roles/{D.hostvars[VICTIM].get('hal_role')}.conf") or "")
+    watch = DownWatch() if MONITORING and heartbeat else None
+    if watch is not None:
+        assert retry(lambda: nodes_down() == 0, 2 * INTERVAL + 15, 5), f"nodes down before the fault: {nodes_down()}"
     try:
-        output, rc, stopped = _converge_and_kill(VICTIM, container)
+        output, rc, stopped = _converge_and_kill(VICTIM, container, watch.start if watch else None)
         assert stopped, f"the converge never reached {FAULT_AT.pattern!r}, so {VICTIM} was never stopped\n{tail(output)}"
         recap = parse_recap(output)
         others = {h: r for h, r in recap.items() if h != VICTIM and (r.get("failed") or r.get("unreachable"))}
@@ -116,11 +128,17 @@ def test_node_dying_mid_converge_spares_the_others():
         assert recap[VICTIM].get("unreachable") or recap[VICTIM].get("failed"), f"{VICTIM} in the recap: {recap[VICTIM]}"
         named = [ln for ln in output.splitlines() if ln.startswith("fatal: [") and f"[{VICTIM}]" in ln]
         assert named, f"no 'fatal: [{VICTIM}]' line names the dead host\n{tail(output)}"
+        if watch is not None:
+            watch.join()
+            assert watch.seen_after is not None, (
+                f"the status panel's Nodes-down query did not show {VICTIM} down within two intervals "
+                f"({watch.deadline:.0f} s); it last said {watch.last!r}")
     finally:
         _podman("start", container)
         retry(lambda: _booted(container), 90)
-    proc = run_site(D.inventory)
-    assert_converged(proc.stdout, proc.returncode)
+    # As an admin heals one node: site.yml limited to it (the others converged above).
+    proc = run_site(D.inventory, "--limit", VICTIM)
+    assert_converged(proc.stdout, proc.returncode, {VICTIM})
     # slurmctld saw the node vanish: an admin returns it to service once it is healthy again
     # (ReturnToService=2 usually does it alone when slurmd re-registers).
     node_idle = lambda: D.host(D.login).run("sinfo -h -n %s -o %%t", VICTIM).stdout.strip() == "idle"  # noqa: E731
@@ -129,3 +147,5 @@ def test_node_dying_mid_converge_spares_the_others():
     assert retry(node_idle, 60, 2), D.host(D.login).run("scontrol show node %s", VICTIM).stdout
     ran = D.user_ok(f"srun -p {PARTITION} -w {VICTIM} -N1 --chdir=/tmp hostname -s").strip()
     assert ran == VICTIM, f"a job on {VICTIM} after its recovery printed {ran!r}"
+    if watch is not None:
+        assert retry(lambda: nodes_down() == 0, 2 * INTERVAL + 15, 5), f"nodes down after the recovery: {nodes_down()}"
