@@ -17,6 +17,7 @@ from .nodes import NodeGroup, Role
 from .services import Services
 from .portal import Portal, PortalApp
 from .monitoring import Grafana, InfluxDb, Monitoring
+from .recipes import Recipes
 from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
@@ -42,6 +43,7 @@ class Cluster(Strict):
     containers: Containers | None = Field(None, description="Container runtime and fakeroot.")
     portal: Portal | None = Field(None, description="Web portal.")
     monitoring: Monitoring | None = Field(None, description="Monitoring stack.")
+    recipes: Recipes | None = Field(None, description="Distributed training recipes and the scaling benchmark.")
     accounts: Accounts | None = Field(None, description="Research groups and users (LDAP directory, Slurm associations).")
 
     # ---- derived views (pure; node groups stay compressed) ----------------------------
@@ -73,7 +75,7 @@ class Cluster(Strict):
 __all__ = [
     "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
-    "Network", "NodeGroup", "Partition", "Portal", "PortalApp", "Qos", "Role", "Services", "Slurm",
+    "Network", "NodeGroup", "Partition", "Portal", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

@@ -105,8 +105,11 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         if binds is not None:  # containers bind only the shared file systems the sandbox keeps
             shared = shared_filesystem_names(data["storage"])
             data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
+    kept_roles = {g["role"] for g in data["nodes"]}
     if "monitoring" in data:
-        data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep)
+        data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep, kept_roles)
+    if data.get("recipes"):
+        data["recipes"] = _sandbox_recipes(data["recipes"], vps)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
     return Cluster.model_validate(data)
 
@@ -116,16 +119,30 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
 SANDBOX_INTERVAL_SECONDS = 30
 
 
-def _sandbox_monitoring(mon: dict, mgmt_host: str, keep) -> dict:
-    """Monitoring narrowed to the sandbox: Grafana beside the database on the management host
-    when its own host is not kept, a short interval, and no InfiniBand counters (containers
-    have no InfiniBand devices: that input would find nothing to read)."""
+def _sandbox_monitoring(mon: dict, mgmt_host: str, keep, kept_roles: set[str]) -> dict:
+    """Monitoring narrowed to the sandbox: inputs of the node roles it keeps, Grafana beside
+    the database on the management host when its own host is not kept, a short interval, and
+    no InfiniBand counters (containers have no InfiniBand devices: that input would find
+    nothing to read)."""
     mon = dict(mon, interval_seconds=min(mon.get("interval_seconds", 60), SANDBOX_INTERVAL_SECONDS))
-    mon["inputs"] = {role: [n for n in names if n != "infiniband"] for role, names in mon.get("inputs", {}).items()}
+    mon["inputs"] = {role: [n for n in names if n != "infiniband"] for role, names in mon.get("inputs", {}).items()
+                     if role in kept_roles}
     grafana = mon.get("grafana")
     if grafana is not None and not set(nodeset(grafana["host"])) & set(keep):
         mon["grafana"] = dict(grafana, host=mgmt_host)
     return mon
+
+
+def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:
+    """Recipes narrowed to the virtual partitions the sandbox keeps (its two compute nodes
+    hold no gpux16 job)."""
+    gpu = [vp["name"] for vp in vps if vp["kind"] == "gpu"]
+    out = dict(recipes)
+    if out.get("scaling_partitions"):
+        out["scaling_partitions"] = [n for n in out["scaling_partitions"] if n in gpu]
+    if out.get("virtual_partition") not in gpu and gpu:
+        out["virtual_partition"] = gpu[0]
+    return out
 
 
 def _ip(n: int) -> str:

@@ -1,0 +1,69 @@
+"""Checks: training recipes (the virtual partitions their jobs ask for, the framework module)."""
+
+from __future__ import annotations
+
+from ..findings import error, warning
+from ..model import Cluster, Role
+from ..model.recipes import gpu_partitions, scaling_partitions
+from . import check
+from .common import did_you_mean, duplicates
+
+REC = ("recipes",)
+
+
+@check
+def recipes_virtual_partitions(c: Cluster):
+    """The job script's and the benchmark's virtual partitions exist and have GPUs; the
+    benchmark runs from the fewest GPUs up, each size once."""
+    r = c.recipes
+    if r is None:
+        return
+    gpus = gpu_partitions(c.swsuite)
+    known = [vp.name for vp in c.swsuite.virtual_partitions]
+
+    def problem(name: str) -> str | None:
+        if name not in known:
+            return f"virtual partition {name!r} is not in swsuite.virtual_partitions{did_you_mean(name, known)}"
+        if name not in gpus:
+            return f"virtual partition {name!r} has no GPUs: the recipe trains on GPUs"
+        return None
+
+    if (msg := problem(r.virtual_partition)) is not None:
+        yield error((*REC, "virtual_partition"), msg)
+    for i, name in enumerate(r.scaling_partitions):
+        if (msg := problem(name)) is not None:
+            yield error((*REC, "scaling_partitions", i), msg)
+    for again, first in duplicates(r.scaling_partitions):
+        yield error((*REC, "scaling_partitions", again), f"{r.scaling_partitions[again]!r} is listed twice "
+                    f"(first at [{first}])")
+    sizes = [gpus[n] for n in r.scaling_partitions if n in gpus]
+    if sizes != sorted(sizes):
+        yield error((*REC, "scaling_partitions"), "list the benchmark's virtual partitions from the fewest GPUs to "
+                    f"the most (GPUs: {sizes}): efficiency is measured against the first")
+    if not scaling_partitions(r, c.swsuite):
+        yield error((*REC, "scaling_partitions"), "no GPU virtual partition with a power-of-two GPU count to "
+                    "benchmark: list the virtual partitions to run")
+
+
+@check
+def recipes_framework_module(c: Cluster):
+    """The module the job scripts load is in software.modules and visible on compute nodes."""
+    r = c.recipes
+    if r is None or r.framework_module is None:
+        return
+    path = (*REC, "framework_module")
+    found = c.software.resolve(r.framework_module)
+    if not found:
+        yield error(path, f"module {r.framework_module!r} is not in software.modules"
+                    + did_you_mean(r.framework_module, c.software.known_refs()))
+    elif not any(Role.compute in c.software.roles_of(m) for m in found):
+        yield error(path, f"module {r.framework_module!r} is not visible on compute nodes, where the recipe runs")
+
+
+@check
+def recipes_fabric(c: Cluster):
+    """NCCL device names only where there is an InfiniBand fabric to use them."""
+    r = c.recipes
+    if r is not None and r.nccl_ib_hca and c.fabric is None:
+        yield warning((*REC, "nccl_ib_hca"), "NCCL_IB_HCA is set but the description has no fabric: NCCL will find "
+                      "no such adapter and fall back to TCP sockets")

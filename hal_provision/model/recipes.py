@@ -1,0 +1,70 @@
+"""Training recipes: the cluster's own distributed ResNet-50 recipe and its scaling benchmark.
+
+HAL's paper proves the system by training ResNet-50 on ImageNet from 4 GPUs on one node to 64
+GPUs on 16 nodes (PyTorch DDP, per-GPU batch 256, mixed precision, learning-rate scaling with
+warm-up), and its users got recipes because multi-node training "is non-trivial even for
+advanced users". This section places the recipe (the programs in hal_provision.recipes and
+the job scripts rendered for this cluster) on every login, development and compute node, and
+says how jobs start: through the wrapper suite's virtual partitions, one srun task per GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from .base import AbsolutePath, Name, Strict
+from .software import ModuleRef
+
+
+class Recipes(Strict):
+    prefix: AbsolutePath = Field(
+        "/opt/hal/recipes",
+        description="Where the recipes are installed on every login, development and compute node "
+        "(PREFIX/resnet50/...).")
+    framework_module: ModuleRef | None = Field(
+        None,
+        description="software.modules entry that provides PyTorch and torchvision, loaded by the job scripts "
+        "before the program starts; None: the job's own environment (a virtualenv the user activates).")
+    virtual_partition: Name = Field(
+        description="The wrapper suite's GPU virtual partition the job script asks for by default "
+        "(`#SWBATCH -p`); `swbatch -p gpuxN resnet50.swbatch` overrides it.")
+    scaling_partitions: list[Name] = Field(
+        default_factory=list,
+        description="Virtual partitions the scaling benchmark runs, smallest first; empty: every GPU virtual "
+        "partition whose GPU count is a power of two.")
+    batch_per_gpu: int = Field(256, ge=1, le=4096, description="Images per GPU per step (the paper: 256).")
+    time_hours: float = Field(1.0, gt=0, description="Time limit of one benchmark job, in hours.")
+    nccl_ib_hca: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+:[0-9]+$")]] | None = Field(
+        None,
+        description="NCCL_IB_HCA entries (DEVICE:PORT, e.g. mlx5_0:1); None: derived from the fabric (adapter "
+        "i of a node is mlx5_i, the mlx5 driver's naming for ConnectX-4 and later; the cabled ports of the "
+        "fabric's links). Without a fabric NCCL uses TCP sockets (NCCL_IB_DISABLE=1).")
+
+
+def gpu_partitions(swsuite) -> dict[str, int]:
+    """The wrapper suite's GPU virtual partitions: name -> GPUs."""
+    return {vp.name: vp.gpus for vp in swsuite.virtual_partitions if vp.kind == "gpu" and vp.gpus}
+
+
+def scaling_partitions(recipes: Recipes, swsuite) -> list[str]:
+    """The benchmark's virtual partitions: the model's list, else every GPU virtual partition
+    with a power-of-two GPU count, fewest GPUs first (1, 2, 4, 8, 16 on HAL)."""
+    if recipes.scaling_partitions:
+        return list(recipes.scaling_partitions)
+    gpus = gpu_partitions(swsuite)
+    return sorted((n for n, g in gpus.items() if g & (g - 1) == 0), key=lambda n: (gpus[n], n))
+
+
+def nccl_ib_hca(recipes: Recipes, fabric, compute_hosts) -> list[str]:
+    """NCCL_IB_HCA for the compute nodes: the model's list, else mlx5_0:PORT for each port
+    the fabric cables on compute nodes (none without a fabric)."""
+    if recipes.nccl_ib_hca is not None:
+        return list(recipes.nccl_ib_hca)
+    if fabric is None:
+        return []
+    from ..hostlist import nodeset
+
+    ports = sorted({link.port for link in fabric.links if nodeset(link.hosts).intersection(compute_hosts)})
+    return [f"mlx5_0:{port}" for port in ports]
