@@ -81,6 +81,7 @@ def version() -> None:
 
 def _register_subcommands() -> None:
     from .dashboards_cli import panels as dashboards_command
+    from .recipes_cli import app as recipes_app
     from .sandbox.cli import app as sandbox_app
     from .storage.cli import app as storage_app
     from .verify import command as verify_command
@@ -89,6 +90,7 @@ def _register_subcommands() -> None:
     app.add_typer(storage_app, name="storage")
     app.command(name="verify")(verify_command)
     app.command(name="dashboards")(dashboards_command)
+    app.add_typer(recipes_app, name="recipes")
 
 
 _register_subcommands()

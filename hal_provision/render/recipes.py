@@ -1,0 +1,133 @@
+"""Training recipes: the job scripts and settings of the ResNet-50 recipe for this cluster.
+
+Under recipes.prefix (default /opt/hal/recipes) on every login, development and compute node:
+
+* ``resnet50/resnet50.swbatch``: the job script. `swbatch [-p gpuxN] resnet50.swbatch [OPTIONS]`
+  starts one srun task per GPU of the job on every node (the virtual partition decides nodes
+  and GPUs); each task derives its rank, local rank, world size and rendezvous address from
+  Slurm's environment (hal_provision.recipes.slurmenv) and runs train_resnet50.py. With
+  ``--wiring-probe`` first, the same launch runs wiring_probe.py instead: no PyTorch, the same
+  rendezvous settings, a check that every rank joined one world with its own GPU.
+* ``resnet50/recipe.env``: NCCL's settings for the model's fabric and the framework module.
+* ``resnet50/scaling.sh``: the scaling benchmark over the model's virtual partitions.
+* ``files/etc/hal-provision/recipes.json``: the prefix and file list for the recipes role.
+
+The programs themselves (hal_provision/recipes/*.py) are copied beside these by the role.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from ..model import Cluster
+from ..model.recipes import gpu_partitions, nccl_ib_hca, scaling_partitions
+from .common import header, json_comment
+
+RECIPE = "resnet50"
+FACTS = "files/etc/hal-provision/recipes.json"
+PROGRAMS = ("slurmenv.py", "train_resnet50.py", "wiring_probe.py", "scaling.py")
+
+
+def recipe_dir(cluster: Cluster) -> str:
+    return f"{cluster.recipes.prefix.rstrip('/')}/{RECIPE}"
+
+
+def render(cluster: Cluster) -> dict[str, str]:
+    if cluster.recipes is None:
+        return {}
+    d = recipe_dir(cluster)
+    files = {
+        f"files{d}/resnet50.swbatch": job_script(cluster),
+        f"files{d}/recipe.env": recipe_env(cluster),
+        f"files{d}/scaling.sh": scaling_script(cluster),
+    }
+    facts = {
+        "_comment": json_comment(cluster),
+        "prefix": cluster.recipes.prefix,
+        "recipes": {RECIPE: {
+            "dir": d,
+            "rendered": sorted(path.rsplit("/", 1)[1] for path in files),
+            "programs": list(PROGRAMS),
+            "virtual_partition": cluster.recipes.virtual_partition,
+            "scaling_partitions": scaling_partitions(cluster.recipes, cluster.swsuite),
+        }},
+    }
+    files[FACTS] = json.dumps(facts, indent=2, sort_keys=True) + "\n"
+    return files
+
+
+def job_script(cluster: Cluster) -> str:
+    r = cluster.recipes
+    d = recipe_dir(cluster)
+    hours = f"{r.time_hours:g}"
+    return "".join([
+        "#!/bin/bash\n",
+        header(cluster),
+        "# Directives (comments before the first command, as sbatch and swbatch read them):\n",
+        f"#SWBATCH -p {r.virtual_partition}\n",
+        f"#SWBATCH -t {hours}\n",
+        f"#SBATCH --job-name={RECIPE}\n",
+        "#\n",
+        "# ResNet-50 with PyTorch DistributedDataParallel on every GPU of the job (HAL, PEARC '20):\n",
+        "#   swbatch [-p gpuxN] " + d + "/resnet50.swbatch [train_resnet50.py options]\n",
+        "#   swbatch -p gpux8 " + d + "/resnet50.swbatch --wiring-probe     (no PyTorch needed)\n",
+        "# The virtual partition decides nodes and GPUs; this script starts one srun task per GPU on\n",
+        "# every node, and each task takes its rank, local rank, world size and the rendezvous\n",
+        "# (the job's first node) from Slurm's environment.\n",
+        "set -euo pipefail\n",
+        f"recipe_dir={shlex.quote(d)}\n",
+        'source "$recipe_dir/recipe.env"\n',
+        'program="$recipe_dir/train_resnet50.py"\n',
+        'if [ "${1:-}" = "--wiring-probe" ]; then shift; program="$recipe_dir/wiring_probe.py"; fi\n',
+        'gpus_per_node=${SLURM_GPUS_ON_NODE:?"no GPUs in this job: submit with swbatch -p gpuxN"}\n',
+        "cpus_per_task=$(( SLURM_CPUS_ON_NODE / gpus_per_node ))\n",
+        'echo "resnet50: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: ${SLURM_JOB_NUM_NODES} node(s) x '
+        '${gpus_per_node} GPU(s), ${cpus_per_task} CPUs per task, $(basename "$program")" >&2\n',
+        'exec srun --ntasks-per-node="$gpus_per_node" --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n',
+        '    --export=ALL python3 "$program" "$@"\n',
+    ])
+
+
+def recipe_env(cluster: Cluster) -> str:
+    r = cluster.recipes
+    hca = nccl_ib_hca(r, cluster.fabric, cluster.slurm_nodes)
+    lines = [header(cluster), f"# Sourced by {RECIPE}.swbatch: NCCL's settings for this cluster's fabric, then the\n",
+             "# framework module.\n"]
+    if hca:
+        lines += [f"# NCCL over InfiniBand ({cluster.fabric.name if cluster.fabric else 'site setting'}): "
+                  "the cabled adapter ports of the compute nodes.\n",
+                  f"export NCCL_IB_HCA={shlex.quote(','.join(hca))}\n",
+                  "export NCCL_IB_DISABLE=0\n"]
+    else:
+        lines += ["# No InfiniBand fabric: NCCL between nodes over TCP sockets.\n", "export NCCL_IB_DISABLE=1\n"]
+    lines.append(f"export HAL_RECIPE_BATCH_PER_GPU={r.batch_per_gpu}\n")
+    if r.framework_module:
+        lines += ["# Lmod for a non-login shell (its scripts are not written for `set -u`).\n",
+                  "set +u\n",
+                  "if ! type module >/dev/null 2>&1; then source /etc/profile.d/lmod.sh; fi\n",
+                  f"module load {shlex.quote(r.framework_module)}\n",
+                  "set -u\n"]
+    return "".join(lines)
+
+
+def scaling_script(cluster: Cluster) -> str:
+    r = cluster.recipes
+    d = recipe_dir(cluster)
+    parts = scaling_partitions(r, cluster.swsuite)
+    gpus = gpu_partitions(cluster.swsuite)
+    return "".join([
+        "#!/bin/bash\n",
+        header(cluster),
+        "# The cluster's own ResNet-50 scaling benchmark (synthetic data): one job per virtual partition,\n",
+        "# " + ", ".join(f"{p} ({gpus[p]} GPU{'s' if gpus[p] > 1 else ''})" for p in parts) + ",\n",
+        "# one after another; then a table of images/s and scaling efficiency, and a PNG plot.\n",
+        "#   scaling.sh [OUTDIR] [STEPS]      (default: ~/resnet50-scaling, 50 steps per run)\n",
+        "set -euo pipefail\n",
+        f"recipe_dir={shlex.quote(d)}\n",
+        'source "$recipe_dir/recipe.env"\n',
+        'out=${1:-$HOME/resnet50-scaling}\n',
+        'mkdir -p "$out"\n',
+        'exec python3 "$recipe_dir/scaling.py" submit --script "$recipe_dir/resnet50.swbatch" \\\n',
+        f"    --partitions {','.join(parts)} --out \"$out\" --steps \"${{2:-50}}\"\n",
+    ])
