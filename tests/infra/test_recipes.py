@@ -1,0 +1,93 @@
+"""The training recipes on the deployed cluster: the rendered job scripts and the recipe
+programs on every login, development and compute node, and the multi-node launch path.
+
+The sandbox has no GPU framework and no GPU, so the launch is proven with the recipe's own
+job script and `--wiring-probe`: the same swbatch request, the same one-srun-task-per-GPU
+launch and the same rendezvous settings the recipe passes to PyTorch (slurmenv), without
+PyTorch. Every rank must join one world (rank 0 on the job's first node gathers them over TCP)
+with distinct ranks, its node's local ranks, and a GPU device of its own that the job may open.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+
+from deployed import deployed
+
+D = deployed()
+FACTS = json.loads(D.rendered("etc/hal-provision/recipes.json") or "null")
+pytestmark = pytest.mark.skipif(FACTS is None, reason="the model has no recipes section")
+PROGRAMS = Path(__file__).resolve().parents[2] / "hal_provision" / "recipes"
+HOSTS = D.hosts_in("role_login", "role_development", "role_compute")
+TABLE = json.loads(D.rendered("etc/swsuite/virtual-partitions.json") or '{"virtual_partitions": {}}')["virtual_partitions"]
+
+
+def _spanning_partition() -> tuple[str, int, int] | None:
+    """The GPU virtual partition whose jobs fill the most whole compute nodes of the cluster
+    (at least two): name, nodes, GPUs per node."""
+    nodes = len(D.hosts_in("slurm_nodes"))
+    best = None
+    for name, vp in TABLE.items():
+        per_node = len(vp.get("node", {}).get("gpu_sockets", []))
+        if vp["kind"] != "gpu" or not per_node or vp["gpus"] % per_node:
+            continue
+        span = vp["gpus"] // per_node
+        if 2 <= span <= nodes and (best is None or span > best[1]):
+            best = (name, span, per_node)
+    return best
+
+
+SPANNING = _spanning_partition() if FACTS else None
+
+
+@pytest.mark.parametrize("host", HOSTS)
+def test_recipe_files_are_installed(host):
+    node = D.host(host)
+    for recipe in FACTS["recipes"].values():
+        for name in recipe["rendered"]:
+            f = node.file(f"{recipe['dir']}/{name}")
+            assert f.content_string == D.rendered(f"{recipe['dir'].lstrip('/')}/{name}"), f"{host}:{f.path}"
+            assert f.user == "root" and f.mode == (0o755 if name.endswith((".sh", ".swbatch")) else 0o644), \
+                f"{host}:{f.path} {f.user} {oct(f.mode)}"
+        for name in recipe["programs"]:
+            f = node.file(f"{recipe['dir']}/{name}")
+            assert f.content_string == (PROGRAMS / name).read_text(), f"{host}:{f.path}"
+
+
+@pytest.mark.skipif(SPANNING is None, reason="no GPU virtual partition spans two or more of the compute nodes")
+def test_wiring_probe_joins_every_gpu_of_a_multi_node_job_in_one_world():
+    vp, nodes, per_node = SPANNING
+    script = f"{FACTS['recipes']['resnet50']['dir']}/resnet50.swbatch"
+    work = f"hal-wiring-{uuid.uuid4().hex[:8]}"
+    try:
+        submitted = D.user_ok(f"mkdir -p ~/{work} && cd ~/{work} && "
+                              f"swbatch -p {vp} -t 0:10 --wait --output=$HOME/{work}/probe.out {script} --wiring-probe",
+                              timeout=240)
+        job = re.search(r"Submitted batch job (\d+)", submitted)
+        assert job, submitted
+        output = D.user_ok(f"cat ~/{work}/probe.out")
+    finally:
+        D.as_user(D.login, f"rm -rf ~/{work}", 30)
+    world = nodes * per_node
+    summary = re.search(r"^WIRING OK world=(\d+) nodes=(\d+) per_node=(\d+)", output, re.M)
+    assert summary and summary.groups() == (str(world), str(nodes), str(per_node)), \
+        f"swbatch -p {vp} {script} --wiring-probe (job {job.group(1)}):\n{output}"
+    (records_line,) = [ln for ln in output.splitlines() if ln.startswith("WIRING {") or ln.startswith("WIRING [")]
+    doc = json.loads(records_line.split(" ", 1)[1])
+    records = doc["records"] if isinstance(doc, dict) else doc
+    # Checked here again, independently of the probe's own verdict.
+    assert sorted(r["rank"] for r in records) == list(range(world)), records
+    by_host = collections.defaultdict(list)
+    for r in records:
+        by_host[r["hostname"]].append(r)
+    assert len(by_host) == nodes and set(by_host) <= set(D.hosts_in("slurm_nodes")), sorted(by_host)
+    for host, rs in by_host.items():
+        assert sorted(r["local_rank"] for r in rs) == list(range(per_node)), (host, rs)
+        assert len({r["device_path"] for r in rs}) == per_node and all(r["device_ok"] for r in rs), (host, rs)
+    assert len({(r["master_addr"], r["master_port"], r["world_size"]) for r in records}) == 1, records
