@@ -84,7 +84,10 @@ def job_script(cluster: Cluster) -> str:
         "cpus_per_task=$(( SLURM_CPUS_ON_NODE / gpus_per_node ))\n",
         'echo "resnet50: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: ${SLURM_JOB_NUM_NODES} node(s) x '
         '${gpus_per_node} GPU(s), ${cpus_per_task} CPUs per task, $(basename "$program")" >&2\n',
-        'exec srun --ntasks-per-node="$gpus_per_node" --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n',
+        "# Every count explicit: the job was asked for one task per hardware thread, and srun would\n",
+        "# inherit that task count.\n",
+        'exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$(( SLURM_JOB_NUM_NODES * gpus_per_node )) \\\n',
+        '    --ntasks-per-node="$gpus_per_node" --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n',
         '    --export=ALL python3 "$program" "$@"\n',
     ])
 
@@ -103,9 +106,13 @@ def recipe_env(cluster: Cluster) -> str:
         lines += ["# No InfiniBand fabric: NCCL between nodes over TCP sockets.\n", "export NCCL_IB_DISABLE=1\n"]
     lines.append(f"export HAL_RECIPE_BATCH_PER_GPU={r.batch_per_gpu}\n")
     if r.framework_module:
-        lines += ["# Lmod for a non-login shell (its scripts are not written for `set -u`).\n",
+        lines += ["# This node's own module tree: swbatch exports the submitting shell's environment, whose\n",
+                  "# MODULEPATH is the login node's tree (one tree per node role), so start Lmod afresh, then\n",
+                  "# load the framework (Lmod's scripts are not written for `set -u`).\n",
                   "set +u\n",
-                  "if ! type module >/dev/null 2>&1; then source /etc/profile.d/lmod.sh; fi\n",
+                  "if type module >/dev/null 2>&1; then module --force purge >/dev/null 2>&1 || true; fi\n",
+                  "unset MODULEPATH MODULEPATH_ROOT\n",
+                  "source /etc/profile.d/lmod.sh\n",
                   f"module load {shlex.quote(r.framework_module)}\n",
                   "set -u\n"]
     return "".join(lines)

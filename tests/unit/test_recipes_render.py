@@ -81,7 +81,8 @@ def test_job_script_launches_one_task_per_gpu_from_the_model(files):
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "job").write_text(script)
         assert script_directives(Path(tmp) / "job") == ["-p", "gpux4", "-t", "1"]
-    assert 'srun --ntasks-per-node="$gpus_per_node"' in script and "--wiring-probe" in script
+    assert '--ntasks-per-node="$gpus_per_node"' in script and "--wiring-probe" in script
+    assert '--ntasks=$(( SLURM_JOB_NUM_NODES * gpus_per_node ))' in script
     for name in ("resnet50.swbatch", "scaling.sh"):
         subprocess.run(["bash", "-n"], input=files[f"{DIR}/{name}"], text=True, check=True)
 
