@@ -33,6 +33,7 @@ configuration (the telegraf role's `validate:`) and exits 1 on an error.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import base64
 import glob
@@ -315,7 +316,7 @@ class Gathered:
     errors: list[str] = field(default_factory=list)
 
 
-class Input:
+class Input(abc.ABC):
     """One configured input: gathers Lines, never raises."""
 
     def __init__(self, config: InputConfig):
@@ -332,8 +333,9 @@ class Input:
             out.errors.append(f"{self.label}: {type(exc).__name__}: {exc}")
         return out
 
+    @abc.abstractmethod
     def _gather(self, now_ns: int, out: Gathered) -> None:
-        raise NotImplementedError
+        """Add this input's points (or errors) of one round to `out`."""
 
 
 class ExecInput(Input):
