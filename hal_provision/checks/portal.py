@@ -24,7 +24,7 @@ def _modules_for(c: Cluster, ref: str):
 
 
 def _visible_on_compute(c: Cluster, ref: str) -> bool:
-    return any(Role.compute in c.software.roles_of(m) and m.compiler is None for m in _modules_for(c, ref))
+    return c.software.loadable_on(ref, Role.compute)
 
 
 def _hosts_mounting(c: Cluster, mount_point: str):

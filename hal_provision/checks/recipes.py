@@ -56,7 +56,7 @@ def recipes_framework_module(c: Cluster):
     if not found:
         yield error(path, f"module {r.framework_module!r} is not in software.modules"
                     + did_you_mean(r.framework_module, c.software.known_refs()))
-    elif not any(Role.compute in c.software.roles_of(m) for m in found):
+    elif not c.software.loadable_on(r.framework_module, Role.compute):
         yield error(path, f"module {r.framework_module!r} is not visible on compute nodes, where the recipe runs")
 
 

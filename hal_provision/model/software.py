@@ -132,6 +132,11 @@ class Software(Strict):
         """Every NAME and NAME/VERSION the modules answer to, for 'did you mean'."""
         return list(dict.fromkeys(r for m in self.modules for r in (m.name, m.full_name)))
 
+    def loadable_on(self, ref: str, role: Role) -> bool:
+        """A module a NAME or NAME/VERSION reference names is in the Core tree of `role`'s
+        nodes: `module load REF` works there without loading a compiler first."""
+        return any(role in self.roles_of(m) and m.compiler is None for m in self.resolve(ref))
+
     def roles_of(self, module: Module) -> list[Role]:
         return list(module.roles if module.roles is not None else self.default_roles)
 
