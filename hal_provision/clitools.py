@@ -17,8 +17,9 @@ from .validate import validate as load_and_check
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# emoji=False: "cluster.yml:100:5" must not print as "cluster.yml💯5" (Rich's :100: code).
+out = Console(highlight=False, soft_wrap=True, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 _STYLE = {Level.error: "bold red", Level.warning: "yellow", Level.info: "cyan"}
 

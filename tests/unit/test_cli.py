@@ -146,3 +146,12 @@ def test_show_prints_hal_totals(tmp_path):
     header, row = [c for c in cells if c][:2]
     totals = dict(zip(header, row))
     assert (totals["nodes"], totals["GPUs"], totals["cores"]) == ("16", "64", "640")
+
+
+def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
+    """Rich reads ':100:' as an emoji code; a finding at line 100 must print 'file:100:5'."""
+    from hal_provision.clitools import print_findings
+    from hal_provision.findings import error
+
+    print_findings([error(("nodes", 3), "bad").located("cluster.yml", 100, 5)])
+    assert "cluster.yml:100:5: error: nodes[3]: bad" in capsys.readouterr().err
