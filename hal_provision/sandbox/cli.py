@@ -43,7 +43,11 @@ def up(
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
     if converge:
-        rc = lifecycle.converge(sb)
+        try:
+            rc = lifecycle.converge(sb)
+        except lifecycle.LifecycleError as exc:  # ansible-playbook missing: say so, no traceback
+            err.print(f"error: {exc}", style="bold red", markup=False)
+            raise typer.Exit(2) from None
         if rc != 0:
             err.print(f"site.yml failed (exit {rc}); fix and re-run `hal-provision sandbox up`", style="bold red")
             raise typer.Exit(1)
