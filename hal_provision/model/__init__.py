@@ -12,6 +12,7 @@ from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
 from .cluster import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
+from .health import Health
 from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
 from .services import Services
@@ -45,6 +46,8 @@ class Cluster(Strict):
     monitoring: Monitoring | None = Field(None, description="Monitoring stack.")
     recipes: Recipes | None = Field(None, description="Distributed training recipes and the scaling benchmark.")
     accounts: Accounts | None = Field(None, description="Research groups and users (LDAP directory, Slurm associations).")
+    health: Health | None = Field(
+        None, description="Node health check run by slurmd (HealthCheckProgram): compares each node with the model.")
 
     # ---- derived views (pure; node groups stay compressed) ----------------------------
     def group_nodeset(self, group: NodeGroup) -> NodeSet:
@@ -74,7 +77,7 @@ class Cluster(Strict):
 
 __all__ = [
     "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
-    "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "IbAdapter", "Module", "Monitoring",
+    "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Portal", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",

@@ -9,6 +9,7 @@ from ClusterShell.NodeSet import NodeSet
 from ..hostlist import fold, nodeset
 from ..model import Cluster, HardwareProfile, Role
 from .common import header, yes_no
+from .health import slurm_conf_lines as health_lines
 
 ETC = "files/etc/slurm"
 
@@ -100,6 +101,7 @@ def slurm_conf(cluster: Cluster) -> str:
             if s.accounting_enforce
             else ""
         )
+        + health_lines(cluster)
     )
     out.append(
         "\n# Nodes: one line per identical hardware group. RealMemory is installed memory minus\n"

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""hal-healthcheck: compare this node with what the model expects, drain or resume it in Slurm.
+
+slurmd runs it as HealthCheckProgram every HealthCheckInterval seconds (and when it starts).
+It reads the node's expectation (rendered from the model: /etc/hal-provision/health.json),
+runs each check it names, and then:
+
+* a check failed: drain the node with the reason "<prefix>: <check>: <first problem>", unless
+  somebody else drained it (its reason does not start with the prefix): that drain and its
+  reason are left as they are;
+* every check passed: resume the node if, and only if, its drain reason starts with the prefix
+  (this program drained it). A node an admin drained is never resumed here.
+
+    hal-healthcheck [--expectation FILE] [--no-slurm] [--host NAME] [--root DIR]
+
+--no-slurm reports without touching Slurm (exit status 1 when a check fails): what testinfra
+and an admin's manual run use. --root reads /proc, /sys and /dev under DIR (tests).
+
+Checks: cpus (sockets, cores per socket, threads per core from sysfs), memory (MemTotal at
+least min_kib), gpus (each device file a character device of the NVIDIA major), gpu_model
+(nvidia-smi: count, model name, memory per GPU), mounts (each shared file system's mount point
+in /proc/self/mounts), services (systemctl is-active), infiniband (each cabled port number
+ACTIVE at the fabric's rate on some adapter). The last result is kept in
+/run/hal-healthcheck/last.json. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+EXPECTATION = "/etc/hal-provision/health.json"
+STATE_DIR = "/run/hal-healthcheck"
+COMMAND_TIMEOUT = 20
+GPU_MEMORY_TOLERANCE = 0.06  # nvidia-smi reports usable memory: a V100-16GB shows 16160 MiB
+REASON_MAX = 120  # Slurm keeps long reasons; sinfo shows about this much
+
+
+# ---- checks: each returns a list of problems (empty: passed) ---------------------------------
+
+def check_cpus(want: dict, root: str) -> list[str]:
+    per_core: dict[tuple[str, str], int] = {}
+    cpus = 0
+    for topo in glob.glob(os.path.join(root, "sys/devices/system/cpu/cpu[0-9]*/topology")):
+        try:
+            package = _read(os.path.join(topo, "physical_package_id"))
+            core = _read(os.path.join(topo, "core_id"))
+        except OSError:
+            continue  # an offline CPU has no topology
+        cpus += 1
+        per_core[(package, core)] = per_core.get((package, core), 0) + 1
+    if not cpus:
+        return ["no CPU topology under /sys/devices/system/cpu"]
+    # The largest socket and core count: one offline CPU shows as `cpus`, not as a smaller SMT.
+    packages = {package for package, _core in per_core}
+    have = {"sockets": len(packages),
+            "cores_per_socket": max(sum(1 for p, _c in per_core if p == pkg) for pkg in packages),
+            "threads_per_core": max(per_core.values()), "cpus": cpus}
+    return [f"{key} {have[key]}, expected {want[key]}"
+            for key in ("sockets", "cores_per_socket", "threads_per_core", "cpus") if have[key] != want[key]]
+
+
+def check_memory(want: dict, root: str) -> list[str]:
+    text = _read(os.path.join(root, "proc/meminfo"))
+    m = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.M)
+    if not m:
+        return ["no MemTotal in /proc/meminfo"]
+    kib = int(m.group(1))
+    if kib < want["min_kib"]:
+        return [f"{kib / 1048576:.1f} GiB, expected {want['memory_gib']} GiB "
+                f"(at least {want['min_kib'] / 1048576:.1f} GiB: {want['tolerance_pct']:g} % tolerance)"]
+    return []
+
+
+def check_gpus(want: dict, root: str) -> list[str]:
+    problems = []
+    for path in want["files"]:
+        try:
+            st = os.stat(os.path.join(root, path.lstrip("/")))
+        except FileNotFoundError:
+            problems.append(f"{path} missing")
+            continue
+        if not stat.S_ISCHR(st.st_mode) or os.major(st.st_rdev) != want["major"]:
+            problems.append(f"{path} is not an NVIDIA character device (major {want['major']})")
+    return problems
+
+
+def check_gpu_model(want: dict, root: str) -> list[str]:
+    rc, text = _run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"])
+    if rc != 0:
+        return [f"nvidia-smi failed (exit {rc}): {text.strip()[:80]}"]
+    rows = [[c.strip() for c in line.split(",")] for line in text.splitlines() if line.strip()]
+    problems = []
+    if len(rows) != want["count"]:
+        problems.append(f"{len(rows)} GPUs, expected {want['count']}")
+    for i, row in enumerate(rows):
+        name, mib = row[0], row[1] if len(row) > 1 else "?"
+        if name != want["model"] and not want["model"].endswith(name) and not name.endswith(want["model"]):
+            problems.append(f"GPU {i} is {name}, expected {want['model']}")
+        try:
+            gib = float(mib) / 1024
+        except ValueError:
+            problems.append(f"GPU {i} memory {mib!r} unreadable")
+            continue
+        if abs(gib - want["memory_gib"]) > want["memory_gib"] * GPU_MEMORY_TOLERANCE + 0.5:
+            problems.append(f"GPU {i} has {gib:.1f} GiB, expected {want['memory_gib']} GiB")
+    return problems
+
+
+def check_mounts(want: dict, root: str) -> list[str]:
+    text = _read(os.path.join(root, "proc/self/mounts"))
+    points = {_unescape(line.split()[1]) for line in text.splitlines() if len(line.split()) > 2}
+    return [f"{point} not mounted" for point in want["mount_points"] if point not in points]
+
+
+def check_services(want: dict, root: str) -> list[str]:
+    problems = []
+    for unit in want["units"]:
+        rc, text = _run(["systemctl", "is-active", unit], errors=False)
+        answer = text.strip().splitlines()[0] if text.strip() else "unknown"
+        if answer != "active":
+            problems.append(f"{unit} is {answer}")
+    return problems
+
+
+def check_infiniband(want: dict, root: str) -> list[str]:
+    problems = []
+    for port in want["ports"]:
+        seen = []
+        for port_dir in sorted(glob.glob(os.path.join(root, f"sys/class/infiniband/*/ports/{port}"))):
+            device = port_dir.split(os.sep)[-3]
+            try:
+                state = _read(os.path.join(port_dir, "state"))  # "4: ACTIVE"
+                rate = _read(os.path.join(port_dir, "rate"))    # "100 Gb/sec (4X EDR)"
+            except OSError:
+                continue
+            gbps = float(rate.split()[0]) if rate.split() else 0.0
+            seen.append(f"{device}/{port} {state.split(':')[-1].strip()} {rate.split(' (')[0]}")
+            if "ACTIVE" in state and gbps >= want["rate_gbps"]:
+                break
+        else:
+            problems.append(f"no port {port} ACTIVE at {want['rate_gbps']} Gb/s"
+                            + (f" ({', '.join(seen)})" if seen else " (no InfiniBand adapter)"))
+    return problems
+
+
+CHECKS = {"cpus": check_cpus, "memory": check_memory, "gpus": check_gpus, "gpu_model": check_gpu_model,
+          "mounts": check_mounts, "services": check_services, "infiniband": check_infiniband}
+
+
+def run_checks(expectation: dict, root: str = "/") -> dict[str, list[str]]:
+    """Check name -> problems, in the order the expectation lists the checks."""
+    results = {}
+    for name in CHECKS:  # the program's order, not the file's: cheap local checks first
+        if name not in expectation["checks"]:
+            continue
+        want = expectation["checks"][name]
+        try:
+            results[name] = CHECKS[name](want, root)
+        except (OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
+            results[name] = [f"could not check: {exc}"]
+    return results
+
+
+def drain_reason(prefix: str, results: dict[str, list[str]]) -> str | None:
+    """'<prefix>: <check>: <first problem>' for the first failed check, None when all passed."""
+    for name, problems in results.items():
+        if problems:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            return f"{prefix}: {name}: {problems[0]}{more}"[:REASON_MAX]
+    return None
+
+
+# ---- Slurm ------------------------------------------------------------------------------------
+
+DRAINED = ("drain", "drained", "draining", "drng")
+
+
+def node_state(host: str) -> tuple[str, str]:
+    """(state, reason) of the node as slurmctld sees it: ('idle', ''), ('drained', 'x: y')."""
+    rc, text = _run([_scontrol("sinfo"), "-h", "-N", "-n", host, "-o", "%T|%E"])
+    if rc != 0 or not text.strip():
+        raise RuntimeError(f"sinfo -n {host}: exit {rc}: {text.strip()[:120]}")
+    state, _, reason = text.splitlines()[0].partition("|")
+    reason = reason.strip()
+    return state.strip().rstrip("*~#!%$@^-+").lower(), "" if reason == "none" else reason
+
+
+def decide(state: str, reason: str, wanted: str | None, prefix: str) -> tuple[str, str]:
+    """What to do: ('drain', reason), ('resume', ''), or ('none', why)."""
+    ours = reason.startswith(prefix + ":")
+    drained = state in DRAINED
+    if wanted is not None:
+        if drained and not ours:
+            return "none", f"drained by somebody else ({reason or 'no reason'}): left as it is"
+        if drained and reason == wanted:
+            return "none", "already drained for this"
+        return "drain", wanted
+    if drained and ours:
+        return "resume", ""
+    if drained:
+        return "none", f"healthy, but drained by somebody else ({reason or 'no reason'}): not resumed"
+    return "none", "healthy"
+
+
+def apply(host: str, action: str, reason: str) -> None:
+    cmd = [_scontrol("scontrol"), "update", f"NodeName={host}"]
+    cmd += ["State=DRAIN", f"Reason={reason}"] if action == "drain" else ["State=RESUME"]
+    rc, text = _run(cmd)
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} {action}: exit {rc}: {text.strip()[:160]}")
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read().strip()
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _run(cmd: list[str], errors: bool = True) -> tuple[int, str]:
+    """(exit status, stdout; with `errors`, stderr too when the command failed)."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    except FileNotFoundError:
+        return 127, f"{cmd[0]}: not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"{cmd[0]}: no answer in {COMMAND_TIMEOUT} s"
+    return p.returncode, p.stdout + (p.stderr if p.returncode and errors else "")
+
+
+def _scontrol(name: str) -> str:
+    return shutil.which(name) or f"/usr/bin/{name}"  # slurmd's environment may have a short PATH
+
+
+def _save(record: dict) -> None:
+    try:
+        os.makedirs(STATE_DIR, mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=STATE_DIR, prefix=".last.")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, sort_keys=True)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, os.path.join(STATE_DIR, "last.json"))
+    except OSError:
+        pass  # a read-only /run must not stop the check
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hal-healthcheck", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--expectation", default=EXPECTATION, help=f"the node's expectation (default {EXPECTATION})")
+    parser.add_argument("--no-slurm", action="store_true", help="report only; never drain or resume")
+    parser.add_argument("--host", default=None, help="Slurm node name (default: this host's short name)")
+    parser.add_argument("--root", default="/", help="read /proc, /sys and /dev under this directory")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.expectation, encoding="utf-8") as f:
+            expectation = json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"hal-healthcheck: cannot read {args.expectation}: {exc}", file=sys.stderr)
+        return 2
+    host = args.host or socket.gethostname().split(".")[0]
+    prefix = expectation["reason_prefix"]
+
+    lock = None
+    if not args.no_slurm:  # slurmd may start a run while the last one still waits on a command
+        os.makedirs(STATE_DIR, mode=0o755, exist_ok=True)
+        lock = open(os.path.join(STATE_DIR, "lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("hal-healthcheck: another run is in progress")
+            return 0
+
+    results = run_checks(expectation, args.root)
+    for name, problems in results.items():
+        print(f"{'ok  ' if not problems else 'FAIL'} {name}" + (": " + "; ".join(problems) if problems else ""))
+    wanted = drain_reason(prefix, results)
+    record = {"time": int(time.time()), "host": host, "results": results, "reason": wanted}
+    status = 0 if wanted is None else 1
+    if not args.no_slurm:
+        try:
+            state, reason = node_state(host)
+            action, detail = decide(state, reason, wanted, prefix)
+            if action in ("drain", "resume"):
+                apply(host, action, detail)
+            record["slurm"] = {"state": state, "reason": reason, "action": action, "detail": detail}
+            print(f"slurm: {host} {state}: {action}" + (f" ({detail})" if detail else ""))
+        except RuntimeError as exc:
+            record["slurm"] = {"error": str(exc)}
+            print(f"hal-healthcheck: {exc}", file=sys.stderr)
+        _save(record)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Node health: each Slurm node group's expectation, and LBNL NHC's nhc.conf from the same.
+
+* ``files/etc/hal-provision/health/<group>.json``: what the nodes of one compute group must
+  have, check by check (only the checks `health.checks` names): CPU topology, memory with its
+  tolerance, GPU device files, GPU count/model/memory, the shared file systems mounted there,
+  the services every node runs, the cabled InfiniBand ports. The healthcheck role installs the
+  node's group file as /etc/hal-provision/health.json; hal-healthcheck (hal_provision/health)
+  reads it; the testinfra hardware tests read the same files.
+* ``files/etc/hal-provision/health.json``: the program, its path, and the groups, for the role.
+* ``files/etc/nhc/nhc.conf``: the same expectations as NHC checks, one line per check and
+  group (NHC's `{hostlist}` match), for sites that choose `health.program: nhc`.
+
+slurm.conf's HealthCheckProgram/Interval/NodeState lines come from render/slurm.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..hostlist import nodeset
+from ..model import Cluster, NodeGroup, Role
+from .common import header, json_comment
+
+HEALTH_DIR = "files/etc/hal-provision/health"
+FACTS = "files/etc/hal-provision/health.json"
+NHC_CONF = "files/etc/nhc/nhc.conf"
+PROGRAM = {"hal": "/usr/local/sbin/hal-healthcheck", "nhc": "/usr/sbin/nhc"}
+NODE_EXPECTATION = "/etc/hal-provision/health.json"  # where the role puts a node's group file
+GPU_MAJOR = 195  # the NVIDIA driver's character-device major number
+
+
+def program_path(cluster: Cluster) -> str:
+    return PROGRAM[cluster.health.program]
+
+
+def slurm_conf_lines(cluster: Cluster) -> str:
+    """The slurm.conf lines that make slurmd run the check (empty without a health section)."""
+    h = cluster.health
+    if h is None:
+        return ""
+    states = [s.upper() for s in h.node_state] + (["CYCLE"] if h.cycle else [])
+    what = "hal-healthcheck" if h.program == "hal" else "LBNL NHC"
+    return (
+        f"\n# Node health ({what}): compares each node with the model every {h.interval_s} s, drains\n"
+        "# a node that differs (the reason names the check), resumes only nodes it drained.\n"
+        f"HealthCheckProgram={program_path(cluster)}\n"
+        f"HealthCheckInterval={h.interval_s}\n"
+        f"HealthCheckNodeState={','.join(states)}\n"
+    )
+
+
+def _mounts(cluster: Cluster, hosts) -> list[str]:
+    """Shared file systems mounted on every host of `hosts` (GPFS members, NFS clients)."""
+    st = cluster.storage
+    points: set[str] = set()
+    if st.gpfs is not None:
+        members = nodeset(",".join(nc.hosts for nc in st.gpfs.node_classes))
+        if not len(hosts.difference(members)):
+            points.update(fs.mount_point for fs in st.gpfs.filesystems)
+    for mount in st.nfs.mounts:
+        if not len(hosts.difference(nodeset(mount.clients))):
+            points.add(mount.mount_point)
+    return sorted(points)
+
+
+def _ib_ports(cluster: Cluster, hosts) -> list[int]:
+    if cluster.fabric is None:
+        return []
+    return sorted({link.port for link in cluster.fabric.links if len(nodeset(link.hosts).intersection(hosts))})
+
+
+def expectation(cluster: Cluster, group: NodeGroup) -> dict:
+    """The checks of one compute group, each with what it compares against."""
+    h = cluster.health
+    p = cluster.hardware[group.hardware]
+    hosts = nodeset(group.hosts)
+    checks: dict[str, dict] = {}
+    for name in h.checks:
+        if name == "cpus":
+            checks[name] = {"sockets": p.sockets, "cores_per_socket": p.cores_per_socket,
+                            "threads_per_core": p.threads_per_core, "cpus": p.cpus}
+        elif name == "memory":
+            checks[name] = {"memory_gib": p.memory_gib, "tolerance_pct": h.memory_tolerance_pct,
+                            "min_kib": int(p.memory_gib * 1024 * 1024 * (1 - h.memory_tolerance_pct / 100))}
+        elif name == "gpus" and p.gpus:
+            checks[name] = {"files": [d.file or f"/dev/nvidia{i}" for i, d in enumerate(p.gpus.devices)],
+                            "major": GPU_MAJOR}
+        elif name == "gpu_model" and p.gpus:
+            checks[name] = {"count": p.gpu_count, "model": p.gpus.model, "memory_gib": p.gpus.memory_gib}
+        elif name == "mounts":
+            points = _mounts(cluster, hosts)
+            if points:
+                checks[name] = {"mount_points": points}
+        elif name == "services":
+            units = ["munge"] + (["sssd"] if cluster.accounts is not None and cluster.services.ldap else [])
+            checks[name] = {"units": units}
+        elif name == "infiniband":
+            ports = _ib_ports(cluster, hosts)
+            if ports:
+                checks[name] = {"ports": ports, "rate_gbps": cluster.fabric.rate_gbps}
+    return {
+        "_comment": json_comment(cluster),
+        "group": group.name,
+        "hosts": group.hosts,
+        "hardware": group.hardware,
+        "reason_prefix": h.reason_prefix,
+        "checks": checks,
+    }
+
+
+def compute_groups(cluster: Cluster) -> list[NodeGroup]:
+    """The groups slurmd runs on: the ones the check runs on."""
+    return cluster.groups_with_role(Role.compute)
+
+
+def nhc_conf(cluster: Cluster) -> str:
+    """NHC checks for the same expectations. gpu_model has no stock NHC check: left out."""
+    out = [header(cluster),
+           "# LBNL NHC checks written from the model's expectations (files/etc/hal-provision/health/).\n",
+           "# Match: NHC's {hostlist} ranges. NHC drains and resumes through its own Slurm support.\n",
+           "* || export MARK_OFFLINE=1 NHC_RM=slurm\n"]
+    for group in compute_groups(cluster):
+        checks = expectation(cluster, group)["checks"]
+        match = "{" + group.hosts + "}"
+        out.append(f"\n# {group.name}: {group.hardware}\n")
+        if "cpus" in checks:
+            c = checks["cpus"]
+            out.append(f"{match} || check_hw_cpuinfo {c['sockets']} {c['sockets'] * c['cores_per_socket']} {c['cpus']}\n")
+        if "memory" in checks:
+            m = checks["memory"]
+            out.append(f"{match} || check_hw_physmem {m['memory_gib']}GB {m['memory_gib']}GB {m['tolerance_pct']:g}%\n")
+        for f in checks.get("gpus", {}).get("files", []):
+            out.append(f"{match} || check_file_test -c -r -w {f}\n")
+        for point in checks.get("mounts", {}).get("mount_points", []):
+            out.append(f"{match} || check_fs_mount_rw -f {point}\n")
+        daemons = {"munge": ("munged", "munge"), "sssd": ("sssd", "root")}
+        for unit in checks.get("services", {}).get("units", []):
+            process, user = daemons[unit]
+            out.append(f"{match} || check_ps_service -u {user} {process}\n")
+        if "infiniband" in checks:
+            ib = checks["infiniband"]
+            # check_hw_ib passes when an active port runs at the rate: one line per group.
+            out.append(f"{match} || check_hw_ib {ib['rate_gbps']}\n")
+    return "".join(out)
+
+
+def render(cluster: Cluster) -> dict[str, str]:
+    h = cluster.health
+    if h is None:
+        return {}
+    groups = compute_groups(cluster)
+    files = {f"{HEALTH_DIR}/{g.name}.json": json.dumps(expectation(cluster, g), indent=2, sort_keys=True) + "\n"
+             for g in groups}
+    files[FACTS] = json.dumps({
+        "_comment": json_comment(cluster),
+        "program": h.program,
+        "path": program_path(cluster),
+        "interval_s": h.interval_s,
+        "node_expectation": NODE_EXPECTATION,
+        "groups": sorted(g.name for g in groups),
+    }, indent=2, sort_keys=True) + "\n"
+    files[NHC_CONF] = nhc_conf(cluster)
+    return files
