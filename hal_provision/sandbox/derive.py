@@ -110,6 +110,8 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep, kept_roles)
     if data.get("recipes"):
         data["recipes"] = _sandbox_recipes(data["recipes"], vps)
+    if data.get("health"):
+        data["health"] = _sandbox_health(data["health"])
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
     return Cluster.model_validate(data)
 
@@ -143,6 +145,23 @@ def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:
     if out.get("virtual_partition") not in gpu and gpu:
         out["virtual_partition"] = gpu[0]
     return out
+
+
+# Health-check interval in the sandbox: short, so the tests see a drain and a resume within a
+# minute. The checks a container cannot pass are left out: its CPUs and memory are the host's
+# (slurm.conf's config_overrides, above), the fake nvidia-smi answers with a recorded H100,
+# not the model's GPU, and containers have no InfiniBand adapters. gpus (the fake device
+# files), mounts (the bound shared file systems) and services stay: the tests break them.
+SANDBOX_HEALTH_INTERVAL_SECONDS = 15
+SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "infiniband")
+
+
+def _sandbox_health(health: dict) -> dict:
+    checks = health.get("checks")
+    if checks is None:
+        from ..model.health import CHECKS as checks
+    return dict(health, interval_s=min(health.get("interval_s", 300), SANDBOX_HEALTH_INTERVAL_SECONDS),
+                checks=[c for c in checks if c not in SANDBOX_HEALTH_UNCHECKABLE])
 
 
 def _ip(n: int) -> str:

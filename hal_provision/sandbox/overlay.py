@@ -12,6 +12,9 @@ derived model with the same renderers, then applies exactly these test-harness c
   runs its stand-in (same telegraf.conf, same collectors, same database and user); fake
   nvidia-smi and ipmitool answer with recorded output (tests/data); Grafana's provisioning is
   put in place without Grafana.
+* health expectations (files/etc/hal-provision/health/<group>.json): the mounts check lists the
+  shared file systems the sandbox binds into the group's nodes (the derived model narrows
+  storage to the kept hosts, which serve none of them, so it renders no mount points).
 * inventory/sandbox.yml: reach the nodes over SSH at their model addresses as root with the
   sandbox's own key pair and known_hosts (the connection settings themselves, pipelining and
   ControlPersist, are the repository's ansible.cfg, as on a real site), name each node's
@@ -83,8 +86,30 @@ def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]]
     files[CGROUP_CONF] = _replace_once(files[CGROUP_CONF], "ConstrainCores=yes\n", "ConstrainCores=no\n", CGROUP_CONF) + (
         MARK + "# ConstrainCores=no: the declared CPUs do not exist in a container.\n"
     )
+    files.update(_health_mounts(cluster, files, shared or {}))
     files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {}, pip_cert)
     return dict(sorted(files.items()))
+
+
+def _health_mounts(cluster: Cluster, files: dict[str, str], shared: dict[str, list[str]]) -> dict[str, str]:
+    """Each health expectation's mounts: the bound mount points every node of its group has."""
+    from ..hostlist import nodeset
+    from ..render.health import HEALTH_DIR
+
+    if cluster.health is None or "mounts" not in cluster.health.checks:
+        return {}
+    out = {}
+    for group in cluster.groups_with_role(Role.compute):
+        path = f"{HEALTH_DIR}/{group.name}.json"
+        hosts = set(nodeset(group.hosts))
+        points = sorted(point for point, nodes in shared.items() if hosts <= set(nodes))
+        if path not in files or not points:
+            continue
+        data = json.loads(files[path])
+        data["checks"]["mounts"] = {"mount_points": points}
+        data["_sandbox"] = "mounts: the shared file systems the sandbox binds into these nodes (hal-provision sandbox)"
+        out[path] = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    return out
 
 
 def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]], pip_cert: bool = False) -> str:
