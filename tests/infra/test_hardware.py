@@ -123,3 +123,38 @@ def test_slurmd_runs_the_check_at_the_model_interval():
             record = json.loads(last.stdout)
             assert record["host"] == host and record["reason"] is None and "error" not in record.get("slurm", {}), (
                 f"{host}: last health check {record}")
+
+
+def test_discover_playbook_reads_every_slurm_node(tmp_path):
+    """playbooks/discover.yml collects each Slurm node's raw outputs on the controller and
+    `hal-provision discover` reads them: the CPU topology it finds is the one lscpu shows on the
+    node, and its GPUs are the ones the node's nvidia-smi lists. (Sandbox containers are not
+    the model's hardware, so the last task, "matches the model", fails there: expected.)"""
+    import subprocess
+    import xml.etree.ElementTree as ET
+    from types import SimpleNamespace
+
+    from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
+
+    workdir = D.hostvars[NODES[0]].get("hal_sandbox_workdir") if NODES else None
+    if not workdir:
+        pytest.skip("needs the description the cluster was rendered from (the sandbox's model.json)")
+    cmd = playbook_cmd(SimpleNamespace(inventory=D.inventory), "discover.yml", "-e", "discover_hosts=slurm_nodes",
+                       "-e", f"discover_dir={tmp_path}", "-e", f"discover_cluster_file={workdir}/model.json")
+    run = subprocess.run(cmd, env=dict(ansible_env(), ANSIBLE_NOCOLOR="1"), capture_output=True, text=True, timeout=600)
+    assert "unreachable=1" not in run.stdout, run.stdout[-3000:]
+    for host in NODES:
+        records = tmp_path / host
+        assert (records / "lscpu.json").is_file() and (records / "meminfo-head.txt").is_file(), sorted(records.iterdir())
+        found = subprocess.run(["hal-provision", "discover", f"{workdir}/model.json", "--records", str(records),
+                                "--host", host, "--json"], capture_output=True, text=True)
+        assert found.returncode in (0, 1), found.stderr
+        profile = next(iter(json.loads(found.stdout)["hardware"].values()))
+        out = D.host(host).check_output("lscpu -p=SOCKET,CORE,CPU | grep -v '^#'")
+        rows = [line.split(",") for line in out.splitlines()]
+        assert (profile["sockets"], profile["sockets"] * profile["cores_per_socket"] * profile["threads_per_core"]) == (
+            len({r[0] for r in rows}), len(rows)), f"{host}: discovered {profile}, lscpu -p says {rows}"
+        smi = D.host(host).run("nvidia-smi -q -x")  # the call the sandbox's fake nvidia-smi also answers
+        names = [g.findtext("product_name") for g in ET.fromstring(smi.stdout).findall("gpu")] if smi.rc == 0 else []
+        assert [profile["gpus"]["model"]] * len(profile["gpus"]["devices"]) == names if names else not profile.get("gpus"), (
+            f"{host}: discovered GPUs {profile.get('gpus')}, nvidia-smi lists {names}")
