@@ -30,10 +30,11 @@ quiet() {
 # Debian packages: real Slurm daemons, munge, hwloc and slapd (slapadd) for the acceptance
 # tests, ruby (erb) for the rendered Open OnDemand templates; podman and friends for the
 # sandbox (aardvark-dns is only a Recommends of podman: name it); headless Chromium and its
-# driver for the portal's browser tests; InfluxDB 1.6 (influxd) for the dashboards' queries.
+# driver for the portal's browser tests; InfluxDB 1.6 (influxd) for the dashboards' queries;
+# Graphviz (dot) for `hal-provision diagram`.
 APT_PACKAGES=(python3 python3-venv slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux iproute2 fio iptables
               podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd ldap-utils ruby
-              chromium chromium-driver influxdb)
+              chromium chromium-driver influxdb graphviz)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -81,6 +81,8 @@ def version() -> None:
 
 def _register_subcommands() -> None:
     from .dashboards_cli import panels as dashboards_command
+    from .diagram_cli import diagram as diagram_command
+    from .discover_cli import discover as discover_command
     from .recipes_cli import app as recipes_app
     from .sandbox.cli import app as sandbox_app
     from .storage.cli import app as storage_app
@@ -90,6 +92,8 @@ def _register_subcommands() -> None:
     app.add_typer(storage_app, name="storage")
     app.command(name="verify")(verify_command)
     app.command(name="dashboards")(dashboards_command)
+    app.command(name="discover")(discover_command)
+    app.command(name="diagram")(diagram_command)
     app.add_typer(recipes_app, name="recipes")
 
 
