@@ -96,6 +96,8 @@ def test_every_file_starts_with_the_generated_by_header(file):
             assert all(line.removeprefix("# ") in comment for line in expected.splitlines()), rel
         elif rel.endswith(".lua"):  # Lua comments start with "--"; a "#" line is a syntax error
             assert text.startswith(header(model, "--")), f"{rel} lacks the generated-by header"
+        elif rel.endswith(".dot"):  # Graphviz DOT: C++-style comments
+            assert text.startswith(header(model, "//")), f"{rel} lacks the generated-by header"
         elif rel.endswith(".html.erb"):  # an ERB comment, so that the page does not show it
             assert text.startswith("<%#\n" + "".join(f"  {line.removeprefix('# ')}\n"
                                                     for line in expected.splitlines())), rel
