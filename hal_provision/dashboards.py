@@ -98,7 +98,7 @@ def groups_with_input(cluster: Cluster, name: str) -> list[NodeGroup]:
     """Node groups of the roles that run input `name`; every group when no role does (the
     checks report the panel that reads it)."""
     roles = {role for role, names in cluster.monitoring.inputs.items() if name in names}
-    return [g for g in cluster.nodes if g.role in roles] or list(cluster.nodes)
+    return [g for g in cluster.nodes if g.has(*roles)] or list(cluster.nodes)
 
 
 def reporting_hosts(cluster: Cluster) -> NodeSet:

@@ -14,7 +14,7 @@ def tables(c: Cluster) -> list[Table]:
         groups.add_column(col, justify="right" if col in ("count", "GPUs/node") else "left")
     for g in c.nodes:
         p = c.hardware[g.hardware]
-        groups.add_row(g.name, g.role.value, g.hosts, str(len(nodeset(g.hosts))), g.hardware, str(p.gpu_count))
+        groups.add_row(g.name, "+".join(r.value for r in g.roles), g.hosts, str(len(nodeset(g.hosts))), g.hardware, str(p.gpu_count))
 
     hw = Table(title="Hardware profiles")
     for col in ("profile", "model", "arch", "sockets x cores x threads", "CPUs", "memory", "GPUs"):

@@ -66,7 +66,7 @@ def repeated_hosts(sets: Sequence[NodeSet]) -> Iterator[tuple[int, int, NodeSet]
 def compute_hosts_outside(cluster: Cluster, covered: NodeSet) -> Iterator[tuple[int, NodeSet]]:
     """(group index, its hosts that `covered` lacks) for each compute group that has any."""
     for i, group in enumerate(cluster.nodes):
-        if group.role is Role.compute:
+        if group.has(Role.compute):
             missing = outside(nodeset(group.hosts), covered)
             if len(missing):
                 yield i, missing
@@ -140,7 +140,8 @@ def group_size(expr: str) -> int:
 def hosts_by_role(cluster: Cluster) -> dict[Role, NodeSet]:
     out: dict[Role, NodeSet] = {}
     for group in cluster.nodes:
-        out.setdefault(group.role, empty()).update(nodeset(group.hosts))
+        for role in group.roles:
+            out.setdefault(role, empty()).update(nodeset(group.hosts))
     return out
 
 
@@ -148,7 +149,7 @@ def hosts_by_profile(cluster: Cluster, *roles: Role) -> dict[str, NodeSet]:
     """Hosts per known hardware profile (of the given roles; all roles when none given)."""
     out: dict[str, NodeSet] = {}
     for group in cluster.nodes:
-        if group.hardware in cluster.hardware and (not roles or group.role in roles):
+        if group.hardware in cluster.hardware and (not roles or group.has(*roles)):
             out.setdefault(group.hardware, empty()).update(nodeset(group.hosts))
     return out
 

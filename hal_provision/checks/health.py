@@ -31,6 +31,8 @@ def health_checks_apply(c: Cluster):
         "infiniband": None if c.fabric is not None else "there is no fabric",
         "mounts": None if c.storage.gpfs is not None or c.storage.nfs.mounts else "no shared file system is mounted",
     }
+    if "checks" not in h.model_fields_set:
+        return  # the default, every check: those with nothing to compare simply do nothing
     for i, name in enumerate(h.checks):
         if reasons.get(name):
             yield info((*HEALTH, "checks", i), f"{name!r} has nothing to check: {reasons[name]}")

@@ -69,7 +69,7 @@ def monitoring_inputs_fit_hardware(c: Cluster):
                             "fabric: remove it or describe the fabric")
             elif spec.needs == "slurm_controller":
                 group = c.group_of(ctld) if ctld else None
-                if group is None or group.role != role:
+                if group is None or not group.has(role):
                     yield error((*path, i), f"the {name} collector runs on the slurmctld host "
                                 f"({ctld or 'none'}), which is not a {role.value} node: list it under the role "
                                 "of that host")
@@ -102,7 +102,7 @@ def monitoring_grafana_host(c: Cluster):
     group = c.group_of(hosts[0])
     if group is None:
         yield error(path, f"{hosts[0]} is in no node group")
-    elif group.role != Role.management:
+    elif not group.has(Role.management):
         yield warning(path, f"{hosts[0]} is a {group.role.value} node; Grafana usually runs on a management node")
     if c.services.monitoring_db is None:
         yield error(("services", "monitoring_db"), "Grafana reads InfluxDB, but services.monitoring_db names no host")

@@ -6,7 +6,7 @@ from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
 from . import check
-from .common import hosts_by_role, outside, overlap, shown
+from .common import outside, overlap, shown
 
 ALLOWED_ROLES: dict[str, tuple[Role, ...]] = {
     "slurmctld": (Role.management,),
@@ -32,21 +32,41 @@ def _placed(c: Cluster):
 
 @check
 def service_hosts_known_with_role(c: Cluster):
-    by_role = hosts_by_role(c)
+    """Each service on nodes of a role it may run on. A node group may play several roles
+    (`also`): a service is allowed there when any of them is allowed, with a warning when the
+    same nodes run jobs (a deskside server that is controller and compute node at once)."""
     for service, hosts, path in _placed(c):
         unknown = outside(hosts, c.all_hosts)
         if len(unknown):
             yield error(path, f"{service} placed on {shown(unknown)}, not in any node group")
         allowed = ALLOWED_ROLES.get(service, tuple(Role))
-        for role, members in by_role.items():
-            wrong = overlap(hosts, members) if role not in allowed else ()
-            if len(wrong):
+        for group in c.nodes:
+            here = overlap(hosts, nodeset(group.hosts))
+            if not len(here):
+                continue
+            if not group.has(*allowed):
                 yield error(
                     path,
-                    f"{service} placed on {shown(wrong)}, a {role.value} node; it must run on "
-                    + " or ".join(r.value for r in allowed)
-                    + " nodes",
+                    f"{service} placed on {shown(here)}, a {'/'.join(r.value for r in group.roles)} node; it must "
+                    "run on " + " or ".join(r.value for r in allowed) + " nodes (or add one of those roles to "
+                    f"node group {group.name!r} with `also:`)",
                 )
+    # One warning per node group that runs jobs beside services that must not share a node.
+    shared: dict[str, list[tuple[str, tuple]]] = {}
+    for service, hosts, path in _placed(c):
+        allowed = ALLOWED_ROLES.get(service, tuple(Role))
+        for group in c.nodes:
+            if (Role.compute in group.roles and Role.compute not in allowed and group.has(*allowed)
+                    and len(overlap(hosts, nodeset(group.hosts)))):
+                shared.setdefault(group.name, []).append((service, path))
+    for name, services in shared.items():
+        names = [s for s, _p in services]
+        listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+        yield warning(
+            services[0][1],
+            f"{listed} run{'s' if len(names) == 1 else ''} on node group {name!r}, which also runs jobs: jobs get the "
+            "nodes' memory less slurm.memory_reserve_mib, so keep that reserve large enough for them",
+        )
 
 
 @check

@@ -116,7 +116,7 @@ def partition_nodes_are_compute(c: Cluster):
             )
         non_compute = outside(not_slurm, unknown)
         if len(non_compute):
-            roles = sorted({g.role.value for g in c.nodes if len(overlap(non_compute, nodeset(g.hosts)))})
+            roles = sorted({r.value for g in c.nodes if len(overlap(non_compute, nodeset(g.hosts))) for r in g.roles})
             yield error(
                 (*path, "nodes"),
                 f"partition {part.name!r} names {shown(non_compute)}: {'/'.join(roles)} nodes, "
@@ -168,7 +168,7 @@ def def_mem_per_cpu_fits(c: Cluster):
     by_profile = hosts_by_profile(c, Role.compute)
     for i, part, path in _partitions(c):
         if part.def_mem_per_cpu_mib is None:
-            per_cpu, where = c.slurm.def_mem_per_cpu_mib, ("slurm", "def_mem_per_cpu_mib")
+            per_cpu, where = c.def_mem_per_cpu_mib, ("slurm", "def_mem_per_cpu_mib")
         else:
             per_cpu, where = part.def_mem_per_cpu_mib, (*path, "def_mem_per_cpu_mib")
         for name, _count in makeup(nodeset(part.nodes), by_profile):

@@ -100,7 +100,7 @@ def module_conflicts_exist(c: Cluster):
 @check
 def modules_on_compute_also_on_login(c: Cluster):
     """HAL keeps the login node's environment in sync with the compute nodes'."""
-    present = {g.role for g in c.nodes}
+    present = {r for g in c.nodes for r in g.roles}
     if Role.login not in present or Role.compute not in present:
         return
     sw = c.software

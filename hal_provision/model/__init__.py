@@ -58,7 +58,7 @@ class Cluster(Strict):
         return union(g.hosts for g in self.nodes)
 
     def groups_with_role(self, *roles: Role) -> list[NodeGroup]:
-        return [g for g in self.nodes if g.role in roles]
+        return [g for g in self.nodes if g.has(*roles)]
 
     @cached_property
     def slurm_nodes(self) -> NodeSet:
@@ -73,6 +73,15 @@ class Cluster(Strict):
 
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
+
+    @property
+    def def_mem_per_cpu_mib(self) -> int:
+        """slurm.def_mem_per_cpu_mib, else the smallest RealMemory per CPU of the compute nodes."""
+        if self.slurm.def_mem_per_cpu_mib is not None:
+            return self.slurm.def_mem_per_cpu_mib
+        shares = [self.real_memory_mib(p) // p.cpus for p in
+                  (self.hardware[g.hardware] for g in self.groups_with_role(Role.compute) if g.hardware in self.hardware)]
+        return max(min(shares, default=1), 1)
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Node groups: hosts named by a hostlist expression, one role and one hardware profile."""
+"""Node groups: hosts named by a hostlist expression, a role (and maybe more) and one hardware profile."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ class Role(str, Enum):
 class NodeGroup(Strict):
     name: Name = Field(description="Group name (unique); becomes part of Ansible group names.")
     role: Role = Field(description="What the nodes are for.")
+    also: list[Role] = Field(
+        default_factory=list,
+        description="Further roles the same nodes play, e.g. a deskside GPU server that is the login node, the "
+        "Slurm controller and the compute node at once: role compute, also [login, management]. Each role's "
+        "services, groups and checks then apply to these nodes.")
     hosts: Hostlist = Field(description="Host names as a hostlist expression, e.g. hal[01-16].")
     count: int | None = Field(
         None, ge=1, description="Expected number of hosts; a check compares it with `hosts`."
@@ -36,3 +41,12 @@ class NodeGroup(Strict):
         default_factory=list, description="Extra Slurm node features for these nodes."
     )
     description: str = Field("", description="Free text.")
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        """The role, then the further ones, each once."""
+        return tuple(dict.fromkeys((self.role, *self.also)))
+
+    def has(self, *roles: Role) -> bool:
+        """Whether these nodes play any of `roles`."""
+        return any(r in self.roles for r in roles)

@@ -83,9 +83,10 @@ class Slurm(Strict):
         description="Memory kept back for the OS and daemons: RealMemory = installed memory "
         "minus this. Slurm drains a node whose real memory is below RealMemory.",
     )
-    def_mem_per_cpu_mib: int = Field(
-        gt=0, description="Cluster-wide DefMemPerCPU in MiB (per hardware thread)."
-    )
+    def_mem_per_cpu_mib: int | None = Field(
+        None, gt=0,
+        description="Cluster-wide DefMemPerCPU in MiB (per hardware thread); None: what the hardware gives, the "
+        "smallest RealMemory / CPUs of the compute profiles (a job asking for nothing gets its CPUs' share).")
     cgroup: Cgroup = Field(default_factory=Cgroup, description="cgroup.conf settings.")
     accounting_enforce: list[Literal["associations", "limits", "qos", "safe", "wckeys", "nojobs", "nosteps"]] = Field(
         default_factory=list,

@@ -76,12 +76,14 @@ def render(cluster: Cluster) -> dict[str, str]:
         out.append(f"    nodes_{ansible_name(group.name)}:\n")
         out.append("      vars:\n")
         out.append(f"        hal_role: {_q(group.role.value)}\n")
+        if group.also:
+            out.append(f"        hal_roles: {_q([r.value for r in group.roles])}\n")
         out.append(f"        hal_node_group: {_q(group.name)}\n")
         out.append("      hosts:\n")
         out.append(_host_lines(primary, *group_addresses(cluster, group)))
-    for role in dict.fromkeys(g.role for g in cluster.nodes):
+    for role in dict.fromkeys(r for g in cluster.nodes for r in g.roles):
         out.append(f"    role_{role.value}:\n      children:\n")
-        out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.nodes if g.role is role)
+        out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.nodes if g.has(role))
     for name, profile in cluster.hardware.items():
         members = [g for g in cluster.nodes if g.hardware == name]
         if not members:

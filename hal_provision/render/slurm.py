@@ -76,7 +76,7 @@ def slurm_conf(cluster: Cluster) -> str:
         "SelectType=select/cons_tres\n"
         "SelectTypeParameters=CR_Core_Memory\n"
         "GresTypes=gpu\n"
-        f"DefMemPerCPU={s.def_mem_per_cpu_mib}\n"
+        f"DefMemPerCPU={cluster.def_mem_per_cpu_mib}\n"
         "\n# Jobs live in cgroups; PrologFlags=Contain lets pam_slurm_adopt adopt ssh sessions.\n"
         "ProctrackType=proctrack/cgroup\n"
         "TaskPlugin=task/cgroup,task/affinity\n"

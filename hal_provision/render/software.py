@@ -69,7 +69,7 @@ def level_dir(sw: Software, role: str, compiler: str | None) -> str:
 
 
 def roles_with_nodes(cluster: Cluster) -> list[str]:
-    return sorted({g.role.value for g in cluster.nodes})
+    return sorted({r.value for g in cluster.nodes for r in g.roles})
 
 
 def visible_modules(cluster: Cluster) -> dict[str, list[Module]]:

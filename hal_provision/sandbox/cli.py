@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..clitools import checked, err, out
+from ..model import Role
 from ..render.writer import WriteError
 from . import lifecycle
 from .derive import DEFAULT_SUBNET, SandboxError
@@ -51,7 +52,7 @@ def up(
         if rc != 0:
             err.print(f"site.yml failed (exit {rc}); fix and re-run `hal-provision sandbox up`", style="bold red")
             raise typer.Exit(1)
-    login = next(h for g in sb.cluster.nodes if g.role.value == "login" for h in [g.hosts])
+    login = sb.cluster.groups_with_role(Role.login)[0].hosts
     comps = [h for h in sb.hosts if h not in (login, sb.hosts[0])]
     ssh = f"ssh -i {sb.ssh.private_key} -o UserKnownHostsFile={sb.ssh.known_hosts}"
     out.print(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ipaddress import IPv4Network
 
+from ClusterShell.NodeSet import NodeSet
+
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
 from ..storage.sandbox import narrow_storage, shared_filesystem_names
@@ -39,15 +41,21 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
 
     net = IPv4Network(subnet)
     base = int(net.network_address)
-    plan = [  # (group name, hosts, first address)
+    picks = [  # (group name, hosts, first address)
         (_group_of(cluster, mgmt_host).name, mgmt_host, base + 10),
         (logins[0].name, login_host, base + 11),
         (first_compute.name, comp_hosts, base + 21),
     ]
+    # A group that plays several roles (a workstation: controller, login and compute node at
+    # once) is picked more than once: it keeps the union of its picks, at its first address.
+    plan: dict[str, tuple[NodeSet, int]] = {}
+    for name, hosts, first in picks:
+        kept, address = plan.setdefault(name, (NodeSet(), first))
+        kept.update(nodeset(hosts))
     groups = []
-    for name, hosts, first in plan:
+    for name, (hosts, first) in plan.items():
         src = next(g for g in data["nodes"] if g["name"] == name)
-        g = dict(src, hosts=hosts, addresses={primary: str(_ip(first))})
+        g = dict(src, hosts=str(hosts), addresses={primary: str(_ip(first))})
         g.pop("count", None)
         groups.append(g)
     data["nodes"] = groups

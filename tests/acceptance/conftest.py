@@ -25,6 +25,7 @@ CLUSTERS_DIR = Path(__file__).resolve().parents[1] / "data" / "clusters"
 CLUSTER_FILES: dict[str, Path | None] = {
     "hal": None,
     "x86-twogen": CLUSTERS_DIR / "x86-twogen.yml",
+    "workstation": CLUSTERS_DIR / "workstation.yml",  # one node: login, controller and compute at once
 }
 
 

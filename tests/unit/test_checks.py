@@ -462,4 +462,4 @@ def test_100000_nodes_mistakes_found_without_expanding(edited, compressed_only):
             "count to match") in found
     slurmctld = [m for p, m in found if p == "services.slurmctld"]
     assert slurmctld == ["slurmctld placed on hal[000001-050000] (50000 hosts), a compute node; it must run on "
-                         "management nodes"]
+                         "management nodes (or add one of those roles to node group 'compute' with `also:`)"]

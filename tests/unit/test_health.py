@@ -36,8 +36,9 @@ ROWS = [
     ("long-interval", [("  interval_s: 300 ", "  interval_s: 900 ")],
      I, "health.interval_s", "longer than SlurmdTimeout (300 s)"),
     ("infiniband-without-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):],
-                                   lambda t: t.replace(", infiniband", "")],
-     I, "health.checks[6]", "'infiniband' has nothing to check: there is no fabric"),
+                                   lambda t: t.replace(", infiniband", ""),
+                                   (CHECKS_LINE, "  checks: [gpus, infiniband]\n" + CHECKS_LINE)],
+     I, "health.checks[1]", "'infiniband' has nothing to check: there is no fabric"),
 ]
 
 
@@ -326,3 +327,10 @@ def test_program_uses_the_standard_library_only():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_default_checks_with_nothing_to_compare_are_not_reported(check_file, edited):
+    """Every check is the default; one with nothing to compare (no fabric) simply does nothing."""
+    _file, loaded = check_file(edited(lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):],
+                                      lambda t: t.replace(", infiniband", "")))
+    assert not [f for f in loaded.findings if f.dotted.startswith("health")], [f.format() for f in loaded.findings]
