@@ -30,6 +30,8 @@ def run(script: str, timeout: int = 120) -> str:
 
 @pytest.mark.skipif(SMALLEST_GPU is None, reason="the model defines no one-GPU virtual partition")
 def test_swbatch_job_script_in_home_runs_on_a_compute_node_and_its_output_comes_back():
+    if set(D.hosts_in("slurm_nodes")) <= {D.login}:
+        pytest.skip("the login node is the only compute node (a workstation): its home needs no sharing")
     tag = uuid.uuid4().hex[:8]
     work = f"hal-shared-{tag}"
     # The batch script runs a second script by its path in the home directory: that path only

@@ -119,7 +119,10 @@ def user_ssh_key():
     return key
 
 
-@pytest.mark.parametrize(("partition", "node"), NODE_PARAMS)
+LOGIN_NODES = set(D.hosts_in("role_login"))
+
+
+@pytest.mark.parametrize(("partition", "node"), [param for param in NODE_PARAMS if param.values[1] not in LOGIN_NODES])
 def test_ssh_to_compute_only_with_a_job(user_ssh_key, partition, node):
     ssh = f"ssh {SSH_OPTS} -i {user_ssh_key} {node} 'hostname -s; cat /proc/self/cgroup'"
     refused = D.as_user(D.login, ssh, 60)
@@ -135,6 +138,14 @@ def test_ssh_to_compute_only_with_a_job(user_ssh_key, partition, node):
             f"ssh {TEST_USER}@{node} with job {job_id} running there: exit {allowed.rc}\n{allowed.stdout}{allowed.stderr}"
     finally:
         D.as_user(D.login, f"scancel {job_id}", 30)
+
+
+@pytest.mark.parametrize("node", sorted(LOGIN_NODES & set(D.hosts_in("slurm_nodes"))))
+def test_login_node_that_runs_jobs_admits_users_without_a_job(user_ssh_key, node):
+    """A workstation (one node group that is login and compute node at once): no pam_slurm_adopt."""
+    out = D.as_user(D.login, f"ssh {SSH_OPTS} -i {user_ssh_key} {node} hostname -s", 60)
+    assert out.rc == 0 and out.stdout.strip() == node, f"ssh {TEST_USER}@{node}: exit {out.rc}\n{out.stdout}{out.stderr}"
+    assert "pam_slurm_adopt" not in D.host(node).file("/etc/pam.d/sshd").content_string
 
 
 QOS_PLAN = json.loads(D.rendered("etc/hal-provision/slurm-accounting.json") or '{"qos": []}')

@@ -46,7 +46,9 @@ def test_swrun_gpux1_sees_exactly_one_gpu():
     allowed = re.findall(r"^ok (\S+)", out, flags=re.M)
     denied = re.findall(r"^denied (\S+)", out, flags=re.M)
     assert cuda.isdigit(), f"CUDA_VISIBLE_DEVICES should name one GPU: {out}"
-    assert len(allowed) == 1 and len(denied) >= 1, f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}"
+    # One GPU opens; every other GPU of the node (none on a one-GPU node) is denied.
+    assert len(allowed) == 1 and len(denied) == len(allowed + denied) - 1, (
+        f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}")
 
 
 def test_swbatch_job_completes_and_is_accounted():
@@ -82,7 +84,8 @@ def test_swqueue_shows_running_job_and_gpu_use():
 
         out = retry(running, 60, 2)
         assert out, "swqueue --plain never showed the running job with 1 GPU in use:\n" + D.as_user(D.login, "swqueue --plain", 60).stdout
-        assert re.search(r"GPUs 1/\d+ \[#\.+\]", out)
+        bar = re.search(r"GPUs 1/(\d+) \[#(\.*)\]", out)  # one '#' per GPU in use, one '.' per free GPU
+        assert bar and len(bar.group(2)) == int(bar.group(1)) - 1, out
         rich = run("COLUMNS=150 swqueue")
         assert "GPU use per node" in rich and "swq-probe" in rich
     finally:
