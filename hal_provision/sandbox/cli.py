@@ -53,7 +53,7 @@ def up(
             err.print(f"site.yml failed (exit {rc}); fix and re-run `hal-provision sandbox up`", style="bold red")
             raise typer.Exit(1)
     login = sb.cluster.groups_with_role(Role.login)[0].hosts
-    comps = [h for h in sb.hosts if h not in (login, sb.hosts[0])]
+    comps = list(sb.cluster.slurm_nodes)
     ssh = f"ssh -i {sb.ssh.private_key} -o UserKnownHostsFile={sb.ssh.known_hosts}"
     out.print(
         f"\nSandbox '{sb.name}' is up: {', '.join(sb.hosts)}. Try:\n"
@@ -80,22 +80,24 @@ def down(
 ) -> None:
     """Remove every container, network and volume the sandbox made, and its rendered tree (the
     tests' screenshots stay in WORKDIR/screenshots)."""
-    sb = _plan(file, workdir, 2, DEFAULT_SUBNET)
+    _loaded, model = checked(file)
+    name = lifecycle.sandbox_name(model)  # no derivation: whatever --computes it was made with
     try:
-        lifecycle.destroy(sb.name, workdir, log=lambda m: out.print(m, markup=False))
+        lifecycle.destroy(name, workdir, log=lambda m: out.print(m, markup=False))
     except lifecycle.LifecycleError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
-    out.print(f"sandbox '{sb.name}' is gone", markup=False)
+    out.print(f"sandbox '{name}' is gone", markup=False)
 
 
 @app.command()
 def status(file: Optional[Path] = typer.Argument(None, show_default=False), workdir: Path = WORKDIR) -> None:
     """List the sandbox's containers."""
-    sb = _plan(file, workdir, 2, DEFAULT_SUBNET)
-    cs = lifecycle.containers(sb.name)
+    _loaded, model = checked(file)
+    name = lifecycle.sandbox_name(model)
+    cs = lifecycle.containers(name)
     if not cs:
-        out.print(f"sandbox '{sb.name}' is not running", markup=False)
+        out.print(f"sandbox '{name}' is not running", markup=False)
         raise typer.Exit(1)
     for c in cs:
         out.print(f"{c['Names'][0]}\t{c['State']}", markup=False)

@@ -73,13 +73,18 @@ class Sandbox:
         return [h for g in self.cluster.nodes for h in nodeset(g.hosts)]
 
 
+def sandbox_name(cluster: Cluster) -> str:
+    """The label and name prefix of a description's sandbox (the same for its derived model)."""
+    return f"{cluster.cluster.name}-sandbox"
+
+
 def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET) -> Sandbox:
     cluster = derive_sandbox(full, computes=computes, subnet=subnet)
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     storage = full.model_dump(mode="json", exclude_none=True).get("storage") or {}
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(storage, keep).items())
-    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster, shared=shared)
+    return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared)
 
 
 def host_pip_cert(environ: dict[str, str] | None = None, files: tuple[Path, ...] | None = None) -> Path | None:
