@@ -18,6 +18,7 @@ import shlex
 import socket
 import ssl
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,25 @@ def _stop_session(driver) -> None:
             _root(D.controller, f"scancel {line.split()[0]}")
 
 
+def _stop_from_home(driver, timeout: float = 120) -> bool:
+    """Click the home page's stop button as a user does, and wait for the session's job to end.
+    The button works through the page's script, which binds it once the page has loaded: click
+    only then, and again after a reload if the first click went unheard (JupyterHub logged no
+    stop request). True when USER has no job left."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        driver.get(_url("/hub/home"))
+        _wait(driver, lambda d: d.execute_script("return document.readyState") == "complete"
+              and [b for b in d.find_elements(By.ID, "stop") if b.is_displayed() and b.is_enabled()], 60,
+              "the stop button")
+        driver.find_element(By.ID, "stop").click()
+        if retry(lambda: not _jobs(USER), min(40, max(deadline - time.monotonic(), 1)), 2):
+            return True
+    return not _jobs(USER)
+
+
 def _jobs(user: str) -> list[str]:
     out = _root(D.controller, f"squeue -h -u {user} -o '%i %j %T %N'")
     return [line for line in out.stdout.splitlines() if line.strip()]
@@ -256,10 +276,11 @@ def test_jupyterlab_session_on_a_gpu_node_end_to_end(browser, passwords):
         raise
 
     # Stopping the session ends the job; sacct has it under the user's account.
-    browser.get(_url("/hub/home"))
-    _wait(browser, lambda d: d.find_elements(By.ID, "stop"), 60, "the stop button")
-    browser.find_element(By.ID, "stop").click()
-    assert retry(lambda: not _jobs(USER), 120, 2), f"{USER}'s session job is still there: {_jobs(USER)}"
+    try:
+        assert _stop_from_home(browser), f"{USER}'s session job is still there: {_jobs(USER)}"
+    except BaseException:
+        _stop_session(browser)  # leave no session holding a GPU for the tests after this one
+        raise
     _shot(browser, "08-stopped")
     account = next(u for u in PLAN["users"] if u["name"] == USER)["associations"][0].split("|")[0]
 
@@ -292,7 +313,8 @@ def test_h2o_flow_opens_in_its_session(browser, passwords):
         _shot(browser, "09-h2o-flow")
         assert [line.split()[1] for line in _jobs(USER)] == [f"portal-{H2O['name']}"]
     finally:
-        browser.get(_url("/hub/home"))
-        stop = _wait(browser, lambda d: d.find_elements(By.ID, "stop"), 60, "the stop button")
-        stop[0].click()
-        assert retry(lambda: not _jobs(USER), 120, 2), f"{USER}'s H2O job is still there: {_jobs(USER)}"
+        try:
+            assert _stop_from_home(browser), f"{USER}'s H2O job is still there: {_jobs(USER)}"
+        except BaseException:
+            _stop_session(browser)
+            raise
