@@ -3,6 +3,7 @@
     python3 bench/scale.py                      # sizes 16, 1,000, 10,000, 100,000; median of 3
     python3 bench/scale.py --sizes 1000 --runs 1 --keep /tmp/scale   # keep models and output
     python3 bench/scale.py --phases             # also time each step in-process, largest size
+    python3 bench/scale.py --explicit-fabric    # the fabric one entry per switch and link
 
 Each model is derived from the embedded HAL description: the same service nodes, hardware,
 services, QOS and virtual partitions, with the 16 compute nodes replaced by N nodes in node
@@ -11,13 +12,18 @@ groups ("scalable units") of at most 1,000 nodes. Three quarters are AC922 GPU n
 from a /8, a /12 and a /10; each unit starts on its own 1,024-address block. The InfiniBand
 fabric is a fat tree: 36-port EDR leaves (18 nodes down) under the GPU units, 40-port HDR
 leaves (20 nodes down) under the CPU units, two director spines per unit and two core
-directors joining the units, so topology.conf looks like a real one at every size.
+directors joining the units, so topology.conf looks like a real one at every size. The fabric
+is written compactly (per unit one entry for the spines, one for the leaves, one link cabling
+the unit's hosts over its leaves), as a large site would write it; --explicit-fabric writes one
+entry per switch and per link instead (5,451 leaves at 100,000 nodes), which renders the same
+bytes (tests/unit/test_scale_fabric.py).
 
 `hal-provision render FILE -o OUT` runs as a child process (Python start-up, loading,
 validation checks, rendering and writing included). Wall time, the child's CPU time and peak
 RSS (both from os.wait4) are the medians of the runs; CPU time is the steadier figure on a
-shared machine (the header shows the load average). The bench prints figures; nothing here
-asserts on them.
+shared machine (the header shows the load average). The 100,000-node row is the one issue 16's
+targets speak of (at most 1.5 s wall and 150 MiB peak RSS). The bench prints figures; nothing
+here asserts on them.
 """
 
 from __future__ import annotations
@@ -102,8 +108,9 @@ def _chunks(total: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(start + size - 1, total)) for start in range(1, total + 1, size)]
 
 
-def generate(n_compute: int) -> dict:
-    """A cluster description (plain data, as cluster.yml holds it) with n_compute compute nodes."""
+def generate(n_compute: int, explicit_fabric: bool = False) -> dict:
+    """A cluster description (plain data, as cluster.yml holds it) with n_compute compute nodes;
+    its fabric in the compact form, or with `explicit_fabric` one entry per switch and link."""
     if n_compute < 1:
         raise ValueError("n_compute must be at least 1")
     doc = hal_description()
@@ -162,7 +169,7 @@ def generate(n_compute: int) -> dict:
         if key not in ("nodes", "fabric", "slurm"):
             doc[key] = _renamed(doc[key], hal_compute, compute_expr)
 
-    doc["fabric"] = _fat_tree(doc["fabric"], hal_compute, units, width)
+    doc["fabric"] = _fat_tree(doc["fabric"], hal_compute, units, width, explicit_fabric)
     return doc
 
 
@@ -177,7 +184,11 @@ def _renamed(value, old: str, new: str):
     return value
 
 
-def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int) -> dict:
+def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int, explicit: bool = False) -> dict:
+    """The fat tree, compactly (one switch entry per unit's spines and per unit's leaves, one
+    link entry per unit: `names`, `switches` with `hosts_per_switch`), or with `explicit` one
+    entry per switch and per link, as a hand-drawn cluster.yml has it. Both mean the same
+    cabling (tests/unit/test_scale_fabric.py renders both)."""
     switches: list[dict] = []
     links: list[dict] = []
     cores = ["core1", "core2"] if len(units) > 1 else []
@@ -192,15 +203,24 @@ def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int) -> dict:
         ports, down, model = LEAF[hardware]
         leaves = _chunks(last - first + 1, down)
         spines = [f"{name}-spine{i}" for i in (1, 2)] if len(leaves) > 1 else []
-        for spine in spines:
-            switches.append({"name": spine, "tier": "spine", "ports": 648, "uplinks": list(cores), "model": "Mellanox CS7500 EDR director"})
-        for j, (lo, hi) in enumerate(leaves, 1):
-            leaf = f"{name}-leaf{j:02d}"
-            switches.append({"name": leaf, "tier": "leaf", "ports": ports, "uplinks": spines or list(cores), "model": model})
-            links.append({
-                "hosts": _hostlist(prefix, first + lo - 1, first + hi - 1, width),
-                "port": 1, "switch": leaf, "first_switch_port": 1,
-            })
+        spine = {"tier": "spine", "ports": 648, "uplinks": list(cores), "model": "Mellanox CS7500 EDR director"}
+        leaf = {"tier": "leaf", "ports": ports, "uplinks": spines or list(cores), "model": model}
+        hosts = _hostlist(prefix, first, last, width)
+        if explicit:
+            switches.extend({"name": s, **spine} for s in spines)
+            for j, (lo, hi) in enumerate(leaves, 1):
+                switches.append({"name": f"{name}-leaf{j:02d}", **leaf})
+                links.append({
+                    "hosts": _hostlist(prefix, first + lo - 1, first + hi - 1, width),
+                    "port": 1, "switch": f"{name}-leaf{j:02d}", "first_switch_port": 1,
+                })
+            continue
+        if spines:
+            switches.append({"names": f"{name}-spine[1-2]", **spine})
+        leaf_names = _hostlist(f"{name}-leaf", 1, len(leaves), 2)
+        switches.append({"names": leaf_names, **leaf})
+        links.append({"hosts": hosts, "port": 1, "switches": leaf_names, "hosts_per_switch": down,
+                      "first_switch_port": 1})
     for sw in switches:
         if not sw.get("uplinks"):
             sw.pop("uplinks", None)
@@ -212,13 +232,13 @@ def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int) -> dict:
     }
 
 
-def write_model(n_compute: int, directory: Path) -> Path:
-    path = Path(directory) / f"scale-{n_compute}.yml"
+def write_model(n_compute: int, directory: Path, explicit_fabric: bool = False) -> Path:
+    path = Path(directory) / f"scale-{n_compute}{'-explicit' if explicit_fabric else ''}.yml"
     buf = io.StringIO()
     buf.write(
         f"# Scale-bench cluster: HAL with {n_compute:,} compute nodes. Written by bench/scale.py.\n"
     )
-    _yaml().dump(generate(n_compute), buf)
+    _yaml().dump(generate(n_compute, explicit_fabric), buf)
     path.write_text(buf.getvalue(), encoding="utf-8")
     return path
 
@@ -252,9 +272,10 @@ def tree_size_mib(root: Path) -> float:
 def phases(model: Path) -> list[tuple[str, float, float]]:
     """(step, wall s, CPU s) of each step of one render, in this (already started) process.
 
-    The steps mirror `hal-provision render`: the loader's YAML parse (libyaml; ruamel's
-    round-trip parse runs only when findings need locating) and pydantic validation, the
-    semantic checks, each renderer module, the atomic write.
+    The steps mirror `hal-provision render`: the loader's YAML parse (libyaml) and pydantic
+    validation, the semantic checks, locating their findings (libyaml's node tree; ruamel's
+    round-trip parse runs only for a file the fast path refuses), each renderer module, the
+    atomic write.
     """
     import inspect
 
@@ -276,7 +297,11 @@ def phases(model: Path) -> list[tuple[str, float, float]]:
 
     data = timed("YAML parse (libyaml fast path)", _fast_parse, text)
     cluster = timed("pydantic validation", Cluster.model_validate, data)
-    timed("checks", run_all, cluster)
+    found = timed("checks", run_all, cluster)
+    from hal_provision.loader import LazyLocator
+
+    locator = LazyLocator(text, str(model))
+    timed(f"locate {len(found)} findings", lambda: [locator.locate(f) for f in found])
     files = {}
     renderers = [m for m in vars(render).values() if inspect.ismodule(m) and hasattr(m, "render")]
     for module in renderers:
@@ -292,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per size; the median is shown")
     parser.add_argument("--keep", type=Path, help="write models and output here and keep them")
     parser.add_argument("--phases", action="store_true", help="also time each step in-process")
+    parser.add_argument("--explicit-fabric", action="store_true",
+                        help="write the fabric one entry per switch and link instead of the compact form")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -300,9 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"{'nodes':>8} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'output MiB':>11} "
               f"{'s per 1k nodes':>15} {'model lines':>12}   (median of {args.runs}; {os.cpu_count()} CPUs; "
-              f"load average {os.getloadavg()[0]:.1f})")
+              f"load average {os.getloadavg()[0]:.1f}; {'explicit' if args.explicit_fabric else 'compact'} fabric)")
         for n in sizes:
-            model = write_model(n, work)
+            model = write_model(n, work, args.explicit_fabric)
             out = work / f"out-{n}"
             runs = [run_render(model, out) for _ in range(args.runs)]
             wall, cpu, rss = (statistics.median(r[i] for r in runs) for i in range(3))
@@ -310,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>8,} {wall:>8.2f} {cpu:>7.2f} {rss:>13.0f} {tree_size_mib(out):>11.1f} "
                   f"{wall / n * 1000:>15.4f} {lines:>12,}", flush=True)
         if args.phases:
-            steps = phases(work / f"scale-{sizes[-1]}.yml")
+            steps = phases(write_model(sizes[-1], work, args.explicit_fabric))
             print(f"\nsteps at {sizes[-1]:,} nodes, in-process:  {'wall s':>7} {'CPU s':>7}")
             for name, wall, cpu in [*steps, ("total", sum(s[1] for s in steps), sum(s[2] for s in steps))]:
                 print(f"  {name:<38} {wall:>7.2f} {cpu:>7.2f}")

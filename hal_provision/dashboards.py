@@ -28,7 +28,7 @@ from typing import Literal
 
 from ClusterShell.NodeSet import NodeSet
 
-from .hostlist import expand, fold, nodeset, union
+from .hostlist import expand, fold, nodeset, union_shared
 from .model import Cluster, NodeGroup, Role
 
 Kind = Literal["stat", "timeseries", "table", "bargauge", "gauge"]
@@ -82,7 +82,8 @@ def gpu_groups(cluster: Cluster) -> list[NodeGroup]:
 
 
 def gpu_hosts(cluster: Cluster) -> NodeSet:
-    return union(g.hosts for g in gpu_groups(cluster))
+    """The nodes with GPUs (a shared NodeSet: never change it)."""
+    return union_shared(g.hosts for g in gpu_groups(cluster))
 
 
 def slurm_gpus(cluster: Cluster) -> int:
@@ -103,8 +104,8 @@ def groups_with_input(cluster: Cluster, name: str) -> list[NodeGroup]:
 
 def reporting_hosts(cluster: Cluster) -> NodeSet:
     """The nodes expected to report: those whose role runs the `system` input (each node's
-    heartbeat)."""
-    return union(g.hosts for g in groups_with_input(cluster, "system"))
+    heartbeat). A shared NodeSet: never change it."""
+    return union_shared(g.hosts for g in groups_with_input(cluster, "system"))
 
 
 # ---- host regexes ---------------------------------------------------------------------------------

@@ -115,3 +115,14 @@ def files(hal) -> dict[str, str]:
     from hal_provision.render import render_all
 
     return render_all(hal)
+
+
+@pytest.fixture(scope="session")
+def scale():
+    """bench/scale.py as a module: its generator of HAL-shaped clusters of any size."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scale", REPO_DEFAULT.parents[2] / "bench" / "scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,19 +1,20 @@
 """Checks: the InfiniBand fabric (switches, uplinks and the cabling of node ports).
 
 A link cables the hosts of a hostlist to consecutive switch ports, so each link occupies one
-interval of switch ports; checks compare intervals and NodeSets, never individual hosts.
+interval of switch ports (one per switch, for a link over several `switches`); checks compare
+intervals and NodeSets, never individual hosts. An entry naming many switches is checked as a
+whole and its findings name the switches folded (leaf[01-56]), at the entry's own line.
 """
 
 from __future__ import annotations
 
 from ..findings import error, warning
-from ..hostlist import nodeset, union
+from ..hostlist import fold, nodeset, union
 from ..model import Cluster
 from . import check
 from .common import (
     compute_hosts_outside,
     did_you_mean,
-    group_size,
     hosts_by_profile,
     outside,
     overlap,
@@ -21,35 +22,61 @@ from .common import (
     plural,
     repeated_hosts,
     shown,
-    unique,
 )
 
 
 def _switches(c: Cluster) -> dict:
-    return {sw.name: sw for sw in c.fabric.switches} if c.fabric else {}
+    """Switch name -> its entry in fabric.switches, for every switch."""
+    return {name: sw for _i, name, sw in c.fabric.every_switch()} if c.fabric else {}
 
 
 def _links(c: Cluster):
     return enumerate(c.fabric.links) if c.fabric else iter(())
 
 
-def _port_span(link) -> tuple[int, int]:
-    return link.first_switch_port, link.first_switch_port + group_size(link.hosts) - 1
+def _name_key(sw) -> str:
+    """The key an entry names its switches with: `name` or `names`."""
+    return "name" if sw.name is not None else "names"
+
+
+def _switch_key(link) -> str:
+    return "switch" if link.switch is not None else "switches"
+
+
+def _which(names: list[str]) -> str:
+    """'switch 'leaf01'' or 'switches leaf[01-56] (56 switches)'."""
+    if len(names) == 1:
+        return f"switch {names[0]!r}"
+    return f"switches {fold(names)} ({len(names)} switches)"
 
 
 @check
 def switch_names_unique(c: Cluster):
-    if c.fabric is not None:
-        yield from unique(c.fabric.switches, ("fabric", "switches"), "switch name", why="topology.conf names each once")
+    if c.fabric is None:
+        return
+    first: dict[str, int] = {}  # switch name -> index of the entry that names it first
+    for i, sw in enumerate(c.fabric.switches):
+        repeats: dict[int, list[str]] = {}
+        for name in sw.members:
+            j = first.setdefault(name, i)
+            if j != i:
+                repeats.setdefault(j, []).append(name)
+        for j, names in repeats.items():
+            what = f"switch name {names[0]!r} is" if len(names) == 1 else f"switch names {fold(names)} are"
+            yield error(
+                ("fabric", "switches", i, _name_key(sw)),
+                f"{what} already used by fabric.switches[{j}]; topology.conf names each once",
+            )
 
 
 @check
 def uplinks_known(c: Cluster):
     switches = _switches(c)
     for i, sw in enumerate(c.fabric.switches if c.fabric else ()):
+        members = set(sw.members)
         for k, up in enumerate(sw.uplinks):
-            if up == sw.name:
-                yield error(("fabric", "switches", i, "uplinks", k), f"switch {sw.name!r} cannot uplink to itself")
+            if up in members:
+                yield error(("fabric", "switches", i, "uplinks", k), f"switch {up!r} cannot uplink to itself")
             elif up not in switches:
                 yield error(
                     ("fabric", "switches", i, "uplinks", k),
@@ -62,14 +89,15 @@ def uplinks_acyclic(c: Cluster):
     """topology.conf is a tree: a switch must not end up above itself through its uplinks."""
     if c.fabric is None:
         return
-    ups = {sw.name: [u for u in sw.uplinks if u != sw.name] for sw in c.fabric.switches}
+    every = c.fabric.every_switch()
+    ups = {name: [u for u in sw.uplinks if u != name] for _i, name, sw in every}
     done: set[str] = set()
     reported: set[frozenset[str]] = set()
-    for i, sw in enumerate(c.fabric.switches):
-        cycle = _find_cycle(sw.name, ups, [], set(), done)
-        if cycle and sw.name in cycle and frozenset(cycle) not in reported:
+    for i, name, _sw in every:
+        cycle = _find_cycle(name, ups, [], set(), done)
+        if cycle and name in cycle and frozenset(cycle) not in reported:
             reported.add(frozenset(cycle))
-            cycle = cycle[cycle.index(sw.name):] + cycle[: cycle.index(sw.name)]
+            cycle = cycle[cycle.index(name):] + cycle[: cycle.index(name)]
             yield error(
                 ("fabric", "switches", i, "uplinks"),
                 "uplinks form a loop: " + " -> ".join(cycle + [cycle[0]]) + "; uplinks must lead upwards only",
@@ -97,11 +125,35 @@ def _find_cycle(name: str, ups: dict, path: list[str], on_path: set[str], done: 
 def links_to_known_switches(c: Cluster):
     switches = _switches(c)
     for i, link in _links(c):
-        if link.switch not in switches:
+        unknown = [name for name in link.switch_names if name not in switches]
+        if unknown:
             yield error(
-                ("fabric", "links", i, "switch"),
-                f"link to unknown switch {link.switch!r}" + did_you_mean(link.switch, switches),
+                ("fabric", "links", i, _switch_key(link)),
+                f"link to unknown {_which(unknown)}" + did_you_mean(unknown[0], switches),
             )
+
+
+@check
+def link_switches_take_every_host(c: Cluster):
+    """A link over several switches fills them in turn: every host needs a switch, and every
+    switch named should get a host (a spare one is more likely a typo than a plan)."""
+    for i, link in _links(c):
+        if link.switches is None:
+            continue
+        total, per, names = link.host_count, link.hosts_per_switch, link.switch_names
+        need = -(-total // per)
+        if len(names) == need:
+            continue
+        counts = f"{plural(total, 'host')} at {per} per switch take {need} switch{'es' if need != 1 else ''}"
+        if len(names) < need:
+            yield error(("fabric", "links", i, "switches"),
+                        f"{counts}, but {link.switches!r} names {len(names)}; the last "
+                        f"{plural(total - len(names) * per, 'host')} would have no switch: "
+                        "name more switches or raise hosts_per_switch")
+        else:
+            yield error(("fabric", "links", i, "switches"),
+                        f"{counts}; {_which(names[need:])} would get no host: "
+                        "name fewer switches or lower hosts_per_switch")
 
 
 @check
@@ -119,16 +171,22 @@ def link_hosts_in_model(c: Cluster):
 def switch_ports_in_range(c: Cluster):
     switches = _switches(c)
     for i, link in _links(c):
-        sw = switches.get(link.switch)
-        first, last = _port_span(link)
-        if sw is not None and last > sw.ports:
+        first = link.first_switch_port
+        too_small: dict[tuple[int, int], list[str]] = {}  # (switch ports, hosts cabled) -> switches
+        for name, _start, count in link.segments():
+            sw = switches.get(name)
+            if sw is not None and first + count - 1 > sw.ports:
+                too_small.setdefault((sw.ports, count), []).append(name)
+        for (ports, count), names in too_small.items():
+            last = first + count - 1
+            has = f"{_which(names)} {'has' if len(names) == 1 else 'have'} {ports} ports"
             yield error(
                 ("fabric", "links", i, "first_switch_port"),
-                f"cabling {plural(last - first + 1, 'host')} from port {first} takes "
+                f"cabling {plural(count, 'host')} from port {first} takes "
                 + (f"port {first}" if first == last else f"ports {first}-{last}")
-                + f", but switch {sw.name!r} has {sw.ports} ports; "
-                + (f"start at port {sw.ports - (last - first)} or lower, or " if last - first < sw.ports else "")
-                + "use another switch for some of them",
+                + f", but {has}; "
+                + (f"start at port {ports - (last - first)} or lower, or " if last - first < ports else "")
+                + ("use another switch for some of them" if link.switch is not None else "lower hosts_per_switch"),
             )
 
 
@@ -136,15 +194,22 @@ def switch_ports_in_range(c: Cluster):
 def switch_ports_wired_once(c: Cluster):
     by_switch: dict[str, list[tuple[int, int, int]]] = {}
     for i, link in _links(c):
-        by_switch.setdefault(link.switch, []).append((*_port_span(link), i))
+        first = link.first_switch_port
+        for name, _start, count in link.segments():
+            by_switch.setdefault(name, []).append((first, first + count - 1, i))
+    clashes: dict[tuple[int, int], list[tuple[str, int, int]]] = {}  # (link, earlier link) -> where
     for switch, spans in by_switch.items():
         for i, j, lo, hi in overlapping_intervals(spans):
-            ports = f"port {lo}" if lo == hi else f"ports {lo}-{hi}"
-            yield error(
-                ("fabric", "links", i, "first_switch_port"),
-                f"{ports} of switch {switch!r} already cabled by fabric.links[{j}]; "
-                "each switch port takes one cable",
-            )
+            clashes.setdefault((i, j), []).append((switch, lo, hi))
+    for (i, j), where in clashes.items():
+        spans = {(lo, hi) for _switch, lo, hi in where}
+        lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+        ports = f"port {lo}" if lo == hi else f"ports {lo}-{hi}"
+        yield error(
+            ("fabric", "links", i, "first_switch_port"),
+            f"{ports} of {_which([w[0] for w in where])} already cabled by fabric.links[{j}]; "
+            "each switch port takes one cable",
+        )
 
 
 @check
@@ -204,24 +269,26 @@ def nodes_only_on_leaf_switches(c: Cluster):
     ("switch X has both child switches and nodes", then slurmctld exits)."""
     if c.fabric is None:
         return
+    every = c.fabric.every_switch()
     children: dict[str, list[str]] = {}
-    for sw in c.fabric.switches:
+    for _i, name, sw in every:
         for up in sw.uplinks:
-            children.setdefault(up, []).append(sw.name)
+            children.setdefault(up, []).append(name)
     slurm_nodes = c.slurm_nodes
-    links_of: dict[str, list[str]] = {}
+    links_of: dict[str, list[str]] = {}  # switch with children -> hostlists cabled to it
     for link in c.fabric.links:  # group once: scanning every link per switch is quadratic
-        if link.switch in children:
-            links_of.setdefault(link.switch, []).append(link.hosts)
-    for i, sw in enumerate(c.fabric.switches):
-        if sw.name not in children or sw.name not in links_of:
+        if any(name in children for name in link.switch_names):
+            for name, hosts in link.runs():
+                if name in children:
+                    links_of.setdefault(name, []).append(hosts)
+    for i, name, sw in every:
+        if name not in children or name not in links_of:
             continue
-        cabled = union(links_of[sw.name])
-        on_it = overlap(cabled, slurm_nodes)
+        on_it = overlap(union(links_of[name]), slurm_nodes)
         if len(on_it):
             yield error(
-                ("fabric", "switches", i, "name"),
-                f"switch {sw.name!r} has compute nodes {shown(on_it)} and child switches "
-                f"{', '.join(children[sw.name])}; Slurm's topology/tree needs nodes on leaf switches "
+                ("fabric", "switches", i, _name_key(sw)),
+                f"switch {name!r} has compute nodes {shown(on_it)} and child switches "
+                f"{', '.join(children[name])}; Slurm's topology/tree needs nodes on leaf switches "
                 "only: cable these nodes to a leaf switch",
             )

@@ -173,6 +173,8 @@ def gpfs_daemon_network_reaches_members(c: Cluster):
         return
     on_network = union(grp.hosts for grp in c.nodes if g.daemon_network in grp.addresses)
     for i, nc in enumerate(g.node_classes):
+        if nodeset(nc.hosts).issubset(on_network):  # the usual case, without two 100,000-host copies
+            continue
         missing = outside(overlap(nodeset(nc.hosts), c.all_hosts), on_network)
         if len(missing):
             yield error((*GPFS, "node_classes", i, "hosts"),
@@ -331,7 +333,10 @@ def nfs_mounts_allowed(c: Cluster):
         if e is None:
             yield error((*path, "export"), f"unknown export {m.export!r}" + did_you_mean(m.export, exports))
             continue
-        refused = outside(overlap(nodeset(m.clients), c.all_hosts), _allowed(c, e))
+        allowed = _allowed(c, e)
+        if nodeset(m.clients).issubset(allowed):  # the usual case, without two 100,000-host copies
+            continue
+        refused = outside(overlap(nodeset(m.clients), c.all_hosts), allowed)
         if len(refused):
             yield error((*path, "clients"), f"{shown(refused)} would mount {e.server}:{e.path}, but export "
                                             f"{e.name!r} does not allow them")

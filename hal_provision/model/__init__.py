@@ -7,7 +7,7 @@ from functools import cached_property
 from ClusterShell.NodeSet import NodeSet
 from pydantic import Field
 
-from ..hostlist import nodeset, union
+from ..hostlist import nodeset, union_shared
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
 from .cluster import ClusterInfo
@@ -55,7 +55,7 @@ class Cluster(Strict):
 
     @cached_property
     def all_hosts(self) -> NodeSet:
-        return union(g.hosts for g in self.nodes)
+        return union_shared(g.hosts for g in self.nodes)
 
     def groups_with_role(self, *roles: Role) -> list[NodeGroup]:
         return [g for g in self.nodes if g.has(*roles)]
@@ -63,7 +63,7 @@ class Cluster(Strict):
     @cached_property
     def slurm_nodes(self) -> NodeSet:
         """Nodes that run slurmd: every compute group."""
-        return union(g.hosts for g in self.groups_with_role(Role.compute))
+        return union_shared(g.hosts for g in self.groups_with_role(Role.compute))
 
     def group_of(self, host: str) -> NodeGroup | None:
         for g in self.nodes:

@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ..hostlist import HostlistError, nodeset
+from ..hostlist import check as check_hostlist
 
 
 class Strict(BaseModel):
@@ -17,7 +18,7 @@ class Strict(BaseModel):
 
 def _check_hostlist(value: str) -> str:
     try:
-        nodeset(value)
+        check_hostlist(value)
     except HostlistError as exc:
         raise ValueError(str(exc)) from None
     return value

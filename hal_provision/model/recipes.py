@@ -64,7 +64,7 @@ def nccl_ib_hca(recipes: Recipes, fabric, compute_hosts) -> list[str]:
         return list(recipes.nccl_ib_hca)
     if fabric is None:
         return []
-    from ..hostlist import nodeset
+    from ..hostlist import overlaps
 
-    ports = sorted({link.port for link in fabric.links if nodeset(link.hosts).intersection(compute_hosts)})
+    ports = sorted(port for port, cabled in fabric.hosts_by_port().items() if overlaps(cabled, compute_hosts))
     return [f"mlx5_0:{port}" for port in ports]

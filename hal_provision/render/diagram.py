@@ -23,7 +23,7 @@ from ipaddress import IPv4Address
 import graphviz
 from ClusterShell.NodeSet import NodeSet
 
-from ..hostlist import expand, fold, nodeset, union
+from ..hostlist import common_count, expand, fold, fold_hostlists, nodeset, overlaps, union
 from ..model import Cluster, HardwareProfile, NodeGroup, Role, Switch
 from .common import header
 
@@ -65,13 +65,15 @@ TIERS: list[tuple[str, str, tuple[Role, ...]]] = [
 
 @dataclass
 class Box:
-    """Node groups of one role and one hardware profile, drawn as one box."""
+    """Node groups of the same roles and hardware profile, drawn as one box. `role` (the
+    groups' own) places it in a tier; `roles` adds what the nodes also are (`also:`)."""
 
     id: str
     role: Role
     profile: str
     groups: list[NodeGroup]
     hosts: NodeSet
+    roles: tuple[Role, ...] = ()
 
     @property
     def count(self) -> int:
@@ -133,30 +135,30 @@ def diagram(cluster: Cluster) -> graphviz.Digraph:
 
 # ---- node groups ------------------------------------------------------------------------------
 def _boxes(cluster: Cluster) -> Boxes:
-    grouped: dict[tuple[Role, str], list[NodeGroup]] = {}
+    grouped: dict[tuple[tuple[Role, ...], str], list[NodeGroup]] = {}
     for group in cluster.nodes:
-        grouped.setdefault((group.role, group.hardware), []).append(group)
-    return Boxes(Box(id=f"group-{groups[0].name}", role=role, profile=profile, groups=groups,
-                     hosts=union(g.hosts for g in groups))
-                 for (role, profile), groups in grouped.items())
+        grouped.setdefault((group.roles, group.hardware), []).append(group)
+    return Boxes(Box(id=f"group-{groups[0].name}", role=roles[0], profile=profile, groups=groups,
+                     hosts=union(g.hosts for g in groups), roles=roles)
+                 for (roles, profile), groups in grouped.items())
 
 
 def _box_label(cluster: Cluster, box: Box, services: dict[str, list[str]]) -> str:
     profile = cluster.hardware[box.profile]
     more = len(box.groups) - 3
     names = ", ".join(g.name for g in box.groups[:3]) + (f" and {more} more" if more > 0 else "")
-    role = box.role.value
+    role = ", ".join(r.value for r in box.roles)
     subtitle = names if names == role else f"{names} ({role})"
     if len(box.groups) > 1:
         subtitle = f"{len(box.groups)} groups: {subtitle}"
     rows = [
-        _row(fold(box.hosts), bold=True, size=14),
+        _row(fold_hostlists(g.hosts for g in box.groups), bold=True, size=14),
         _row(subtitle, size=10, colour=NOTE_COLOUR),
         _row(f"{box.count:,} x {profile.model}"),
         *[_row(line) for line in _hardware(profile)],
     ]
     partitions = [p.name + (" (default)" if p.default else "") for p in cluster.slurm.partitions
-                  if len(nodeset(p.nodes) & box.hosts)]
+                  if overlaps(nodeset(p.nodes), box.hosts)]
     if partitions:
         rows.append(_row("Slurm partitions: " + ", ".join(partitions)))
     rows += [_row(line, size=10, colour=NOTE_COLOUR) for line in _addresses(cluster, box)]
@@ -233,9 +235,9 @@ def _service_row(names: list[str], host: str = "") -> str:
 # ---- users ------------------------------------------------------------------------------------
 def _users(cluster: Cluster, g: graphviz.Digraph, boxes: Boxes) -> None:
     for box in boxes:
-        if box.role is Role.login:
+        if Role.login in box.roles:
             g.edge("users", box.id, label="ssh")
-        elif box.role is Role.data_transfer:
+        elif Role.data_transfer in box.roles:
             g.edge("users", box.id, label="data transfer")
     if cluster.services.portal is not None:
         host = expand(cluster.services.portal)[0]
@@ -247,18 +249,19 @@ def _users(cluster: Cluster, g: graphviz.Digraph, boxes: Boxes) -> None:
 
 
 # ---- fabric -----------------------------------------------------------------------------------
-def _switch_nodes(switches: list[Switch]) -> dict[str, tuple[str, str]]:
-    """Switch name -> (node id, label): one node per switch, or per switch class when many."""
+def _switch_nodes(switches: list[tuple[int, str, Switch]]) -> dict[str, tuple[str, str]]:
+    """Switch name -> (node id, label): one node per switch, or per switch class when many.
+    `switches`: Fabric.every_switch()."""
     if len(switches) <= MAX_SWITCHES:
-        return {s.name: (f"switch-{s.name}", _html([
-            _row(s.name, bold=True), _row(f"{s.tier}, {s.ports} ports", size=10),
-            *([_row(s.model, size=10)] if s.model else [])])) for s in switches}
-    classes = Counter((s.tier, s.model, s.ports) for s in switches)
+        return {name: (f"switch-{name}", _html([
+            _row(name, bold=True), _row(f"{s.tier}, {s.ports} ports", size=10),
+            *([_row(s.model, size=10)] if s.model else [])])) for _i, name, s in switches}
+    classes = Counter((s.tier, s.model, s.ports) for _i, _name, s in switches)
     ordered = sorted(classes, key=lambda k: (SWITCH_TIERS[k[0]], k[1], k[2]))
     nodes = {k: (f"switches-{n + 1}", _html([_row(f"{classes[k]:,} x {k[0]} switch", bold=True),
                                               _row(f"{k[1] or 'switch'}, {k[2]} ports", size=10)]))
              for n, k in enumerate(ordered)}
-    return {s.name: nodes[(s.tier, s.model, s.ports)] for s in switches}
+    return {name: nodes[(s.tier, s.model, s.ports)] for _i, name, s in switches}
 
 
 def _fabric_ends(cluster: Cluster) -> list[str]:
@@ -267,17 +270,19 @@ def _fabric_ends(cluster: Cluster) -> list[str]:
     fabric = cluster.fabric
     if fabric is None or not fabric.switches:
         return []
-    nodes = _switch_nodes(fabric.switches)
-    top = min(fabric.switches, key=lambda s: SWITCH_TIERS[s.tier])
-    bottom = max(fabric.switches, key=lambda s: SWITCH_TIERS[s.tier])
-    return list(dict.fromkeys([nodes[top.name][0], nodes[bottom.name][0]]))
+    every = fabric.every_switch()
+    nodes = _switch_nodes(every)
+    top = min(every, key=lambda e: SWITCH_TIERS[e[2].tier])
+    bottom = max(every, key=lambda e: SWITCH_TIERS[e[2].tier])
+    return list(dict.fromkeys([nodes[top[1]][0], nodes[bottom[1]][0]]))
 
 
 def _fabric(cluster: Cluster, g: graphviz.Digraph, boxes: Boxes) -> None:
     fabric = cluster.fabric
     if fabric is None:
         return
-    nodes = _switch_nodes(fabric.switches)
+    every = fabric.every_switch()
+    nodes = _switch_nodes(every)
     fill, border = FABRIC_COLOURS
     speed = f"{SPEEDS.get(fabric.rate_gbps, '')} {fabric.rate_gbps} Gb/s".strip()
     ipoib = [f"IPoIB network {name} {net.cidr}" for name, net in cluster.networks.items() if net.kind == "infiniband"]
@@ -291,21 +296,28 @@ def _fabric(cluster: Cluster, g: graphviz.Digraph, boxes: Boxes) -> None:
             sub.node(node_id, label, style="filled", fillcolor=fill, color=border)
         tiers = sorted({s.tier for s in fabric.switches}, key=SWITCH_TIERS.get)
         for n, tier in enumerate(tiers):
-            row = list(dict.fromkeys(nodes[s.name][0] for s in fabric.switches if s.tier == tier))
+            row = list(dict.fromkeys(nodes[name][0] for _i, name, s in every if s.tier == tier))
             _row_order(sub, ["fabric", *row] if n == 0 else row)
     cable = {"dir": "none", "color": border, "penwidth": "2"}
-    uplinks = Counter((nodes[s.name][0], nodes[u][0]) for s in fabric.switches for u in s.uplinks if u in nodes)
+    uplinks = Counter((nodes[name][0], nodes[u][0]) for _i, name, s in every for u in s.uplinks if u in nodes)
     for (lower, upper), n in sorted(uplinks.items()):
         g.edge(lower, upper, label=f"{n:,} x uplink" if n > 1 else "uplink", **cable)
     # Cables per (switch node, adapter port): a host may be cabled once per port.
     cabled: defaultdict[tuple[str, int], NodeSet] = defaultdict(NodeSet)
     for link in fabric.links:
-        if link.switch in nodes:
-            cabled[(nodes[link.switch][0], link.port)].update(nodeset(link.hosts))
+        segments = link.segments()
+        drawn = {nodes[switch][0] if switch in nodes else None for switch, _start, _n in segments}
+        if len(drawn) == 1 and None not in drawn and sum(n for *_, n in segments) == link.host_count:
+            # Every host to one drawn node (a switch class, in a large fabric): no NodeSet per switch.
+            cabled[(drawn.pop(), link.port)].update(nodeset(link.hosts))
+            continue
+        for switch, hosts in link.runs():
+            if switch in nodes:
+                cabled[(nodes[switch][0], link.port)].update(nodeset(hosts))
     cables: Counter[tuple[int, str]] = Counter()  # (box index, switch node) -> cables
     for (switch_id, _port), hosts in cabled.items():
         for index, box in enumerate(boxes):
-            cables[(index, switch_id)] += len(hosts & box.hosts)
+            cables[(index, switch_id)] += common_count(hosts, box.hosts)
     for (index, switch_id), n in sorted(cables.items()):
         box = boxes[index]
         label = f"{n:,} x {fabric.rate_gbps} Gb/s"
@@ -456,7 +468,7 @@ def _title(cluster: Cluster, boxes: Boxes) -> str:
     hosts = sum(b.count for b in boxes)
     gpus = sum(b.count * cluster.hardware[b.profile].gpu_count for b in boxes)
     compute_gpus = sum(b.count * cluster.hardware[b.profile].gpu_count for b in boxes if b.role is Role.compute)
-    totals = f"{hosts:,} hosts" + (f", {gpus:,} GPUs" if gpus else "")
+    totals = f"{hosts:,} host{'s' * (hosts != 1)}" + (f", {gpus:,} GPU{'s' * (gpus != 1)}" if gpus else "")
     if gpus != compute_gpus:
         totals += f" ({compute_gpus:,} on compute nodes)"
     return _html([

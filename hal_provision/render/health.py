@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from ..hostlist import nodeset
+from ..hostlist import nodeset, overlaps, union_shared
 from ..model import Cluster, NodeGroup, Role
 from .common import header, json_comment
 
@@ -54,24 +54,28 @@ def _mounts(cluster: Cluster, hosts) -> list[str]:
     st = cluster.storage
     points: set[str] = set()
     if st.gpfs is not None:
-        members = nodeset(",".join(nc.hosts for nc in st.gpfs.node_classes))
-        if not len(hosts.difference(members)):
+        members = union_shared(nc.hosts for nc in st.gpfs.node_classes)
+        if hosts.issubset(members):
             points.update(fs.mount_point for fs in st.gpfs.filesystems)
     for mount in st.nfs.mounts:
-        if not len(hosts.difference(nodeset(mount.clients))):
+        if hosts.issubset(nodeset(mount.clients)):
             points.add(mount.mount_point)
     return sorted(points)
 
 
-def _ib_ports(cluster: Cluster, hosts) -> list[int]:
-    if cluster.fabric is None:
-        return []
-    return sorted({link.port for link in cluster.fabric.links if len(nodeset(link.hosts).intersection(hosts))})
+def _ib_ports(port_hosts: dict, hosts) -> list[int]:
+    """The adapter ports cabled on some of `hosts` (`port_hosts`: Fabric.hosts_by_port())."""
+    return sorted(port for port, cabled in port_hosts.items() if overlaps(hosts, cabled))
 
 
-def expectation(cluster: Cluster, group: NodeGroup) -> dict:
-    """The checks of one compute group, each with what it compares against."""
+def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = None) -> dict:
+    """The checks of one compute group, each with what it compares against.
+
+    `port_hosts` is the fabric's Fabric.hosts_by_port(), when the caller already has it (one
+    union of every link, not one per group)."""
     h = cluster.health
+    if port_hosts is None:
+        port_hosts = cluster.fabric.hosts_by_port() if cluster.fabric is not None else {}
     p = cluster.hardware[group.hardware]
     hosts = nodeset(group.hosts)
     checks: dict[str, dict] = {}
@@ -95,7 +99,7 @@ def expectation(cluster: Cluster, group: NodeGroup) -> dict:
             units = ["munge"] + (["sssd"] if cluster.accounts is not None and cluster.services.ldap else [])
             checks[name] = {"units": units}
         elif name == "infiniband":
-            ports = _ib_ports(cluster, hosts)
+            ports = _ib_ports(port_hosts, hosts)
             if ports:
                 checks[name] = {"ports": ports, "rate_gbps": cluster.fabric.rate_gbps}
     return {
@@ -113,14 +117,23 @@ def compute_groups(cluster: Cluster) -> list[NodeGroup]:
     return cluster.groups_with_role(Role.compute)
 
 
-def nhc_conf(cluster: Cluster) -> str:
-    """NHC checks for the same expectations. gpu_model has no stock NHC check: left out."""
+def _expectations(cluster: Cluster) -> dict[str, dict]:
+    """Group name -> expectation, for every compute group."""
+    port_hosts = cluster.fabric.hosts_by_port() if cluster.fabric is not None else {}
+    return {g.name: expectation(cluster, g, port_hosts) for g in compute_groups(cluster)}
+
+
+def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> str:
+    """NHC checks for the same expectations (`expectations`: group name -> expectation, when
+    the caller has them). gpu_model has no stock NHC check: left out."""
+    if expectations is None:
+        expectations = _expectations(cluster)
     out = [header(cluster),
            "# LBNL NHC checks written from the model's expectations (files/etc/hal-provision/health/).\n",
            "# Match: NHC's {hostlist} ranges. NHC drains and resumes through its own Slurm support.\n",
            "* || export MARK_OFFLINE=1 NHC_RM=slurm\n"]
     for group in compute_groups(cluster):
-        checks = expectation(cluster, group)["checks"]
+        checks = expectations[group.name]["checks"]
         match = "{" + group.hosts + "}"
         out.append(f"\n# {group.name}: {group.hardware}\n")
         if "cpus" in checks:
@@ -149,8 +162,9 @@ def render(cluster: Cluster) -> dict[str, str]:
     if h is None:
         return {}
     groups = compute_groups(cluster)
-    files = {f"{HEALTH_DIR}/{g.name}.json": json.dumps(expectation(cluster, g), indent=2, sort_keys=True) + "\n"
-             for g in groups}
+    expectations = _expectations(cluster)
+    files = {f"{HEALTH_DIR}/{name}.json": json.dumps(exp, indent=2, sort_keys=True) + "\n"
+             for name, exp in expectations.items()}
     files[FACTS] = json.dumps({
         "_comment": json_comment(cluster),
         "program": h.program,
@@ -159,5 +173,5 @@ def render(cluster: Cluster) -> dict[str, str]:
         "node_expectation": NODE_EXPECTATION,
         "groups": sorted(g.name for g in groups),
     }, indent=2, sort_keys=True) + "\n"
-    files[NHC_CONF] = nhc_conf(cluster)
+    files[NHC_CONF] = nhc_conf(cluster, expectations)
     return files

@@ -28,7 +28,7 @@ import shlex
 
 import yaml
 
-from ..hostlist import nodeset
+from ..hostlist import fold_hostlists, nodeset
 from ..model import Cluster, Role
 from ..model.accounts import base_dn
 from . import slurm
@@ -145,7 +145,7 @@ def ldap_url(cluster: Cluster) -> str:
 def session_host_regex(cluster: Cluster) -> str:
     """The compute nodes' names (short or fully qualified) as a regular expression: hal[01-16]
     -> hal[0-9]+; the portal proxies sessions to those hosts and no others."""
-    folded = str(cluster.slurm_nodes)
+    folded = fold_hostlists(g.hosts for g in cluster.groups_with_role(Role.compute))  # cluster.slurm_nodes
     if not folded:
         return "[^/]+"
     patterns = []

@@ -60,11 +60,13 @@ def server_name(cluster: Cluster) -> str:
     return f"{nodeset(cluster.services.portal)[0]}.{cluster.cluster.domain}"
 
 
-def session_options(cluster: Cluster, vp_name: str) -> list[str]:
+def session_options(cluster: Cluster, vp_name: str, table: dict | None = None) -> list[str]:
     """Slurm options of a one-server session on `vp_name`: the wrapper suite's, one task
-    holding all of the job's CPUs (the Jupyter server), without --time."""
+    holding all of the job's CPUs (the Jupyter server), without --time. `table`: the wrapper
+    suite's table (render.swsuite.table), when the caller already has it."""
     try:
-        args = resolve(swsuite.table(cluster), Request(vp_name), one_task_per_node=True)
+        args = resolve(table if table is not None else swsuite.table(cluster), Request(vp_name),
+                       one_task_per_node=True)
     except SwError:  # checks report it; render what can be rendered
         return []
     return [a for a in args if not a.startswith("--time=")]
@@ -74,6 +76,7 @@ def catalogue(cluster: Cluster) -> dict:
     """The catalogue both front ends render from (JSON-ready)."""
     p = cluster.portal
     vps = {vp.name: vp for vp in cluster.swsuite.virtual_partitions} if cluster.swsuite else {}
+    table = swsuite.table(cluster)
     apps = []
     for app in p.apps:
         offered = {}
@@ -86,7 +89,7 @@ def catalogue(cluster: Cluster) -> dict:
                 "description": vp.description or _describe(vp),
                 "gpus": vp.gpus or 0,
                 "max_hours": hours,
-                "options": session_options(cluster, name),
+                "options": session_options(cluster, name, table),
             }
         apps.append({
             "name": app.name,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ClusterShell.NodeSet import NodeSet
-
-from ..hostlist import fold, nodeset
+from ..hostlist import fold, fold_hostlists, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
 from .common import header, yes_no
 from .health import slurm_conf_lines as health_lines
@@ -29,18 +27,19 @@ def render(cluster: Cluster) -> dict[str, str]:
     }
 
 
-def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[str, ...], NodeSet]]:
+def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[str, ...], list[str]]]:
     """Slurm nodes grouped by identical hardware and features, in model order.
 
-    Returns (profile name, profile, features, nodes) for each distinct combination.
+    Returns (profile name, profile, features, the groups' hostlists) for each distinct
+    combination; hostlist.fold_hostlists writes the hostlists as one.
     """
-    groups: dict[tuple[str, tuple[str, ...]], NodeSet] = {}
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for group in cluster.groups_with_role(Role.compute):
         profile = cluster.hardware[group.hardware]
         features = tuple(dict.fromkeys([*profile.features, *group.features]))
         key = (group.hardware, features)
-        groups.setdefault(key, NodeSet()).update(nodeset(group.hosts))
-    return [(name, cluster.hardware[name], feats, nodes) for (name, feats), nodes in groups.items()]
+        groups.setdefault(key, []).append(group.hosts)
+    return [(name, cluster.hardware[name], feats, hosts) for (name, feats), hosts in groups.items()]
 
 
 def _first_host(expr: str) -> str:
@@ -108,23 +107,23 @@ def slurm_conf(cluster: Cluster) -> str:
         f"# slurm.memory_reserve_mib ({s.memory_reserve_mib} MiB) kept for the OS and daemons.\n"
     )
     hw = hardware_groups(cluster)
-    for name, p, feats, nodes in hw:
+    for name, p, feats, hosts in hw:
         gres = f" Gres=gpu:{p.gpus.type}:{p.gpu_count}" if p.gpus else ""
         feat = f" Features={','.join(feats)}" if feats else ""
         out.append(
-            f"NodeName={fold(nodes)} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
+            f"NodeName={fold_hostlists(hosts)} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
             f"CoresPerSocket={p.cores_per_socket} ThreadsPerCore={p.threads_per_core} "
             f"RealMemory={cluster.real_memory_mib(p)}{gres}{feat} State=UNKNOWN\n"
         )
     out.append("\n# Node sets: one per hardware profile.\n")
-    by_profile: dict[str, NodeSet] = defaultdict(NodeSet)
-    for name, _p, _f, nodes in hw:
-        by_profile[name].update(nodes)
-    for name, nodes in by_profile.items():
-        out.append(f"NodeSet={name} Nodes={fold(nodes)}\n")
+    by_profile: dict[str, list[str]] = defaultdict(list)
+    for name, _p, _f, hosts in hw:
+        by_profile[name].extend(hosts)
+    for name, hosts in by_profile.items():
+        out.append(f"NodeSet={name} Nodes={fold_hostlists(hosts)}\n")
     out.append("\n# Partitions.\n")
     for part in s.partitions:
-        line = f"PartitionName={part.name} Nodes={fold(nodeset(part.nodes))}"
+        line = f"PartitionName={part.name} Nodes={fold_hostlists([part.nodes])}"
         if part.default:
             line += " Default=YES"
         line += f" MaxTime={part.max_time}"
@@ -148,11 +147,11 @@ def gres_conf(cluster: Cluster) -> str:
         "# Cores= are Slurm's logical core indices of the GPU's socket (not CPU thread ids).\n"
         "AutoDetect=off\n",
     ]
-    for _name, p, _feats, nodes in hardware_groups(cluster):
+    for _name, p, _feats, hosts in hardware_groups(cluster):
         if not p.gpus:
             continue
         matrix = p.gpus.nvlink
-        folded = fold(nodes)
+        folded = fold_hostlists(hosts)
         for i, dev in enumerate(p.gpus.devices):
             first = dev.socket * p.cores_per_socket
             cores = f"{first}-{first + p.cores_per_socket - 1}"
@@ -183,36 +182,53 @@ def topology_conf(cluster: Cluster) -> str:
     if fabric is None:
         out.append("# No fabric is described: every node is equally close to every other.\n")
         return "".join(out)
-    slurm_nodes = cluster.slurm_nodes
-    leaf_nodes: dict[str, NodeSet] = {sw.name: NodeSet() for sw in fabric.switches}
-    for link in fabric.links:
-        if link.switch in leaf_nodes:
-            leaf_nodes[link.switch].update(nodeset(link.hosts).intersection(slurm_nodes))
-    children: dict[str, list[str]] = {sw.name: [] for sw in fabric.switches}
-    for sw in fabric.switches:
+    every = fabric.every_switch()
+    leaf_nodes = _slurm_nodes_per_switch(cluster)
+    children: dict[str, list[str]] = {name: [] for _i, name, _sw in every}
+    for _i, name, sw in every:
         for up in sw.uplinks:
-            children.setdefault(up, []).append(sw.name)
+            children.setdefault(up, []).append(name)
     # Only switches with Slurm nodes somewhere below them are written, and a parent names only
     # those: slurmctld refuses to start on a child it was not given ("fatal: Switch
     # configuration <parent> has invalid child (<child>)"), e.g. a storage-only leaf.
     written = _switches_above_nodes(leaf_nodes, children)
     out.append(f"# Fabric {fabric.name}: {fabric.rate_gbps} Gb/s. Only Slurm nodes are listed.\n")
-    for sw in fabric.switches:
+    for _i, name, _sw in every:
         parts = []
-        kids = [name for name in children[sw.name] if name in written]
-        if len(leaf_nodes[sw.name]):
-            parts.append(f"Nodes={fold(leaf_nodes[sw.name])}")
+        kids = [kid for kid in children[name] if kid in written]
+        if name in leaf_nodes:
+            parts.append(f"Nodes={leaf_nodes[name]}")
         if kids:
             parts.append(f"Switches={fold(kids)}")
         if parts:
-            out.append(f"SwitchName={sw.name} {' '.join(parts)}\n")
+            out.append(f"SwitchName={name} {' '.join(parts)}\n")
         else:
-            out.append(f"# {sw.name}: no Slurm nodes below it\n")
+            out.append(f"# {name}: no Slurm nodes below it\n")
     return "".join(out)
 
 
-def _switches_above_nodes(direct: dict[str, NodeSet], children: dict[str, list[str]]) -> set[str]:
-    """Names of the switches with at least one Slurm node in their subtree.
+def _slurm_nodes_per_switch(cluster: Cluster) -> dict[str, str]:
+    """Switch name -> the Slurm nodes cabled to it, folded; switches without any are left out.
+
+    A link whose hosts are all Slurm nodes (nearly every one) gives each switch its share by
+    arithmetic on the hostlist (hostlist.chunks); only a link that mixes in other hosts, or a
+    switch that several links share, goes through NodeSets.
+    """
+    slurm_nodes = cluster.slurm_nodes
+    shares: dict[str, list[str]] = {}  # switch -> folded hostlists of its Slurm nodes
+    for link in cluster.fabric.links:
+        runs = link.runs()
+        if not nodeset(link.hosts).issubset(slurm_nodes):
+            runs = [(switch, fold(nodeset(run).intersection(slurm_nodes))) for switch, run in runs]
+        for switch, run in runs:
+            if run:
+                shares.setdefault(switch, []).append(run)
+    return {switch: runs[0] if len(runs) == 1 else fold(union(runs)) for switch, runs in shares.items()}
+
+
+def _switches_above_nodes(direct: dict[str, str], children: dict[str, list[str]]) -> set[str]:
+    """Names of the switches with at least one Slurm node in their subtree (`direct`: the
+    switches with Slurm nodes cabled to them; `children`: every switch's child switches).
 
     Safe on cabling loops (a semantic check reports those): a switch is counted once.
     """
@@ -224,11 +240,11 @@ def _switches_above_nodes(direct: dict[str, NodeSet], children: dict[str, list[s
             return name in found
         visited.add(name)
         below = [visit(child) for child in children.get(name, [])]
-        if len(direct.get(name, ())) or any(below):
+        if name in direct or any(below):
             found.add(name)
         return name in found
 
-    for name in direct:
+    for name in children:
         visit(name)
     return found
 

@@ -212,7 +212,9 @@ def exports_file(cluster: Cluster, server: str) -> str:
         if e.server != server:
             continue
         options = ",".join(e.options)
-        clients = [f"{host}({options})" for host in (expand(e.clients) if e.clients else [])]
+        hosts = expand(e.clients) if e.clients else []
+        # One join for the hosts, not one format per host: an export may name 100,000 clients.
+        clients = [f"({options}) \\\n    ".join(hosts) + f"({options})"] if hosts else []
         clients += [f"{cluster.networks[net].cidr}({options})" for net in e.networks if net in cluster.networks]
         out.append(f"\n# export {e.name}\n{e.path} \\\n    " + " \\\n    ".join(clients) + "\n")
     return "".join(out)
@@ -289,7 +291,8 @@ def inventory(cluster: Cluster) -> str | None:
     lines = [header(cluster), "all:\n  children:\n"]
     for name, hosts in groups:
         lines.append(f"    {name}:\n      hosts:\n")
-        lines.extend(f"        {host}:\n" for host in hosts)
+        if hosts:
+            lines.append("        " + ":\n        ".join(hosts) + ":\n")
     clients = [name for name, _hosts in groups if name.startswith("nfs_mount_")]
     if clients:
         lines.append("    nfs_clients:\n      children:\n")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ..hostlist import nodeset
+from ..hostlist import common_count, nodeset
 from ..model import Cluster, HardwareProfile, Role
 from .common import json_comment
 
@@ -22,7 +22,7 @@ def _partition_profiles(cluster: Cluster, partition: str) -> list[tuple[Hardware
     members = nodeset(part.nodes)
     out: dict[str, int] = {}
     for g in cluster.groups_with_role(Role.compute):
-        n = len(nodeset(g.hosts).intersection(members))
+        n = common_count(nodeset(g.hosts), members)
         if n:
             out[g.hardware] = out.get(g.hardware, 0) + n
     return [(cluster.hardware[name], n) for name, n in out.items()]
@@ -30,8 +30,11 @@ def _partition_profiles(cluster: Cluster, partition: str) -> list[tuple[Hardware
 
 def table(cluster: Cluster) -> dict:
     vps = {}
+    by_partition: dict[str, list[tuple[HardwareProfile, int]]] = {}
     for vp in cluster.swsuite.virtual_partitions:
-        profiles = _partition_profiles(cluster, vp.partition)
+        if vp.partition not in by_partition:
+            by_partition[vp.partition] = _partition_profiles(cluster, vp.partition)
+        profiles = by_partition[vp.partition]
         if not profiles:
             continue
         # The node build that offers the most GPUs (or CPUs for cpu partitions) defines the

@@ -119,6 +119,9 @@ def member_memory(cluster: Cluster, hosts: NodeSet) -> list[tuple[int, str, Node
         for group in cluster.nodes:
             if group.hardware == name:
                 group_hosts = nodeset(group.hosts)
+                if group_hosts.issubset(hosts):  # the usual case: no intersection to copy
+                    members.update(group_hosts)
+                    continue
                 small, large = (hosts, group_hosts) if len(hosts) <= len(group_hosts) else (group_hosts, hosts)
                 members.update(small.intersection(large))
         if len(members):

@@ -76,13 +76,15 @@ def switches(cluster: Cluster) -> dict[str, SwitchExpectation]:
     if fabric is None:
         return {}
     slurm_nodes = cluster.slurm_nodes
-    direct = {sw.name: NodeSet() for sw in fabric.switches}
+    every = fabric.every_switch()  # explicit and compact entries alike
+    direct = {name: NodeSet() for _i, name, _sw in every}
     for link in fabric.links:
-        direct[link.switch].update(nodeset(link.hosts).intersection(slurm_nodes))
-    kids = {sw.name: [] for sw in fabric.switches}
-    for sw in fabric.switches:
+        for switch, hosts in link.runs():
+            direct[switch].update(nodeset(hosts).intersection(slurm_nodes))
+    kids = {name: [] for _i, name, _sw in every}
+    for _i, name, sw in every:
         for up in sw.uplinks:
-            kids[up].append(sw.name)
+            kids[up].append(name)
 
     def below(name: str) -> NodeSet:
         return union([direct[name], *(below(k) for k in kids[name])])

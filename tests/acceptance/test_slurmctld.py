@@ -166,6 +166,27 @@ def test_switch_without_slurm_nodes_is_left_out_of_the_tree(extra_controller):
     assert "ib-leaf3" not in got
 
 
+def test_compact_fabric_is_loaded_as_cabled(extra_controller):
+    """One switch entry for both leaves and one link entry cabling hal[01-16] over them
+    (`names`; `switches` with `hosts_per_switch`): slurmctld loads the tree they mean."""
+    data = load_cluster("hal").model_dump(mode="json", exclude_none=True)
+    data["fabric"]["switches"] = [
+        {"name": "ib-spine", "tier": "spine", "ports": 36},
+        {"names": "ib-leaf[1-2]", "tier": "leaf", "ports": 36, "uplinks": ["ib-spine"]},
+    ]
+    links = data["fabric"]["links"]
+    links[0] = {"hosts": "hal[01-16]", "port": 1, "switches": "ib-leaf[1-2]", "hosts_per_switch": 8,
+                "first_switch_port": 1}
+    for link in links[1:]:
+        link["switch"] = "ib-leaf1"
+    cluster = Cluster.model_validate(data)
+    assert not [f for f in run_all(cluster) if f.level == Level.error]
+    got = _topology(extra_controller(cluster))
+    _assert_topology(got, cluster)
+    assert (got["ib-leaf1"]["Nodes"], got["ib-leaf2"]["Nodes"]) == ("hal[01-08]", "hal[09-16]")
+    assert NodeSet(got["ib-spine"]["Switches"]) == NodeSet("ib-leaf[1-2]")
+
+
 def test_cluster_without_fabric_gets_flat_topology(extra_controller):
     """No fabric described: slurm.conf says topology/none and slurmctld starts with it, showing
     no switch. (A first try with topology/default was fatal: that name is Slurm 23.11's.)"""

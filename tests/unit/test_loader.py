@@ -137,8 +137,8 @@ def test_file_that_is_not_utf8(tmp_path):
 
 
 def test_fast_and_round_trip_parsers_agree():
-    """The loader parses with libyaml and locates with ruamel: both must read every shipped
-    description, and YAML 1.2 scalars (04:00:00 stays a string), identically."""
+    """The loader parses with libyaml and reports a refused file through ruamel: both must read
+    every shipped description, and YAML 1.2 scalars (04:00:00 stays a string), identically."""
     import json
     from pathlib import Path
 
@@ -155,3 +155,28 @@ def test_fast_and_round_trip_parsers_agree():
         assert fast is not None
         assert plain(fast) == plain(_yaml().load(text))
     assert _fast_parse("a: 1\na: 2\n") is None  # duplicate keys go to the reporting path
+
+
+def test_lazy_locator_finds_what_the_round_trip_tree_finds(hal_text):
+    """Findings of a valid file are located through libyaml's node tree (fast), not ruamel's
+    round-trip tree (pure Python, seconds for a large file): every key and item of the embedded
+    description, and a path that leaves the document, must land on the same line and column."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    from hal_provision.loader import LazyLocator, Locator, _yaml
+
+    root = _yaml().load(hal_text)
+
+    def paths(node, prefix=()):
+        yield prefix
+        items = node.items() if isinstance(node, CommentedMap) else enumerate(node) if isinstance(node, CommentedSeq) else ()
+        for key, value in items:
+            yield from paths(value, (*prefix, key))
+
+    round_trip, lazy = Locator(root, "hal.yml"), LazyLocator(hal_text, "hal.yml")
+    every = list(paths(root))
+    assert len(every) > 500
+    for path in every:
+        assert lazy.position(path) == round_trip.position(path), path
+        assert lazy.position((*path, "no-such-key")) == round_trip.position((*path, "no-such-key")), path
+    assert lazy.position(("nodes", 99)) == round_trip.position(("nodes", 99)) != (None, None)

@@ -6,7 +6,6 @@ hold for every cluster and every output directory.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -317,17 +316,19 @@ def test_failed_write_keeps_previous_render(tmp_path, monkeypatch):
 # ---- the writer's atomic swap -------------------------------------------------------------
 
 def fail_on_nth_write(monkeypatch, n: int) -> None:
-    """Make the n-th Path.write_text raise ENOSPC, as a full disk would midway through."""
-    real = Path.write_text
+    """Make the writer's n-th file write raise ENOSPC, as a full disk would midway through."""
+    from hal_provision.render import writer
+
+    real = writer.write_file
     calls = {"n": 0}
 
-    def write_text(self, *args, **kwargs):
+    def write_file(target, text):
         calls["n"] += 1
         if calls["n"] == n:
-            raise OSError(28, "No space left on device", str(self))
-        return real(self, *args, **kwargs)
+            raise OSError(28, "No space left on device", str(target))
+        return real(target, text)
 
-    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(writer, "write_file", write_file)
 
 
 FILES = {"a.conf": "# a\n", "sub/b.conf": "# b\n", "sub/deeper/c.conf": "# c\n"}
@@ -373,14 +374,6 @@ def test_failed_swap_puts_previous_output_back(tmp_path, monkeypatch):
 
 
 # ---- the scale bench's generator ----------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def scale():
-    spec = importlib.util.spec_from_file_location("bench_scale", REPO / "bench" / "scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("n", [16, 2_500])
 def test_scale_generator_writes_a_valid_model(tmp_path, scale, n):
