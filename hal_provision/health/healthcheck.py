@@ -189,7 +189,7 @@ DRAINED = ("drain", "drained", "draining", "drng")
 
 def node_state(host: str) -> tuple[str, str]:
     """(state, reason) of the node as slurmctld sees it: ('idle', ''), ('drained', 'x: y')."""
-    rc, text = _run([_scontrol("sinfo"), "-h", "-N", "-n", host, "-o", "%T|%E"])
+    rc, text = _run([_slurm_command("sinfo"), "-h", "-N", "-n", host, "-o", "%T|%E"])
     if rc != 0 or not text.strip():
         raise RuntimeError(f"sinfo -n {host}: exit {rc}: {text.strip()[:120]}")
     state, _, reason = text.splitlines()[0].partition("|")
@@ -215,7 +215,7 @@ def decide(state: str, reason: str, wanted: str | None, prefix: str) -> tuple[st
 
 
 def apply(host: str, action: str, reason: str) -> None:
-    cmd = [_scontrol("scontrol"), "update", f"NodeName={host}"]
+    cmd = [_slurm_command("scontrol"), "update", f"NodeName={host}"]
     cmd += ["State=DRAIN", f"Reason={reason}"] if action == "drain" else ["State=RESUME"]
     rc, text = _run(cmd)
     if rc != 0:
@@ -244,7 +244,7 @@ def _run(cmd: list[str], errors: bool = True) -> tuple[int, str]:
     return p.returncode, p.stdout + (p.stderr if p.returncode and errors else "")
 
 
-def _scontrol(name: str) -> str:
+def _slurm_command(name: str) -> str:
     return shutil.which(name) or f"/usr/bin/{name}"  # slurmd's environment may have a short PATH
 
 
