@@ -14,13 +14,27 @@ from pathlib import Path
 from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
+from .. import tools
 from ..storage.sandbox import shared_mounts
 from . import image as image_mod
 from .derive import DEFAULT_SUBNET, derive_sandbox
-from .overlay import NODE_PIP_CERT, SshAccess, privileged_hosts, sandbox_files
+from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
 
 LABEL = "io.hal-provision.sandbox"
 MODEL = "model.json"  # the derived model, beside the rendered tree
+# What site.yml runs against: the hal.provision.cluster inventory plugin reading the derived
+# model itself (the groups and variables of the rendered inventory/hosts.yml, which `verify`
+# and tests/infra go on reading), then inventory/sandbox.yml's SSH settings over it. The source
+# sits in the rendered tree, so the plugin's default hal_rendered_dir, "{{ inventory_dir }}/../files",
+# is the tree's files/ as with hosts.yml.
+PLUGIN_SOURCE = "plugin-inventory/cluster.hal.yml"
+PLUGIN_SOURCE_TEXT = (
+    "# Written by `hal-provision sandbox`: the sandbox's hosts and groups, read from its derived\n"
+    "# model by the hal.provision.cluster inventory plugin (site.yml runs with this, then\n"
+    "# inventory/sandbox.yml; inventory/hosts.yml is the same inventory, for verify and tests).\n"
+    "plugin: hal.provision.cluster\n"
+    f"cluster_file: ../../{MODEL}\n"
+)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -126,7 +140,7 @@ def rendered_files(sb: Sandbox) -> dict[str, str]:
 
 
 def render(sb: Sandbox) -> None:
-    write_tree(rendered_files(sb), sb.rendered)
+    write_tree({**rendered_files(sb), PLUGIN_SOURCE: PLUGIN_SOURCE_TEXT}, sb.rendered)
     # The derived model itself, so that tests can change it (disable a user, say) and render
     # the change the way an admin would.
     (sb.workdir / MODEL).write_text(sb.cluster.model_dump_json(indent=1, exclude_none=True) + "\n")
@@ -179,7 +193,7 @@ def with_user_keys(sb: Sandbox) -> Cluster:
 def create(sb: Sandbox, log=print) -> None:
     """Render, build the image if missing, start the network and one container per host."""
     for tool in ("podman", "ssh-keygen"):
-        if shutil.which(tool) is None:
+        if tools.find(tool) is None:
             raise LifecycleError(f"{tool} is not installed (./bootstrap.sh demo installs it)")
     make_root_key(sb, log)
     make_user_keys(sb, log)
@@ -245,10 +259,12 @@ def _wait_booted(host: str, timeout: float = 90) -> None:
 
 
 def ansible_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = tools.child_env()
     env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
     env["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
     env.setdefault("ANSIBLE_FORCE_COLOR", "0")
+    # A model the plugin cannot read must stop the run, not leave it with no hosts.
+    env.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "1")
     return env
 
 
@@ -256,10 +272,11 @@ def playbook_cmd(sb: Sandbox, playbook: str = "site.yml", *extra: str) -> list[s
     path = REPO / "playbooks" / playbook
     if not path.is_file():
         raise LifecycleError(f"{path} not found: the sandbox runs from a hal-provision checkout")
-    exe = shutil.which("ansible-playbook")
+    exe = tools.find("ansible-playbook")
     if exe is None:
         raise LifecycleError("ansible-playbook is not installed (./bootstrap.sh demo installs it)")
-    return [exe, "-i", str(sb.inventory), str(path), *extra]
+    rendered = Path(sb.inventory).parent  # the rendered tree (sb.inventory is its inventory/)
+    return [exe, "-i", str(rendered / PLUGIN_SOURCE), "-i", str(rendered / SANDBOX_INVENTORY), str(path), *extra]
 
 
 def converge(sb: Sandbox, *extra: str) -> int:
