@@ -7,7 +7,6 @@ run only when asked for.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import List, Optional
 
 import typer
 
+from . import tools
 from .clitools import EXIT_UNUSABLE, err
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ def pytest_cmd(faults: bool = False, extra: list[str] | None = None) -> list[str
 def run(inventory: Path, faults: bool = False, extra: list[str] | None = None) -> int:
     inv = check_inventory(inventory)
     cmd = pytest_cmd(faults, extra)
-    env = dict(os.environ, HAL_INVENTORY=str(inv))
+    env = dict(tools.child_env(), HAL_INVENTORY=str(inv))
     return subprocess.run(cmd, env=env, cwd=REPO, check=False).returncode
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from .. import tools
 from ..clitools import checked, err, out
 from ..model import Role
 from ..render.writer import WriteError
@@ -54,14 +55,19 @@ def up(
             raise typer.Exit(1)
     login = sb.cluster.groups_with_role(Role.login)[0].hosts
     comps = list(sb.cluster.slurm_nodes)
-    ssh = f"ssh -i {sb.ssh.private_key} -o UserKnownHostsFile={sb.ssh.known_hosts}"
+    # Every line works pasted into a new shell: absolute paths, the console script as invoked.
+    ssh = f"ssh -i {sb.ssh.private_key.absolute()} -o UserKnownHostsFile={sb.ssh.known_hosts.absolute()}"
+    me = tools.self_command()
+    same = (f" {file.absolute()}" if file is not None else "") + (
+        f" --workdir {workdir.absolute()}" if workdir != WORKDIR.default else "")
     out.print(
         f"\nSandbox '{sb.name}' is up: {', '.join(sb.hosts)}. Try:\n"
         f"  {ssh} -t root@{sb.addresses[login]} su - haltest\n"
         f"      sinfo -N -o '%N %t %G'\n"
         f"      srun -N{len(comps)} --gres=gpu:{_gpu_type(sb)}:4 bash -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
-        f"  hal-provision verify {sb.inventory}\n"
-        f"  hal-provision sandbox down\n",
+        f"  {me} verify {Path(sb.inventory).absolute()}\n"
+        f"  {me} sandbox status{same}\n"
+        f"  {me} sandbox down{same}\n",
         markup=False,
     )
 

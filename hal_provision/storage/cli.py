@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import List, Optional
 
 import typer
 
+from .. import tools
 from ..clitools import checked, err, out
 from . import bench as bench_lib
 from . import gpfs
@@ -91,10 +91,10 @@ def bench(
     else:
         if inventory is None:
             _fail("give --inventory (the rendered inventory directory) or --local")
-        argv = ["ansible-playbook", "-i", str(inventory), str(BENCH_PLAYBOOK),
+        argv = [tools.find("ansible-playbook") or "ansible-playbook", "-i", str(inventory), str(BENCH_PLAYBOOK),
                 "-e", json.dumps({"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size,
                                   "bench_results": str(results.resolve()), "bench_report": False})]
-        rc = subprocess.run(argv, cwd=REPO, check=False, env=dict(os.environ, ANSIBLE_FORCE_COLOR="0")).returncode
+        rc = subprocess.run(argv, cwd=REPO, check=False, env=dict(tools.child_env(), ANSIBLE_FORCE_COLOR="0")).returncode
         if rc != 0:
             _fail(f"{BENCH_PLAYBOOK.name} failed (exit {rc})", 1)
     report(results)

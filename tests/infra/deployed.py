@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hal_provision import tools
 from hal_provision.render.common import ansible_name
 from hal_provision.verify import VerifyError, check_inventory
 
@@ -40,7 +41,7 @@ class InventoryError(RuntimeError):
 
 
 def list_inventory(inventory: Path) -> dict:
-    proc = subprocess.run(["ansible-inventory", "-i", str(inventory), "--list"],
+    proc = subprocess.run([tools.find("ansible-inventory") or "ansible-inventory", "-i", str(inventory), "--list"],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise InventoryError(f"ansible-inventory -i {inventory} --list failed:\n{proc.stderr}")

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from deployed import changed_tasks, deployed, parse_recap, retry, tail
+from hal_provision import tools
 
 D = deployed()
 DIRECTORY = json.loads(D.rendered("etc/hal-provision/ldap-directory.json") or "null")
@@ -225,7 +226,7 @@ def converge_with(rendered: Path) -> str:
     env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     outputs = []
     for playbook, extra in (("directory.yml", []), ("slurm-controller.yml", ["--tags", "slurm_accounting"])):
-        cmd = ["ansible-playbook", "-i", str(D.inventory), str(Path(__file__).parents[2] / "playbooks" / playbook),
+        cmd = [tools.find("ansible-playbook") or "ansible-playbook", "-i", str(D.inventory), str(Path(__file__).parents[2] / "playbooks" / playbook),
                "-e", f"hal_rendered_dir={rendered / 'files'}", "--diff", *extra]
         proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=600, check=False)
