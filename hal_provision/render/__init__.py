@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, diagram, grafana, health, hosts, inventory, monitoring, ood, portal, recipes, slurm, software, storage, swsuite
+from . import accounting, accounts, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, slurm, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -24,4 +24,5 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(storage.render(cluster))
     files.update(software.render(cluster))
     files.update(diagram.render(cluster))
+    files.update(policy.render(cluster))
     return dict(sorted(files.items()))

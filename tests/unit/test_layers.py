@@ -1,6 +1,7 @@
 """The one-way data flow, checked on the imports themselves: checks never import renderers,
-renderers never import the CLI or the sandbox, and no module imports `hal_provision.cli`
-(shared command-line helpers live in `hal_provision.clitools`)."""
+renderers never import the CLI, the sandbox or the plan, the plan never imports the CLI or the
+sandbox, and no module imports `hal_provision.cli` (shared command-line helpers live in
+`hal_provision.clitools`)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,16 @@ def test_checks_never_import_renderers(path):
     assert not _under(_imports(path), "hal_provision.render")
 
 
+CLI_MODULES = ("hal_provision.cli", "hal_provision.clitools", "hal_provision.plan_cli", "hal_provision.sandbox")
+
+
 @pytest.mark.parametrize("path", sorted((PKG / "render").rglob("*.py")), ids=lambda p: p.name)
-def test_renderers_never_import_the_cli_or_the_sandbox(path):
+def test_renderers_never_import_the_cli_the_sandbox_or_the_plan(path):
     names = _imports(path)
-    assert not (_under(names, "hal_provision.cli") | _under(names, "hal_provision.clitools")
-                | _under(names, "hal_provision.sandbox"))
+    assert not set().union(*(_under(names, m) for m in (*CLI_MODULES, "hal_provision.plan")))
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "plan").rglob("*.py")), ids=lambda p: p.name)
+def test_the_plan_never_imports_the_cli_or_the_sandbox(path):
+    names = _imports(path)
+    assert not set().union(*(_under(names, m) for m in CLI_MODULES))
