@@ -83,6 +83,7 @@ def _register_subcommands() -> None:
     from .dashboards_cli import panels as dashboards_command
     from .diagram_cli import diagram as diagram_command
     from .discover_cli import discover as discover_command
+    from .plan_cli import plan as plan_command
     from .recipes_cli import app as recipes_app
     from .sandbox.cli import app as sandbox_app
     from .storage.cli import app as storage_app
@@ -94,6 +95,7 @@ def _register_subcommands() -> None:
     app.command(name="dashboards")(dashboards_command)
     app.command(name="discover")(discover_command)
     app.command(name="diagram")(diagram_command)
+    app.command(name="plan")(plan_command)
     app.add_typer(recipes_app, name="recipes")
 
 

@@ -1,0 +1,161 @@
+"""Compare two rendered trees and say, per component, what a converge would do and to which jobs.
+
+Exit codes as `terraform plan -detailed-exitcode`: 0 nothing changes, 2 changes, 1 a change
+would lose or strand jobs (or the plan could not be made).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from .. import update_policy
+from .effects import Consequence, Effect, FileChange, Sides, SlurmEffect, effect
+from .impact import Impact, assess
+from .inventory import hostlist
+from .jobs import Job, NodeState
+from .sources import compared
+
+EXIT_NO_CHANGES, EXIT_BLOCKING, EXIT_CHANGES = 0, 1, 2
+ROLLING = "ansible-playbook -i {inventory} playbooks/rolling.yml -e 'hosts={hosts}'"
+
+
+@dataclass
+class ComponentPlan:
+    name: str
+    files: list[FileChange]
+    consequences: list[Consequence]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    components: list[ComponentPlan]
+    impacts: list[Impact] | None  # None: no jobs were given
+    node_states: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    old: str = ""  # where each side came from, for the reader
+    new: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.components)
+
+    @property
+    def blocking(self) -> list[Impact]:
+        return [i for i in self.impacts or [] if i.blocking]
+
+    @property
+    def exit_code(self) -> int:
+        if self.blocking:
+            return EXIT_BLOCKING
+        return EXIT_CHANGES if self.changed else EXIT_NO_CHANGES
+
+    @property
+    def summary(self) -> str:
+        if not self.changed:
+            return "No changes: NEW renders exactly the deployed files."
+        files = sum(len(c.files) for c in self.components)
+        text = (f"{files} changed file{'s' if files != 1 else ''} in {len(self.components)} "
+                f"component{'s' if len(self.components) != 1 else ''}")
+        restarts = [f"{c.action} on {c.hosts}" for comp in self.components for c in comp.consequences
+                    if c.action.startswith("restart") and c.hosts != "-"]
+        text += f"; {'; '.join(restarts)}" if restarts else "; no daemon restarts"
+        if self.impacts is None:
+            return text + ". Jobs not checked."
+        blocking = len(self.blocking)
+        return text + (f". {blocking} job{'s' if blocking != 1 else ''} would be lost or stranded." if blocking
+                       else ". No job is lost or stranded.")
+
+
+def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = None,
+          nodes: dict[str, NodeState] | None = None, with_diff: bool = False, inventory: str = "INVENTORY") -> Plan:
+    """The plan for converging NEW onto a cluster that runs OLD (both rendered trees);
+    `inventory` is the Ansible inventory the advice's commands name."""
+    policy = update_policy.load()
+    old, new = compared(old), compared(new)
+    sides = Sides(old, new)
+    by_component: dict[str, list[FileChange]] = {}
+    unowned = []
+    for path in sorted(old.keys() | new.keys()):
+        if old.get(path) == new.get(path):
+            continue
+        change = "added" if path not in old else "removed" if path not in new else "modified"
+        owners = policy.owners(path)
+        if not owners:
+            unowned.append(FileChange(path, change))
+            continue
+        diff = _diff(path, old.get(path, ""), new.get(path, "")) if with_diff else None
+        by_component.setdefault(owners[0].name, []).append(FileChange(path, change, diff))
+
+    components, slurm = [], None
+    for component in policy.components:
+        files = by_component.get(component.name)
+        if files:
+            result: Effect = effect(component, files, sides)
+            slurm = result.slurm or slurm
+            components.append(ComponentPlan(component.name, files, result.consequences, result.notes))
+    if unowned:  # only a tree from elsewhere (a hand-edited record) can hold such files
+        components.append(ComponentPlan("unknown", unowned,
+                                        [Consequence("unknown", "-", "no update-policy entry names these files")]))
+    impacts = assess(jobs, old, new, slurm) if jobs is not None else None
+    plan = Plan(components, impacts)
+    plan.node_states = _node_states(nodes, slurm)
+    plan.advice = _advice(plan, slurm, inventory)
+    return plan
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        fromfile=f"deployed/{path}", tofile=f"new/{path}"))
+
+
+def _node_states(nodes: dict[str, NodeState] | None, slurm: SlurmEffect | None) -> list[str]:
+    """What sinfo says about the nodes the change removes or redefines."""
+    if not nodes or slurm is None:
+        return []
+    affected = sorted(slurm.removed | set(slurm.redefined))
+    return [f"{h}: {nodes[h].state}" + (f" ({nodes[h].reason})" if nodes[h].reason else "")
+            for h in affected if h in nodes]
+
+
+def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str) -> list[str]:
+    """What to do: drain and wait (or roll) for blocking running jobs, per stranded job its way
+    out, otherwise how to apply."""
+    if not plan.changed:
+        return []
+    out = []
+    site = f"ansible-playbook -i {inventory} playbooks/site.yml"
+    removed = sorted(slurm.removed) if slurm else []
+    lost = sorted({h for i in plan.blocking for h in i.hosts if h in removed})
+    redefined = sorted({h for i in plan.blocking for h in i.hosts if h not in lost})
+    for hosts, why in ((lost, "leaving the cluster"), (redefined, "redefined")):
+        if hosts:
+            out.append(f"drain: scontrol update nodename={hostlist(hosts)} state=drain "
+                       f"reason=\"hal-provision plan: {why}\"")
+    if lost or redefined:
+        drained = hostlist(lost + redefined)
+        out.append(f"wait: until `squeue -w {drained}` lists no job, then {site}")
+        out.append(f"or roll: {ROLLING.format(inventory=inventory, hosts=drained)} "
+                   "(drains, waits for their jobs without cancelling any, converges, resumes)")
+    for impact in plan.blocking:
+        job = impact.job
+        if impact.kind == "time":
+            out.append(f"job {job.job_id} ({job.user}): scontrol update jobid={job.job_id} timelimit={impact.limit}, "
+                       "or wait until it has started (a running job keeps its limit)")
+        elif impact.kind in ("partition", "qos", "memory", "gpus", "nodes"):
+            out.append(f"job {job.job_id} ({job.user}): wait until it has started, or ask {job.user} to resubmit "
+                       "within the new limits")
+    if not plan.blocking:
+        if removed:
+            out.append(f"roll: {ROLLING.format(inventory=inventory, hosts=hostlist(removed))} "
+                       "(drains the leaving nodes and waits for their jobs before the converge)")
+        else:
+            out.append(f"apply: {site}")
+    if removed:
+        out.append(f"after the converge: stop slurmd on {hostlist(removed)} (site.yml no longer manages them)")
+    if plan.impacts is None:
+        out.append("jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY")
+    elif not plan.blocking and slurm and slurm.restart:
+        out.append("running jobs survive the slurmd restarts")
+    return out

@@ -1,0 +1,191 @@
+"""What a component's changed files do on the nodes, per the update policy's action.
+
+Simple actions (restart, reload, command, file-only, none) are the policy entry applied to the
+hosts that get the files. The rest follow the roles: Slurm's restart-or-reconfigure rule,
+the accounting plan's sacctmgr commands, the GPFS tuning plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..update_policy import Component
+from .accounting import sacctmgr_changes
+from .inventory import Inventory, hostlist
+from .slurm import SlurmConf, changed_keys, definition_changes, restart_required
+from .tuning import tuning_changes
+
+NOTHING = "nothing on the nodes"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    change: str  # added, removed, modified
+    diff: str | None = None
+
+
+@dataclass(frozen=True)
+class Consequence:
+    action: str
+    hosts: str  # folded hostlist; '-' for none
+    detail: str = ""
+    commands: tuple[str, ...] = ()
+
+
+@dataclass
+class SlurmEffect:
+    """Slurm's part of the plan, which the job impact reads."""
+
+    restart: bool
+    restarting: set[str]  # hosts whose slurmctld or slurmd restarts
+    old: SlurmConf
+    new: SlurmConf
+    removed: set[str] = field(default_factory=set)
+    added: set[str] = field(default_factory=set)
+    redefined: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Effect:
+    consequences: list[Consequence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    slurm: SlurmEffect | None = None
+
+
+class Sides:
+    """Both rendered trees, and their inventories, parsed only when a consequence needs hosts
+    (a 100,000-node inventory is seconds of YAML)."""
+
+    def __init__(self, old: dict[str, str], new: dict[str, str]):
+        self.old, self.new = old, new
+
+    @cached_property
+    def old_inventory(self) -> Inventory:
+        return Inventory(self.old)
+
+    @cached_property
+    def new_inventory(self) -> Inventory:
+        return Inventory(self.new)
+
+
+def effect(component: Component, files: list[FileChange], sides: Sides) -> Effect:
+    if not component.deployed(sides.new):
+        cond = component.deployed_when
+        return Effect([Consequence(NOTHING, "-", f"not deployed: {cond['key']} in {cond['file']} is not {cond['equals']}")])
+    special = {"slurm": _slurm, "sacctmgr": _accounting, "mmchconfig": _tuning}.get(component.action)
+    if special is not None:
+        return special(component, files, sides)
+    return Effect([Consequence(_simple_action(component), hostlist(_hosts(component, files, sides)), component.detail)])
+
+
+def _simple_action(component: Component) -> str:
+    return {
+        "restart": f"restart {component.service}",
+        "reload": f"reload {component.service}",
+        "command": component.command,
+        "file-only": "file only",
+        "none": NOTHING,
+    }[component.action]
+
+
+def _hosts(component: Component, files: list[FileChange], sides: Sides) -> set[str]:
+    """Hosts that get the changed files: from NEW's inventory, OLD's for a removed file."""
+    hosts: set[str] = set()
+    for f in files:
+        tree, inventory = (sides.old, sides.old_inventory) if f.change == "removed" else (sides.new, sides.new_inventory)
+        groups = component.groups_for(component.match(f.path) or {}) + component.groups_from_files(tree)
+        for group in groups:
+            hosts |= inventory.hosts(group)
+    return hosts
+
+
+# ---- Slurm ---------------------------------------------------------------------------------------
+def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effect:
+    rule = component.extra
+    conf_path = rule["reconfigure_file"]
+    changed = [f.path for f in files]
+    others = [p.rsplit("/", 1)[-1] for p in changed if p != conf_path]
+    keys = changed_keys(sides.old.get(conf_path, ""), sides.new.get(conf_path, "")) if conf_path in changed else []
+    restart = restart_required(keys, bool(others), rule["reconfigure_keys"])
+    controller = sides.new_inventory.hosts(rule["controller_group"])
+    computes = sides.new_inventory.hosts(rule["compute_group"])
+    clients = _hosts(component, files, sides) - controller - computes
+
+    allowed = {k.lower() for k in rule["reconfigure_keys"]}
+    if restart:
+        outside = [k for k in keys if k not in allowed]
+        why = "; ".join(filter(None, [
+            f"{', '.join(others)} changed: read only at start" if others else "",
+            f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
+        ]))
+        out = [Consequence("restart slurmctld", hostlist(controller), why),
+               Consequence("restart slurmd", hostlist(computes), "running jobs survive a slurmd restart")]
+    else:
+        out = [Consequence("scontrol reconfigure", hostlist(controller),
+                           f"reconfigurable keys only: {', '.join(keys) or '(comments)'}"),
+               Consequence("reload slurmd", hostlist(computes), "SIGHUP: slurmd re-reads slurm.conf")]
+    if clients:
+        out.append(Consequence("file only", hostlist(clients), component.detail))
+
+    old_conf, new_conf = SlurmConf.parse(sides.old.get(conf_path, "")), SlurmConf.parse(sides.new.get(conf_path, ""))
+    slurm = SlurmEffect(restart, (controller | computes) if restart else set(), old_conf, new_conf,
+                        removed=old_conf.nodes.keys() - new_conf.nodes.keys(),
+                        added=new_conf.nodes.keys() - old_conf.nodes.keys(),
+                        redefined=definition_changes(old_conf, new_conf))
+    return Effect(out, _slurm_notes(slurm), slurm)
+
+
+def _slurm_notes(s: SlurmEffect) -> list[str]:
+    notes = []
+    if s.added:
+        notes.append(f"nodes added: {hostlist(s.added)} (Slurm 22.05: slurmctld and every slurmd restart to learn them)")
+    if s.removed:
+        notes.append(f"nodes removed: {hostlist(s.removed)} (site.yml no longer manages them: "
+                     "drain them, then stop their slurmd)")
+    by_change: dict[str, set[str]] = {}
+    for host, diffs in s.redefined.items():
+        by_change.setdefault(", ".join(diffs), set()).add(host)
+    notes += [f"node definition of {hostlist(hosts)}: {change}" for change, hosts in sorted(by_change.items())]
+    for name in sorted(s.old.partitions.keys() | s.new.partitions.keys()):
+        a, b = s.old.partitions.get(name), s.new.partitions.get(name)
+        if a is None or b is None:
+            notes.append(f"partition {name} {'added' if a is None else 'removed'}")
+        elif a != b:
+            diffs = [f"{k} {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+            notes.append(f"partition {name}: {', '.join(diffs)}")
+    return notes
+
+
+# ---- accounting and GPFS -------------------------------------------------------------------------
+def _accounting(component: Component, files: list[FileChange], sides: Sides) -> Effect:
+    path = files[0].path
+    cluster = SlurmConf.cluster_name(sides.new.get("files/etc/slurm/slurm.conf", ""))
+    changes = sacctmgr_changes(sides.old.get(path), sides.new.get(path), cluster)
+    dbd = sides.new_inventory.first(component.hosts[0]) if component.hosts else None
+    if not changes.commands:
+        out = [Consequence(NOTHING, "-", "no sacctmgr command: Slurm's listings already match")]
+    else:
+        out = [Consequence("sacctmgr", hostlist([dbd] if dbd else []), f"first {component.hosts[0]} host",
+                           tuple(changes.lines()))]
+    if changes.reconfigure:
+        out.append(Consequence("scontrol reconfigure", hostlist(sides.new_inventory.hosts("service_slurmctld")),
+                               "a QOS was added: partitions find it after a reconfigure"))
+    return Effect(out, changes.notes)
+
+
+def _tuning(component: Component, files: list[FileChange], sides: Sides) -> Effect:
+    changes = tuning_changes(sides.old, sides.new)
+    admin = sides.new_inventory.first(component.hosts[0]) if component.hosts else None
+    out = []
+    if changes.commands:
+        out.append(Consequence("mmchconfig", hostlist([admin] if admin else []), component.detail,
+                               tuple(" ".join(argv) for argv in changes.commands)))
+    for scope, hosts in changes.restart.items():
+        where = "every node" if scope == "cluster" else f"node class {scope}"
+        out.append(Consequence("restart GPFS", hostlist(hosts),
+                               f"{where}: mmshutdown, mmstartup, one class at a time (the role only names it)"))
+    if not out:
+        out.append(Consequence(NOTHING, "-", "no mmchconfig: the settings already match"))
+    return Effect(out, changes.notes)

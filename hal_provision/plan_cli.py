@@ -1,0 +1,115 @@
+"""`hal-provision plan [NEW] [--from OLD]`: what converging NEW would change, per component,
+and which jobs it would lose or strand.
+
+Exit codes as `terraform plan -detailed-exitcode`, not the other commands': 0 no change,
+2 changes, 1 blocking (jobs would be lost or stranded) or the plan could not be made (an
+invalid description, a missing deployed record, unreadable job data).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .clitools import err, out, print_findings
+from .findings import has_errors
+from .loader import Loaded
+from .model import Cluster
+
+EXIT_ERROR = 1
+
+
+def plan(
+    file: Optional[Path] = typer.Argument(None, metavar="NEW", show_default=False,
+                                          help="The cluster.yml to converge; the embedded HAL description if omitted."),
+    old: Optional[str] = typer.Option(None, "--from", metavar="OLD",
+                                      help="The deployed cluster.yml: a FILE, or REV:PATH of a git repository. "
+                                      "Default: the deployed record DIR.deployed beside the rendered tree."),
+    rendered: Optional[Path] = typer.Option(None, "--rendered", metavar="DIR",
+                                            help="The rendered tree whose record DIR.deployed is OLD. "
+                                            "Default: rendered/NAME, NAME being NEW's cluster name."),
+    jobs: Optional[Path] = typer.Option(None, "--jobs", metavar="FILE", help="Saved `squeue --json` output."),
+    nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="Saved `sinfo --json` output."),
+    live: Optional[Path] = typer.Option(None, "--live", metavar="INVENTORY",
+                                        help="Read `squeue --json` and `sinfo --json` on the first slurmctld host "
+                                        "of INVENTORY (through ansible)."),
+    diff: bool = typer.Option(False, "--diff", help="Show a unified diff of every changed file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON document, nothing else."),
+) -> None:
+    """Compare NEW with what is deployed: each changed file, what its change does on which hosts
+    (restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or
+    strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."""
+    from .plan import PlanError, build
+    from .plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
+    from .plan.report import diffs, renderables, to_json
+    from .render import render_all
+
+    try:
+        new_loaded, new_model = _checked(_load(file), "NEW")
+        old_tree, old_label = _old_side(old, rendered, new_model)
+        if live is not None and (jobs is not None or nodes is not None):
+            raise PlanError("--live reads the jobs and nodes itself: give it without --jobs and --nodes")
+        if live is not None:
+            jobs_text, nodes_text = (run_on_controller(live, f"{c} --json") for c in ("squeue", "sinfo"))
+            job_list = parse_jobs(jobs_text, f"squeue --json on {live}")
+            node_map = parse_nodes(nodes_text, f"sinfo --json on {live}")
+        else:
+            job_list = parse_jobs(read_file(jobs, "--jobs"), f"--jobs {jobs}") if jobs is not None else None
+            node_map = parse_nodes(read_file(nodes, "--nodes"), f"--nodes {nodes}") if nodes is not None else None
+        tree_dir = rendered if rendered is not None else Path("rendered") / new_model.cluster.name
+        result = build(old_tree, render_all(new_model), jobs=job_list, nodes=node_map, with_diff=diff,
+                       inventory=str(live if live is not None else tree_dir / "inventory"))
+    except PlanError as exc:
+        err.print(f"error: {exc}", style="bold red", markup=False)
+        raise typer.Exit(EXIT_ERROR) from None
+    result.old, result.new = old_label, new_loaded.file
+
+    if as_json:
+        print(json.dumps(to_json(result), indent=2, sort_keys=True))
+    else:
+        for renderable in renderables(result):
+            out.print(renderable)
+        for text in diffs(result):
+            out.print(text, markup=False, highlight=False, end="")
+    raise typer.Exit(result.exit_code)
+
+
+def _load(file: Optional[Path]) -> Loaded:
+    from .validate import validate
+
+    return validate(file)
+
+
+def _checked(loaded: Loaded, side: str) -> tuple[Loaded, Cluster]:
+    """The description's findings on stderr; an unusable or invalid one ends the plan."""
+    from .plan import PlanError
+
+    print_findings(loaded.findings)
+    if loaded.model is None or has_errors(loaded.findings):
+        raise PlanError(f"{side} ({loaded.file}) is not a valid description: nothing planned")
+    return loaded, loaded.model
+
+
+def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster) -> tuple[dict[str, str], str]:
+    """OLD's rendered tree and where it came from: --from FILE, --from REV:PATH, or the record."""
+    from .plan import PlanError
+    from .plan.sources import git_show, is_git_spec, read_record, record_dir
+    from .render import render_all
+    from .validate import validate_text
+
+    if spec is None:
+        record = record_dir(rendered if rendered is not None else Path("rendered") / new_model.cluster.name)
+        return read_record(record), str(record)
+    if rendered is not None:
+        raise PlanError("--rendered names the tree whose deployed record is OLD: give it without --from")
+    if is_git_spec(spec):
+        loaded = validate_text(git_show(spec), spec)
+    elif not Path(spec).is_file():
+        raise PlanError(f"--from {spec}: no such file (give the deployed cluster.yml, or REV:PATH in git)")
+    else:
+        loaded = _load(Path(spec))
+    _loaded, model = _checked(loaded, "OLD")
+    return render_all(model), spec

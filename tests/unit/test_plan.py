@@ -1,0 +1,478 @@
+"""`hal-provision plan`: the update policy, the Slurm rule against the role's own, the accounting
+and GPFS consequences, job impact from real Slurm 22.05 JSON, the CLI's errors, and golden
+outputs (text and JSON) of the six cases of issue 18.
+
+Goldens live in tests/golden/plan/<case>.txt and <case>.json (console width 120, no colour).
+After an intended change, regenerate them with the other goldens and review the diff:
+
+    HAL_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_golden.py tests/unit/test_plan.py
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from hal_provision import update_policy
+from hal_provision.cli import app
+from hal_provision.loader import REPO_DEFAULT
+from hal_provision.plan import build
+from hal_provision.plan.jobs import Job, parse_jobs, parse_nodes
+from hal_provision.plan.slurm import changed_keys, restart_required
+from hal_provision.render import render_all
+from hal_provision.render.policy import POLICY_JSON
+from hal_provision.validate import validate_text
+
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+GOLDEN = TESTS / "golden" / "plan"
+DATA = TESTS / "data" / "plan"
+SQUEUE, SINFO = DATA / "squeue.json", DATA / "sinfo.json"
+UPDATE = os.environ.get("HAL_UPDATE_GOLDEN") == "1"
+HAL = REPO_DEFAULT.read_text(encoding="utf-8")
+
+# ---- edits of the HAL description (each replacement must happen exactly once) ----------------
+MAX_TIME = 'max_time: "1-00:00:00"                  # [paper] 24 h in the swrun example'
+RAISE_LIMIT = [(MAX_TIME, 'max_time: "2-00:00:00"')]
+LOWER_LIMIT = [(MAX_TIME, 'max_time: "12:00:00"')]
+MORE_RESERVE = [("memory_reserve_mib: 8192 ", "memory_reserve_mib: 16384 ")]
+ADD_NODE = [
+    ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-17]\n    count: 17 "),
+    ("      nodes: hal[01-16]\n", "      nodes: hal[01-17]\n"),
+    ("    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
+     "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
+     "    - {hosts: hal17, port: 1, switch: ib-sw1, first_switch_port: 21}\n"),
+]
+REMOVE_NODE = [  # hal16 leaves every place that names it
+    ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-15]\n    count: 15 "),
+    ("      nodes: hal[01-16]\n", "      nodes: hal[01-15]\n"),
+    ('{hosts: "hal[01-16]", port: 1', '{hosts: "hal[01-15]", port: 1'),
+    ('hosts: "hal[01-16],hal-dev"', 'hosts: "hal[01-15],hal-dev"'),
+    ('        clients: "hal[01-16],hal-login,hal-dev"', '        clients: "hal[01-15],hal-login,hal-dev"'),
+    ('mount_point: /sw, clients: "hal[01-16],hal-login,hal-dev"',
+     'mount_point: /sw, clients: "hal[01-15],hal-login,hal-dev"'),
+]
+
+
+def edit(edits, text: str = HAL) -> str:
+    for old, new in edits:
+        assert text.count(old) == 1, f"expected exactly one {old!r} in the HAL description"
+        text = text.replace(old, new)
+    return text
+
+
+def tree(text: str) -> dict[str, str]:
+    loaded = validate_text(text, "cluster.yml")
+    assert loaded.model is not None and not [f for f in loaded.findings if f.level.value == "error"], \
+        "\n".join(f.format() for f in loaded.findings)
+    return render_all(loaded.model)
+
+
+@pytest.fixture(scope="module")
+def hal_tree() -> dict[str, str]:
+    return tree(HAL)
+
+
+def jobs_json() -> dict:
+    return json.loads(SQUEUE.read_text())
+
+
+def jobs_from(doc: dict) -> list[Job]:
+    return parse_jobs(json.dumps(doc), "test")
+
+
+# ---- the policy ------------------------------------------------------------------------------
+GOLDEN_TREES = sorted(p for p in (TESTS / "golden").iterdir() if p.is_dir() and p.name != "plan")
+
+
+@pytest.mark.parametrize("case", GOLDEN_TREES, ids=lambda p: p.name)
+def test_every_rendered_file_belongs_to_exactly_one_component(case: Path) -> None:
+    policy = update_policy.load()
+    problems = []
+    for path in sorted(case.rglob("*")):
+        rel = path.relative_to(case).as_posix()
+        if path.is_file() and rel.startswith(("files/", "inventory/")):
+            owners = [c.name for c in policy.owners(rel)]
+            if len(owners) != 1:
+                problems.append(f"{rel}: {owners or 'no component'}")
+    assert not problems, "update_policy.yml must give each rendered file one component:\n" + "\n".join(problems)
+
+
+def test_every_entry_names_the_role_code_it_mirrors() -> None:
+    for component in update_policy.load().components:
+        assert component.handler and component.detail is not None, component.name
+
+
+def test_rendered_policy_is_the_table_the_slurm_role_reads(hal_tree) -> None:
+    doc = json.loads(hal_tree[POLICY_JSON])
+    assert doc["slurm"]["reconfigure_keys"] == update_policy.load().reconfigure_keys
+    assert "PartitionName" in doc["slurm"]["reconfigure_keys"] and "NodeName" not in doc["slurm"]["reconfigure_keys"]
+    role_keys = yaml.safe_load((REPO / "roles/slurm/defaults/main.yml").read_text()).get("slurm_reconfigure_keys")
+    if isinstance(role_keys, list):  # while the role still carries its own copy, it must be this one
+        assert role_keys == doc["slurm"]["reconfigure_keys"]
+
+
+def test_path_patterns_capture_the_hosts() -> None:
+    policy = update_policy.load()
+    telegraf = policy.component("telegraf")
+    assert telegraf.groups_for(telegraf.match("files/etc/telegraf/roles/data_transfer.conf")) == ["role_data_transfer"]
+    assert telegraf.groups_for(telegraf.match("files/etc/telegraf/hosts/hal-mgmt1/hal-slurm.conf")) == ["hal-mgmt1"]
+    health = policy.component("health")
+    assert health.groups_for(health.match("files/etc/hal-provision/health/mgmt-main.json")) == ["nodes_mgmt_main"]
+    assert policy.component("lmod_modules").match("files/sw/modulefiles/compute/Core/cuda/12.lua") == {"role": "compute"}
+
+
+# ---- the Slurm rule, against the role's own Jinja ----------------------------------------------
+CONF = "ClusterName=hal\n# nodes\nNodeName=hal[01-02] CPUs=160 RealMemory=253952 Gres=gpu:v100:4\n" \
+       "PartitionName=gpu Nodes=hal[01-02] MaxTime=1-00:00:00 State=UP\n"
+RULE_CASES = [
+    pytest.param(CONF.replace("MaxTime=1-00:00:00", "MaxTime=2-00:00:00"), ["slurm.conf"], ["partitionname"], False,
+                 id="limit-raised"),
+    pytest.param(CONF.replace("# nodes", "# the nodes"), ["slurm.conf"], [], False,
+                 id="comment-only"),
+    pytest.param(CONF.replace("RealMemory=253952", "RealMemory=245760"), ["slurm.conf"], ["nodename"], True,
+                 id="node-redefined"),
+    pytest.param(CONF, ["gres.conf"], [], True, id="gres-only"),
+    pytest.param(CONF + "SlurmctldDebug=debug\n", ["slurm.conf", "cgroup.conf"], ["slurmctlddebug"], True, id="cgroup-too"),
+]
+
+
+def role_rule(old: str, new: str, changed_files: list[str], rendered: Path) -> tuple[list[str], bool]:
+    """The slurm role's __slurm_conf_changed_keys and __slurm_restart_required, evaluated by
+    Ansible's own templating from roles/slurm/defaults and vars. `rendered` stands in for the
+    rendered files/ tree (hal_rendered_dir), holding the update policy the role may read."""
+    template = pytest.importorskip("ansible.template")
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+
+    with warnings.catch_warnings():  # a second call says it was configured already: so it was
+        warnings.simplefilter("ignore", UserWarning)
+        init_plugin_loader()  # lookups (the policy file) resolve as in ansible-playbook
+
+    role_vars = {**yaml.safe_load((REPO / "roles/slurm/defaults/main.yml").read_text()),
+                 **yaml.safe_load((REPO / "roles/slurm/vars/main.yml").read_text())}
+    variables = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in role_vars.items()}
+    variables.update(
+        __slurm_conf_text=new,
+        __slurm_conf_installed={"content": base64.b64encode(old.encode()).decode()},
+        __slurm_config_copy={"stdout_lines": [f"<fcsT...... {name}" for name in changed_files]},
+        hal_rendered_dir=str(rendered),  # the role's slurm_reconfigure_keys: read from the policy there
+    )
+    templar = template.Templar(loader=DataLoader(), variables=variables)
+    value = lambda name: templar.template(template.trust_as_template("{{ %s }}" % name))  # noqa: E731
+    return list(value("__slurm_conf_changed_keys")), bool(value("__slurm_restart_required"))
+
+
+@pytest.mark.parametrize("new, changed, keys, restart", RULE_CASES)
+def test_slurm_rule_is_the_roles(new, changed, keys, restart, hal_tree, tmp_path) -> None:
+    policy_keys = update_policy.load().reconfigure_keys
+    ours = changed_keys(CONF, new), restart_required(changed_keys(CONF, new), changed != ["slurm.conf"], policy_keys)
+    assert ours == (keys, restart)
+    policy_file = tmp_path / POLICY_JSON.removeprefix("files/")
+    policy_file.parent.mkdir(parents=True)
+    policy_file.write_text(hal_tree[POLICY_JSON])
+    assert role_rule(CONF, new, changed, tmp_path) == ours
+
+
+# ---- consequences ------------------------------------------------------------------------------
+def consequences(plan, name: str) -> list[tuple[str, str]]:
+    [component] = [c for c in plan.components if c.name == name]
+    return [(c.action, c.hosts) for c in component.consequences]
+
+
+def test_a_raised_limit_reconfigures(hal_tree) -> None:
+    plan = build(hal_tree, tree(edit(RAISE_LIMIT)))
+    assert [c.name for c in plan.components] == ["slurm"]
+    assert consequences(plan, "slurm") == [("scontrol reconfigure", "hal-mgmt1"), ("reload slurmd", "hal[01-16]"),
+                                           ("file only", "hal-dev,hal-login,hal-mgmt2")]
+    assert plan.exit_code == 2
+
+
+def test_a_new_node_restarts_every_daemon(hal_tree) -> None:
+    plan = build(hal_tree, tree(edit(ADD_NODE)))
+    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "hal-mgmt1"), ("restart slurmd", "hal[01-17]")]
+    [slurm] = [c for c in plan.components if c.name == "slurm"]
+    assert any(n.startswith("nodes added: hal17 (Slurm 22.05") for n in slurm.notes)
+
+
+@pytest.mark.parametrize("edits, commands", [
+    ([("{name: debug, priority: 100, max_wall: \"04:00:00\", max_gpus_per_user: 4}",
+       "{name: debug, priority: 100, max_wall: \"04:00:00\", max_gpus_per_user: 8}")],
+     ["sacctmgr --immediate modify qos where name=debug set Priority=100 MaxWall=04:00:00 "
+      "MaxTRESPerUser=gres/gpu=8 MaxJobsPerUser=-1 Description=debug"]),
+    ([("      full_name: Raj Smith\n", "      full_name: Raj Smith\n      state: disabled\n")],
+     ["sacctmgr --immediate delete user where name=rsmith account=bioml cluster=hal"]),
+    ([("    - {name: debug, priority: 100,", "    - {name: long, priority: 5, max_wall: \"7-00:00:00\"}\n"
+                                           "    - {name: debug, priority: 100,")],
+     ["sacctmgr --immediate add qos long Priority=5 MaxWall=7-00:00:00 Description=long"]),
+], ids=["qos-limit", "user-disabled", "qos-added"])
+def test_accounting_changes_are_the_roles_sacctmgr_commands(hal_tree, edits, commands) -> None:
+    plan = build(hal_tree, tree(edit(edits)))
+    [component] = [c for c in plan.components if c.name == "slurm_accounting"]
+    [sacctmgr, *rest] = component.consequences
+    assert (sacctmgr.action, sacctmgr.hosts, list(sacctmgr.commands)) == ("sacctmgr", "hal-mgmt1", commands)
+    assert [c.action for c in rest] == (["scontrol reconfigure"] if "add qos" in commands[0] else [])
+
+
+@pytest.mark.parametrize("tuning, actions", [
+    ("{pagepool: 8G}", [("mmchconfig", "hal-dtn", ["mmchconfig pagepool=8G -i -N computeNodes"])]),
+    ("{pagepool: 4G, workerThreads: 512}", [
+        ("mmchconfig", "hal-dtn", ["mmchconfig workerThreads=512 -N computeNodes"]),
+        ("restart GPFS", "hal[01-16],hal-dev", [])]),
+], ids=["immediate", "restart"])
+def test_gpfs_tuning_is_storage_gpfs_plan(hal_tree, tuning, actions) -> None:
+    new = tree(edit([("hosts: \"hal[01-16],hal-dev\"\n        tuning: {pagepool: 4G}",
+                      f"hosts: \"hal[01-16],hal-dev\"\n        tuning: {tuning}")]))
+    plan = build(hal_tree, new)
+    [component] = [c for c in plan.components if c.name == "gpfs_tuning"]
+    assert [(c.action, c.hosts, list(c.commands)) for c in component.consequences] == actions
+
+
+def test_files_the_front_end_does_not_deploy_do_nothing(hal_tree) -> None:
+    new = dict(hal_tree)
+    new["files/etc/ood/config/ood_portal.yml"] += "# changed\n"
+    [component] = build(hal_tree, new).components
+    assert component.name == "open_ondemand"
+    assert consequences(build(hal_tree, new), "open_ondemand") == [("nothing on the nodes", "-")]
+
+
+# ---- job impact --------------------------------------------------------------------------------
+def test_recorded_jobs_read_as_slurm_wrote_them() -> None:
+    running, pending = parse_jobs(SQUEUE.read_text(), "squeue")
+    assert (running.job_id, running.user, running.state, running.nodes, running.gpus_per_node) == \
+        (1, "jdoe", "RUNNING", "hal16", 2)
+    assert (pending.job_id, pending.user, pending.state, pending.time_limit, pending.node_count) == \
+        (2, "rsmith", "PENDING", 1200, 4)
+    assert pending.memory_mb_per_node() == 204800 and pending.total_gpus() == 16
+    assert parse_nodes(SINFO.read_text(), "sinfo")["hal16"].state == "mixed"
+
+
+def test_later_data_parsers_read_the_same() -> None:
+    """Slurm 23.02+ wraps numbers and lists states: the same job comes out."""
+    doc = jobs_json()
+    job = doc["jobs"][1]
+    job.update(time_limit={"set": True, "infinite": False, "number": 1200}, job_state=["PENDING"],
+               memory_per_node={"set": True, "infinite": False, "number": 204800})
+    assert jobs_from(doc)[1] == parse_jobs(SQUEUE.read_text(), "squeue")[1]
+
+
+def stranded(hal_tree, edits, **pending_changes) -> list[tuple[int, bool, str]]:
+    doc = jobs_json()
+    doc["jobs"][1].update(pending_changes)
+    plan = build(hal_tree, tree(edit(edits)), jobs=jobs_from(doc))
+    return [(i.job.job_id, i.blocking, i.why) for i in plan.impacts]
+
+
+def test_a_job_already_beyond_a_limit_is_not_this_changes_doing(hal_tree) -> None:
+    assert stranded(hal_tree, RAISE_LIMIT, time_limit=3000) == []
+
+
+@pytest.mark.parametrize("edits, changes, why", [
+    (LOWER_LIMIT, {}, "asks for 20:00:00; partition gpu's MaxTime drops to 12:00:00 (was 1-00:00:00)"),
+    ([("{name: debug, priority: 100, max_wall: \"04:00:00\"", "{name: debug, priority: 100, max_wall: \"02:00:00\"")],
+     {"qos": "debug", "time_limit": 180}, "asks for 03:00:00; QOS debug's MaxWall drops to 02:00:00 (was 04:00:00)"),
+    ([("max_gpus_per_user: 4}", "max_gpus_per_user: 2}")],
+     {"qos": "debug", "node_count": 1, "tres_per_node": "gres:gpu:v100:4"},
+     "asks for 4 GPUs; QOS debug allows 2 per user (was 4)"),
+    ([("memory_reserve_mib: 8192 ", "memory_reserve_mib: 65536 ")], {"memory_per_node": 204800},
+     "asks for 200G per node; partition gpu's nodes offer 192G (was 248G)"),
+    (REMOVE_NODE, {"node_count": 16}, "asks for 16 nodes; partition gpu has 15 (was 16)"),
+    ([("{name: debug, priority: 100, max_wall: \"04:00:00\", max_gpus_per_user: 4}", "{name: normal-x, priority: 1}"),
+      ("      qos: [normal, debug]\n", "      qos: [normal]\n"), ("      default_qos: normal\n", "")],
+     {"qos": "debug"}, "QOS debug leaves the model: its associations no longer allow it"),
+], ids=["partition-max-time", "qos-max-wall", "qos-gpus", "memory", "node-count", "qos-removed"])
+def test_pending_jobs_a_lowered_limit_strands(hal_tree, edits, changes, why) -> None:
+    assert (2, True, why) in stranded(hal_tree, edits, **changes)
+
+
+def test_a_running_job_on_a_redefined_node_blocks_and_on_a_restarted_one_not(hal_tree) -> None:
+    plan = build(hal_tree, tree(edit(MORE_RESERVE)), jobs=parse_jobs(SQUEUE.read_text(), "squeue"))
+    [impact] = plan.impacts
+    assert impact.blocking and impact.job.job_id == 1 and "RealMemory 253952 -> 245760" in impact.why
+    assert "or roll: ansible-playbook -i INVENTORY playbooks/rolling.yml -e 'hosts=hal16' (drains, waits for their " \
+           "jobs without cancelling any, converges, resumes)" in plan.advice
+    new = dict(hal_tree)
+    new["files/etc/slurm/cgroup.conf"] += "# changed\n"  # a restart, no node changes
+    [note] = build(hal_tree, new, jobs=parse_jobs(SQUEUE.read_text(), "squeue")).impacts
+    assert (note.job.job_id, note.blocking) == (1, False) and "keeps running" in note.why
+
+
+# ---- the CLI: goldens --------------------------------------------------------------------------
+CASES = {  # case -> (edits of NEW, job data given, expected exit code)
+    "no-change": ([], False, 0),
+    "limit-raised": (RAISE_LIMIT, False, 2),
+    "memory-reserve": (MORE_RESERVE, False, 2),
+    "node-added": (ADD_NODE, False, 2),
+    "node-removed-job-running": (REMOVE_NODE, True, 1),
+    "max-time-lowered-job-pending": (LOWER_LIMIT, True, 1),
+}
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """Run in a scratch directory holding old.yml (HAL as deployed), so outputs name relative paths."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.yml").write_text(HAL)
+    return tmp_path
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": "120", "NO_COLOR": "1"})
+
+
+def compare_golden(path: Path, actual: str) -> None:
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(actual)
+    expected = path.read_text() if path.exists() else ""
+    if actual != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                            f"golden/{path.name}", f"actual/{path.name}"))
+        pytest.fail(f"{path} differs:\n{diff}\nIf intended: HAL_UPDATE_GOLDEN=1 python3 -m pytest "
+                    "tests/unit/test_plan.py", pytrace=False)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("output", ["txt", "json"])
+def test_plan_golden(in_tmp, case, output) -> None:
+    edits, with_jobs, exit_code = CASES[case]
+    (in_tmp / "new.yml").write_text(edit(edits))
+    args = ["new.yml", "--from", "old.yml"] + (["--jobs", str(SQUEUE), "--nodes", str(SINFO)] if with_jobs else [])
+    result = run(*args, *(["--json"] if output == "json" else []))
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    if output == "json":
+        doc = json.loads(result.stdout)  # the document and nothing else
+        assert doc["exit_code"] == exit_code
+    compare_golden(GOLDEN / f"{case}.{output}", result.stdout)
+
+
+def test_blocking_plans_name_the_job_and_what_to_do() -> None:
+    removed = (GOLDEN / "node-removed-job-running.txt").read_text()
+    assert "BLOCKS" in removed and "jdoe" in removed and "hal16" in removed
+    assert 'scontrol update nodename=hal16 state=drain' in removed
+    lowered = json.loads((GOLDEN / "max-time-lowered-job-pending.json").read_text())
+    assert [(j["job_id"], j["user"], j["blocking"]) for j in lowered["jobs"]] == [(2, "rsmith", True)]
+
+
+def test_diff_shows_the_changed_lines(in_tmp) -> None:
+    (in_tmp / "new.yml").write_text(edit(RAISE_LIMIT))
+    result = run("new.yml", "--from", "old.yml", "--diff")
+    assert result.exit_code == 2
+    assert "-PartitionName=gpu Nodes=hal[01-16] Default=YES MaxTime=1-00:00:00" in result.stdout
+    assert "+PartitionName=gpu Nodes=hal[01-16] Default=YES MaxTime=2-00:00:00" in result.stdout
+    doc = json.loads(run("new.yml", "--from", "old.yml", "--diff", "--json").stdout)
+    assert "+PartitionName" in doc["components"][0]["files"][0]["diff"]
+
+
+# ---- the CLI: where OLD comes from -------------------------------------------------------------
+def write_record(directory: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        if rel.startswith(("files/", "inventory/")):
+            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+            (directory / rel).write_text(text)
+
+
+def test_default_old_is_the_deployed_record(in_tmp, hal_tree) -> None:
+    (in_tmp / "new.yml").write_text(edit(RAISE_LIMIT))
+    write_record(in_tmp / "rendered" / "hal.deployed", hal_tree)
+    result = run("new.yml")
+    assert result.exit_code == 2 and "OLD: rendered/hal.deployed" in result.stdout
+    assert "scontrol reconfigure" in result.stdout
+    shutil.move(in_tmp / "rendered", in_tmp / "site")
+    assert run("new.yml", "--rendered", "site/hal").exit_code == 2
+
+
+def test_from_a_git_revision(in_tmp) -> None:
+    repo = in_tmp / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "cluster.yml").write_text(HAL)
+    subprocess.run([*git, "add", "cluster.yml"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "deployed"], check=True)
+    (repo / "cluster.yml").write_text(edit(RAISE_LIMIT))
+    result = run("repo/cluster.yml", "--from", "HEAD:repo/cluster.yml")  # from outside the repository
+    assert result.exit_code == 2, result.output
+    assert "OLD: HEAD:repo/cluster.yml" in result.stdout and "scontrol reconfigure" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["old.yml", "--from", "missing.yml"],
+     "error: --from missing.yml: no such file (give the deployed cluster.yml, or REV:PATH in git)"),
+    (["old.yml"], "error: no deployed record at rendered/hal.deployed (site.yml writes it after a whole-cluster converge): "
+                  "name what is deployed with --from FILE or --from REV:PATH, or converge once"),
+    (["old.yml", "--from", "HEAD:old.yml"], "error: --from HEAD:old.yml: git show failed: fatal: not a git repository"),
+    (["old.yml", "--from", "old.yml", "--jobs", "old.yml"], "error: --jobs old.yml is not JSON (Expecting value at line 1): "
+                                                           "give the saved output of `squeue --json`"),
+    (["old.yml", "--from", "old.yml", "--jobs", "missing.json"],
+     "error: --jobs missing.json: cannot read it (No such file or directory)"),
+    (["old.yml", "--from", "old.yml", "--live", "inv.yml", "--jobs", "x.json"],
+     "error: --live reads the jobs and nodes itself"),
+], ids=["no-such-from", "no-record", "bad-revision", "jobs-not-json", "jobs-missing", "live-and-jobs"])
+def test_mistakes_exit_1_with_one_line(in_tmp, monkeypatch, args, message) -> None:
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(in_tmp.parent))  # no repository above the scratch dir
+    result = run(*args)
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(message), line
+
+
+def test_an_invalid_new_prints_its_findings(in_tmp) -> None:
+    (in_tmp / "new.yml").write_text(HAL.replace("    count: 16 ", "    count: 15 ", 1))
+    result = run("new.yml", "--from", "old.yml")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "new.yml:152:5: error: nodes[6].count: count is 15 but hosts 'hal[01-16]' names 16" in result.stderr
+    assert result.stderr.splitlines()[-1] == "error: NEW (new.yml) is not a valid description: nothing planned"
+
+
+# ---- --live, through real Ansible ----------------------------------------------------------------
+def live_inventory(tmp: Path, group: str = "service_slurmctld") -> Path:
+    inventory = tmp / "inv.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"children": {group: {"hosts": {"localhost": {
+        "ansible_connection": "local", "ansible_python_interpreter": shutil.which("python3")}}}}}}))
+    return inventory
+
+
+def test_live_reads_squeue_and_sinfo_on_the_controller(in_tmp, monkeypatch) -> None:
+    """Stand-in squeue and sinfo (printing the recorded JSON) on the PATH of a local 'controller'."""
+    from hal_provision.plan.jobs import find_ansible
+
+    if find_ansible() is None:
+        pytest.skip("Ansible is not installed")
+    bin_dir = in_tmp / "bin"
+    bin_dir.mkdir()
+    for name, data in (("squeue", SQUEUE), ("sinfo", SINFO)):
+        (bin_dir / name).write_text(f"#!/bin/sh\ntest \"$1\" = --json && exec cat {data}\nexit 2\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (in_tmp / "new.yml").write_text(edit(REMOVE_NODE))
+    result = run("new.yml", "--from", "old.yml", "--live", str(live_inventory(in_tmp)), "--json")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    assert [(j["job_id"], j["user"], j["blocking"]) for j in doc["jobs"]] == [(1, "jdoe", True)]
+    assert doc["node_states"] == ["hal16: mixed"]
+
+
+def test_live_without_a_controller_is_one_line(in_tmp) -> None:
+    from hal_provision.plan.jobs import find_ansible
+
+    if find_ansible() is None:
+        pytest.skip("Ansible is not installed")
+    result = run("old.yml", "--from", "old.yml", "--live", str(live_inventory(in_tmp, group="elsewhere")))
+    assert result.exit_code == 1 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: --live: `squeue --json` on service_slurmctld[0] of "), line
+
