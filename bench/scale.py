@@ -24,6 +24,11 @@ RSS (both from os.wait4) are the medians of the runs; CPU time is the steadier f
 shared machine (the header shows the load average). The 100,000-node row is the one issue 16's
 targets speak of (at most 1.5 s wall and 150 MiB peak RSS). The bench prints figures; nothing
 here asserts on them.
+
+A second table follows (bench/inventory_scale.py, --no-inventory leaves it out): at each size
+of 1,000 nodes and up, `ansible-inventory --list`, `ansible-playbook --list-hosts` and a no-op
+play through the rendered YAML inventory and through the hal.provision.cluster inventory plugin
+reading the same model (cold and cached), side by side in the same run.
 """
 
 from __future__ import annotations
@@ -311,6 +316,15 @@ def phases(model: Path) -> list[tuple[str, float, float]]:
     return steps
 
 
+def _inventory_bench():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    try:
+        import inventory_scale
+    finally:
+        sys.path.pop(0)
+    return inventory_scale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="compute node counts, comma-separated")
@@ -319,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phases", action="store_true", help="also time each step in-process")
     parser.add_argument("--explicit-fabric", action="store_true",
                         help="write the fabric one entry per switch and link instead of the compact form")
+    parser.add_argument("--no-inventory", dest="inventory", action="store_false",
+                        help="leave out the second table (Ansible reading the inventory: plugin vs rendered YAML)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -341,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nsteps at {sizes[-1]:,} nodes, in-process:  {'wall s':>7} {'CPU s':>7}")
             for name, wall, cpu in [*steps, ("total", sum(s[1] for s in steps), sum(s[2] for s in steps))]:
                 print(f"  {name:<38} {wall:>7.2f} {cpu:>7.2f}")
+        inventory_sizes = [n for n in sizes if n >= 1_000]
+        if args.inventory and inventory_sizes:
+            print()
+            for line in _inventory_bench().inventory_rows(inventory_sizes):
+                print(line, flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
