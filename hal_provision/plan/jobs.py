@@ -171,7 +171,7 @@ def run_on_controller(inventory: Path, command: str) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise PlanError(f"--live: `{command}` through {ansible} failed: {exc}") from None
     try:
-        doc = json.loads(done.stdout)
+        doc = _json_document(done.stdout)
         [result] = [r for play in doc["plays"] for task in play["tasks"] for r in task["hosts"].values()]
     except (ValueError, KeyError, TypeError):
         reason = (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").splitlines()[-1]
@@ -180,3 +180,14 @@ def run_on_controller(inventory: Path, command: str) -> str:
         reason = (result.get("stderr") or result.get("msg") or "failed").strip().splitlines()[-1]
         raise PlanError(f"--live: `{command}` on {CONTROLLER} of {inventory} failed (rc {result.get('rc', '?')}): {reason}")
     return result.get("stdout", "")
+
+
+def _json_document(stdout: str) -> dict:
+    """The json callback's document in Ansible's stdout. Callbacks an ansible.cfg enables
+    beside it (profile_tasks, timer: this repository's) print their own lines before and after
+    it, so the document is decoded from its first line that opens an object."""
+    start = 0 if stdout.startswith("{") else stdout.find("\n{") + 1
+    if start == 0 and not stdout.startswith("{"):
+        raise ValueError("no JSON document in the output")
+    doc, _end = json.JSONDecoder().raw_decode(stdout, start)
+    return doc

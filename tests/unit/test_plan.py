@@ -446,8 +446,13 @@ def live_inventory(tmp: Path, group: str = "service_slurmctld") -> Path:
     return inventory
 
 
-def test_live_reads_squeue_and_sinfo_on_the_controller(in_tmp, monkeypatch) -> None:
-    """Stand-in squeue and sinfo (printing the recorded JSON) on the PATH of a local 'controller'."""
+@pytest.mark.parametrize("config", [None, "ansible.cfg"], ids=["no-config", "repository-config"])
+def test_live_reads_squeue_and_sinfo_on_the_controller(in_tmp, monkeypatch, config) -> None:
+    """Stand-in squeue and sinfo (printing the recorded JSON) on the PATH of a local 'controller';
+    also under the repository's ansible.cfg, whose profile_tasks and timer callbacks print
+    around the json callback's document."""
+    if config is not None:
+        monkeypatch.setenv("ANSIBLE_CONFIG", str(REPO / config))
     from hal_provision.plan.jobs import find_ansible
 
     if find_ansible() is None:
