@@ -44,6 +44,10 @@ def up(
     except (lifecycle.LifecycleError, ImageError, WriteError) as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
+    lifecycle.record_source(sb, file, computes, subnet)
+    for stray in lifecycle.strays(sb):  # never removed here: it may still run jobs
+        out.print(f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
+                  f"then `podman rm -f {stray}`", markup=False)
     if converge:
         try:
             rc = lifecycle.converge(sb)

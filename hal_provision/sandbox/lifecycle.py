@@ -22,6 +22,7 @@ from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hos
 
 LABEL = "io.hal-provision.sandbox"
 MODEL = "model.json"  # the derived model, beside the rendered tree
+SOURCE = "sandbox.json"  # how it was made: the description and `sandbox up`'s options
 # What site.yml runs against: the hal.provision.cluster inventory plugin reading the derived
 # model itself (the groups and variables of the rendered inventory/hosts.yml, which `verify`
 # and tests/infra go on reading), then inventory/sandbox.yml's SSH settings over it. The source
@@ -99,6 +100,18 @@ def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(storage, keep).items())
     return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared)
+
+
+def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str) -> None:
+    """What `sandbox up` was given, beside the derived model: the tests that scale the sandbox
+    out and back run `sandbox up` again with the same description and one more compute node."""
+    doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet}
+    (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def strays(sb: Sandbox) -> list[str]:
+    """The sandbox's containers that its model no longer has (after `up --computes` with fewer)."""
+    return sorted(c["Names"][0] for c in containers(sb.name) if c["Names"][0] not in sb.addresses)
 
 
 def host_pip_cert(environ: dict[str, str] | None = None, files: tuple[Path, ...] | None = None) -> Path | None:
