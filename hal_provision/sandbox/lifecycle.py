@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -247,6 +248,8 @@ def create(sb: Sandbox, log=print) -> None:
     for host in sb.hosts:
         _wait_booted(host)
     write_known_hosts(sb)
+    for host, ip in sb.addresses.items():
+        _wait_ssh(host, ip)
 
 
 def write_known_hosts(sb: Sandbox) -> None:
@@ -269,6 +272,24 @@ def _wait_booted(host: str, timeout: float = 90) -> None:
             return
         time.sleep(0.5)
     raise LifecycleError(f"{host}: systemd did not finish booting within {timeout:.0f} s")
+
+
+def _wait_ssh(host: str, ip: str, timeout: float = 60) -> None:
+    """Until the node's sshd greets from its address, as Ansible will reach it. A container
+    started on the address of one removed a moment ago (the sandbox scaled in and out again)
+    can be unreachable for seconds while the host's neighbour cache still holds the old one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((ip, 22), timeout=3) as conn:
+                conn.settimeout(3)
+                if conn.recv(4).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            raise LifecycleError(f"{host}: sshd at {ip}:22 did not answer within {timeout:.0f} s")
+        time.sleep(0.5)
 
 
 def ansible_env() -> dict[str, str]:

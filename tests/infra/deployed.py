@@ -245,3 +245,18 @@ def changed_tasks(output: str) -> list[str]:
         elif line.startswith(("changed: [", "fatal: [")):
             found.append(f"{task} -> {line.split('[', 1)[1].split(']', 1)[0]} ({line.split(':', 1)[0]})")
     return found
+
+
+def run_playbook(cmd: list[str], timeout: float = 900) -> str:
+    """An ansible-playbook command line, with the sandbox's Ansible settings and no colour (the
+    tests parse the output); asserts that it succeeded on every host, and returns its output."""
+    from hal_provision.sandbox.lifecycle import ansible_env
+
+    env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, check=False)
+    recap = parse_recap(proc.stdout)
+    assert proc.returncode == 0 and recap and not any(r["failed"] or r["unreachable"] for r in recap.values()), (
+        f"{Path(cmd[-1]).name if cmd else ''}: exit {proc.returncode}\n" + "\n".join(changed_tasks(proc.stdout))
+        + "\n" + tail(proc.stdout))
+    return proc.stdout

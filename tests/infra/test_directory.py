@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from deployed import changed_tasks, deployed, parse_recap, retry, tail
+from deployed import deployed, retry, run_playbook, tail
 from hal_provision import tools
 
 D = deployed()
@@ -221,19 +221,11 @@ def test_no_anonymous_or_ordinary_search_reads_a_password_hash():
 
 def converge_with(rendered: Path) -> str:
     """The directory tier and the Slurm accounting of site.yml, on another rendered tree."""
-    from hal_provision.sandbox.lifecycle import ansible_env
-
-    env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     outputs = []
     for playbook, extra in (("directory.yml", []), ("slurm-controller.yml", ["--tags", "slurm_accounting"])):
-        cmd = [tools.find("ansible-playbook") or "ansible-playbook", "-i", str(D.inventory), str(Path(__file__).parents[2] / "playbooks" / playbook),
-               "-e", f"hal_rendered_dir={rendered / 'files'}", "--diff", *extra]
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=600, check=False)
-        recap = parse_recap(proc.stdout)
-        assert proc.returncode == 0 and recap and not any(r["failed"] or r["unreachable"] for r in recap.values()), (
-            f"{playbook}: exit {proc.returncode}\n" + "\n".join(changed_tasks(proc.stdout)) + "\n" + tail(proc.stdout))
-        outputs.append(proc.stdout)
+        outputs.append(run_playbook([tools.find("ansible-playbook") or "ansible-playbook", "-i", str(D.inventory),
+                                     *extra, "-e", f"hal_rendered_dir={rendered / 'files'}", "--diff",
+                                     str(Path(__file__).parents[2] / "playbooks" / playbook)], timeout=600))
     return "\n".join(outputs)
 
 

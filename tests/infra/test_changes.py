@@ -1,0 +1,286 @@
+"""Day-2 changes on the running cluster (issue 18), with a job running through each: the plan
+printed before a change says what the converge then does, and the job survives.
+
+Each change is made to the sandbox's derived model (WORKDIR/model.json), planned with
+`hal-provision plan NEW --from OLD` (both model files: the sandbox's own render adds its
+harness settings to slurm.conf on both sides alike, so the model's difference is the plan's),
+rendered into a temporary tree as `sandbox up` renders and applied by the Slurm tiers of
+site.yml (slurm-controller, slurm-compute, slurm-login: the one component the plan names). The
+handlers that ran are compared with the plan's actions.
+
+Then the sandbox scales out by one compute node (`hal-provision sandbox up --computes N+1`
+starts its container and renders; site.yml converges everything, which also puts the limit and
+reserve back) and in again through playbooks/rolling.yml, which waits for a job on the node
+that goes; the node's container is removed at the end. The model as deployed is applied again
+should a test stop half way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from deployed import deployed, retry, run_playbook, tail
+from hal_provision import tools
+
+D = deployed()
+HV = D.hostvars[D.login]
+WORKDIR = Path(HV["hal_sandbox_workdir"]) if HV.get("hal_sandbox_workdir") else None
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+SLURM_TIERS = ("slurm-controller.yml", "slurm-compute.yml", "slurm-login.yml")
+# The plan's Slurm actions -> the slurm role's handlers that carry them out.
+HANDLERS = {
+    "scontrol reconfigure": "Reconfigure slurmctld",
+    "reload slurmd": "Reload slurmd",
+    "restart slurmctld": "Restart slurmctld",
+    "restart slurmd": "Restart slurmd",
+}
+
+pytestmark = pytest.mark.skipif(WORKDIR is None or not (WORKDIR / "model.json").is_file(),
+                                reason="only the sandbox's model can be changed and put back")
+
+
+def load_model() -> dict:
+    return json.loads((WORKDIR / "model.json").read_text())
+
+
+def gpu_partition(model: dict) -> dict:
+    return next(p for p in model["slurm"]["partitions"] if p["name"] in D.gpu_partitions())
+
+
+def render(model: dict, into: Path) -> Path:
+    """The sandbox's rendered tree for `model` (its files/ and inventory/), as `sandbox up` writes it."""
+    from hal_provision.model import Cluster
+    from hal_provision.render.writer import write_tree
+    from hal_provision.sandbox import lifecycle
+
+    sb = lifecycle.load(WORKDIR)
+    cluster = Cluster.model_validate(model)
+    write_tree(lifecycle.rendered_files(lifecycle.Sandbox(sb.name, WORKDIR, cluster)), into)
+    return into
+
+
+def plan(new: Path, old: Path) -> tuple[int, dict]:
+    proc = subprocess.run([tools.self_command(), "plan", str(new), "--from", str(old), "--json"],
+                          env=tools.child_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, 2), f"plan exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def slurm_actions(doc: dict) -> dict[str, set[str]]:
+    """The plan's Slurm actions -> the hosts they name (expanded)."""
+    from ClusterShell.NodeSet import NodeSet
+
+    actions: dict[str, set[str]] = {}
+    for component in doc["components"]:
+        if component["name"] != "slurm":
+            continue
+        for c in component["consequences"]:
+            if c["action"] in HANDLERS:
+                actions.setdefault(c["action"], set()).update(NodeSet(c["hosts"]))
+    return actions
+
+
+def apply(rendered: Path) -> str:
+    """The Slurm tiers on `rendered`'s files, as the sandbox runs playbooks; their output."""
+    return "\n".join(
+        run_playbook([tools.find("ansible-playbook") or "ansible-playbook", "-i", str(D.inventory),
+                      "-e", f"hal_rendered_dir={rendered / 'files'}", str(PLAYBOOKS / playbook)])
+        for playbook in SLURM_TIERS)
+
+
+HANDLER_RE = re.compile(r"^RUNNING HANDLER \[slurm : (?P<name>[^\]]+)\]", re.M)
+RESULT_RE = re.compile(r"^(changed|ok): \[(?P<host>[^\]\s]+)", re.M)
+
+
+def handlers_run(output: str) -> dict[str, set[str]]:
+    """slurm role handler (of those HANDLERS names) -> the hosts it ran on (skipped hosts left out)."""
+    ran: dict[str, set[str]] = {}
+    blocks = HANDLER_RE.split(output)
+    for name, body in zip(blocks[1::2], blocks[2::2]):
+        body = body.split("\nTASK [", 1)[0].split("\nRUNNING HANDLER [", 1)[0].split("\nPLAY ", 1)[0]
+        hosts = {m["host"] for m in RESULT_RE.finditer(body)}
+        if hosts and name in HANDLERS.values():
+            ran.setdefault(name, set()).update(hosts)
+    return ran
+
+
+def expected_handlers(actions: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {HANDLERS[a]: hosts for a, hosts in actions.items()}
+
+
+def pid(host: str, unit: str) -> str:
+    return D.host(host).check_output(f"systemctl show -p MainPID --value {unit}").strip()
+
+
+def job_state(job_id: str) -> str:
+    return D.host(D.controller).check_output(f"squeue -h -j {job_id} -o %T").strip()
+
+
+@pytest.fixture(scope="module")
+def running_job():
+    """A job of the test user on a compute node, running through every change."""
+    node = D.partitions()[D.gpu_partitions()[0]][0]
+    job_id = D.sbatch(f"-p {D.gpu_partitions()[0]} -w {node} -N1 -t 60 --chdir=/tmp -o /dev/null --wrap 'sleep 3000'")
+    assert retry(lambda: job_state(job_id) == "RUNNING", 60), f"job {job_id}: {job_state(job_id)}"
+    yield job_id
+    D.host(D.controller).run(f"scancel {job_id}")
+
+
+def source() -> dict:
+    """What `sandbox up` was given (WORKDIR/sandbox.json): description, compute nodes, subnet."""
+    return json.loads((WORKDIR / "sandbox.json").read_text())
+
+
+def sandbox_up(computes: int) -> str:
+    """`hal-provision sandbox up --no-converge` with `computes` compute nodes: new containers
+    start, the tree and model.json are rendered again; nothing is converged or removed."""
+    src = source()
+    argv = [tools.self_command(), "sandbox", "up", *([src["file"]] if src["file"] else []),
+            "--computes", str(computes), "--subnet", src["subnet"], "--workdir", str(WORKDIR), "--no-converge"]
+    proc = subprocess.run(argv, env=tools.child_env(), capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def converge(playbook: str, *extra: str) -> str:
+    """A playbook over the sandbox's current tree, exactly as `sandbox up` runs site.yml."""
+    from types import SimpleNamespace
+
+    from hal_provision.sandbox.lifecycle import playbook_cmd
+
+    return run_playbook(playbook_cmd(SimpleNamespace(inventory=D.inventory), playbook, *extra), timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def changes():
+    """A directory for the changed models (deployed.json: the model as deployed). Should a test
+    stop half way, the sandbox is put back: its compute nodes as before and the model applied."""
+    with tempfile.TemporaryDirectory(prefix="hal-changes-") as tmp:
+        deployed_model = load_model()
+        (Path(tmp) / "deployed.json").write_text(json.dumps(deployed_model))
+        computes = source()["computes"]
+        (Path(tmp) / "computes").write_text(str(computes))
+        yield Path(tmp)
+        if load_model() != deployed_model or len(list(Path(tmp).glob("*.json"))) > 1 and not (Path(tmp) / "done").exists():
+            sandbox_up(computes)
+            converge("site.yml")
+        from hal_provision.sandbox import lifecycle
+
+        for stray in lifecycle.strays(lifecycle.load(WORKDIR)):
+            subprocess.run(["podman", "rm", "-f", "-t", "2", stray], capture_output=True, check=False)
+
+
+def test_plan_of_no_change_is_empty(changes):
+    code, doc = plan(changes / "deployed.json", WORKDIR / "model.json")
+    assert code == 0 and not doc["components"], json.dumps(doc, indent=1)[:3000]
+
+
+def test_raised_limit_reconfigures_and_the_job_survives(running_job, changes):
+    model = load_model()
+    gpu_partition(model)["max_time"] = "3-00:00:00"
+    new = changes / "limit.json"
+    new.write_text(json.dumps(model))
+    code, doc = plan(new, changes / "deployed.json")
+    actions = slurm_actions(doc)
+    assert code == 2 and set(actions) == {"scontrol reconfigure", "reload slurmd"}, json.dumps(doc, indent=1)[:3000]
+
+    ctld = pid(D.controller, "slurmctld")
+    output = apply(render(model, changes / "limit"))
+    assert handlers_run(output) == expected_handlers(actions), tail(output, 120)
+    assert pid(D.controller, "slurmctld") == ctld, "slurmctld restarted for a limit change"
+    assert job_state(running_job) == "RUNNING"
+    part = D.host(D.controller).check_output(f"scontrol show partition {gpu_partition(model)['name']}")
+    assert "MaxTime=3-00:00:00" in part, part
+
+
+def test_memory_reserve_restarts_and_the_job_survives(running_job, changes):
+    model = load_model()
+    gpu_partition(model)["max_time"] = "3-00:00:00"  # the change above stays
+    model["slurm"]["memory_reserve_mib"] = model["slurm"]["memory_reserve_mib"] + 1024
+    new = changes / "reserve.json"
+    new.write_text(json.dumps(model))
+    code, doc = plan(new, changes / "limit.json")
+    actions = slurm_actions(doc)
+    assert code == 2 and set(actions) == {"restart slurmctld", "restart slurmd"}, json.dumps(doc, indent=1)[:3000]
+    assert actions["restart slurmd"] == set(D.hosts_in("slurm_nodes"))
+
+    ctld = pid(D.controller, "slurmctld")
+    output = apply(render(model, changes / "reserve"))
+    assert handlers_run(output) == expected_handlers(actions), tail(output, 120)
+    assert pid(D.controller, "slurmctld") != ctld, "slurmctld was not restarted"
+    assert job_state(running_job) == "RUNNING"
+    node = D.partitions()[D.gpu_partitions()[0]][0]
+    shown = D.host(D.controller).check_output(f"scontrol show node {node}")
+    want = int(re.search(r"RealMemory=(\d+)", D.rendered("etc/slurm/slurm.conf") or "").group(1)) - 1024
+    assert f"RealMemory={want}" in shown, shown
+
+
+def sinfo_nodes() -> set[str]:
+    return set(D.host(D.controller).check_output("sinfo -h -N -o %N").split())
+
+
+def test_scale_out_adds_an_idle_node_and_the_job_survives(running_job, changes):
+    n = source()["computes"]
+    sandbox_up(n + 1)  # the new machine: its container runs, the tree names it; nothing converged
+    scaled = load_model()
+    (changes / "scaled.json").write_text(json.dumps(scaled))
+    scaled_hosts = {h for g in scaled["nodes"] for h in _expand(g["hosts"])}
+    before = {h for g in json.loads((changes / "deployed.json").read_text())["nodes"] for h in _expand(g["hosts"])}
+    new_node = sorted(scaled_hosts - before)
+    assert len(new_node) == 1, new_node
+    # What runs now is the reserve change: plan from there.
+    code, doc = plan(changes / "scaled.json", changes / "reserve.json")
+    actions = slurm_actions(doc)
+    assert code == 2 and set(actions) == {"restart slurmctld", "restart slurmd"}, json.dumps(doc, indent=1)[:3000]
+    assert new_node[0] in actions["restart slurmd"] and set(D.hosts_in("slurm_nodes")) <= actions["restart slurmd"]
+
+    output = converge("site.yml")
+    assert handlers_run(output) == expected_handlers(actions), tail(output, 120)
+    assert job_state(running_job) == "RUNNING"
+    state = retry(lambda: D.host(D.controller).check_output(f"sinfo -h -n {new_node[0]} -o %t").strip() == "idle", 120)
+    assert state, D.host(D.controller).check_output("sinfo -N")
+    assert set(new_node) | set(D.hosts_in("slurm_nodes")) == sinfo_nodes()
+
+
+def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
+    scaled = json.loads((changes / "scaled.json").read_text())
+    deployed_model = json.loads((changes / "deployed.json").read_text())
+    gone = sorted({h for g in scaled["nodes"] for h in _expand(g["hosts"])}
+                  - {h for g in deployed_model["nodes"] for h in _expand(g["hosts"])})[0]
+    partition = D.gpu_partitions()[0]
+    job = D.sbatch(f"-p {partition} -w {gone} -N1 -t 5 --chdir=/tmp -o /dev/null --wrap 'sleep 40'")
+    assert retry(lambda: job_state(job) == "RUNNING", 60), f"job {job}: {job_state(job)}"
+
+    # The plan, with the jobs read live on the controller: removing the node loses the job.
+    proc = subprocess.run([tools.self_command(), "plan", str(changes / "deployed.json"), "--from",
+                           str(changes / "scaled.json"), "--live", str(D.inventory), "--json"],
+                          env=tools.child_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stdout.strip(), proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    blocking = [j for j in doc["jobs"] or [] if j.get("blocking")]
+    assert [str(j["job_id"]) for j in blocking] == [job], json.dumps(doc["jobs"], indent=1)
+    actions = slurm_actions(doc)
+
+    sandbox_up(int((changes / "computes").read_text()))  # renders the model without it; its container stays
+    output = converge("rolling.yml", "-e", f"hosts={gone}", "-e", "rolling_poll=5", "-e", "rolling_wait_timeout=600")
+    assert "FAILED - RETRYING: [" in output and "Wait for the jobs on" in output, "rolling.yml did not wait"
+    ran = handlers_run(output)
+    assert ran == expected_handlers(actions), tail(output, 120)
+    assert gone not in sinfo_nodes()
+    final = D.host(D.controller).check_output(f"sacct -X -n -P -j {job} -o State").strip()
+    assert final == "COMPLETED", f"job {job} on {gone}: {final} (rolling.yml must not cancel it)"
+    assert job_state(running_job) == "RUNNING"
+    (changes / "done").touch()
+
+
+def _expand(hosts: str) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet
+
+    return list(NodeSet(hosts))
