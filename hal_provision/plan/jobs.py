@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import tools
 from ..hostlist import expand
 from .slurm import gpus
 from .sources import PlanError
@@ -150,18 +149,10 @@ CONTROLLER = "service_slurmctld[0]"
 """Ansible's pattern for the first slurmctld host."""
 
 
-def find_ansible() -> str | None:
-    """`ansible` beside this Python (the project's virtualenv), else on PATH."""
-    beside = Path(sys.executable).parent / "ansible"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("ansible")
-
-
 def run_on_controller(inventory: Path, command: str) -> str:
     """The stdout of `command` on the first slurmctld host of `inventory`, through Ansible's
     command module (read-only); the json stdout callback keeps the output apart from Ansible's."""
-    ansible = find_ansible()
+    ansible = tools.find("ansible")  # beside this Python (the virtualenv), else on PATH
     if ansible is None:
         raise PlanError("--live needs Ansible: no `ansible` beside this Python or on PATH")
     argv = [ansible, CONTROLLER, "-i", str(inventory), "-m", "ansible.builtin.command", "-a", command]

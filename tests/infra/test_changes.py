@@ -27,6 +27,7 @@ import pytest
 
 from deployed import deployed, retry, run_playbook, tail
 from hal_provision import tools
+from hal_provision.hostlist import expand
 
 D = deployed()
 HV = D.hostvars[D.login]
@@ -75,15 +76,13 @@ def plan(new: Path, old: Path) -> tuple[int, dict]:
 
 def slurm_actions(doc: dict) -> dict[str, set[str]]:
     """The plan's Slurm actions -> the hosts they name (expanded)."""
-    from ClusterShell.NodeSet import NodeSet
-
     actions: dict[str, set[str]] = {}
     for component in doc["components"]:
         if component["name"] != "slurm":
             continue
         for c in component["consequences"]:
             if c["action"] in HANDLERS:
-                actions.setdefault(c["action"], set()).update(NodeSet(c["hosts"]))
+                actions.setdefault(c["action"], set()).update(expand(c["hosts"]))
     return actions
 
 
@@ -248,8 +247,8 @@ def test_scale_out_adds_an_idle_node_and_the_job_survives(running_job, changes):
     sandbox_up(n + 1)  # the new machine: its container runs, the tree names it; nothing converged
     scaled = load_model()
     (changes / "scaled.json").write_text(json.dumps(scaled))
-    scaled_hosts = {h for g in scaled["nodes"] for h in _expand(g["hosts"])}
-    before = {h for g in json.loads((changes / "deployed.json").read_text())["nodes"] for h in _expand(g["hosts"])}
+    scaled_hosts = {h for g in scaled["nodes"] for h in expand(g["hosts"])}
+    before = {h for g in json.loads((changes / "deployed.json").read_text())["nodes"] for h in expand(g["hosts"])}
     new_node = sorted(scaled_hosts - before)
     assert len(new_node) == 1, new_node
     # What runs now is the reserve change: plan from there.
@@ -270,8 +269,8 @@ def test_scale_out_adds_an_idle_node_and_the_job_survives(running_job, changes):
 def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
     scaled = json.loads((changes / "scaled.json").read_text())
     deployed_model = json.loads((changes / "deployed.json").read_text())
-    gone = sorted({h for g in scaled["nodes"] for h in _expand(g["hosts"])}
-                  - {h for g in deployed_model["nodes"] for h in _expand(g["hosts"])})[0]
+    gone = sorted({h for g in scaled["nodes"] for h in expand(g["hosts"])}
+                  - {h for g in deployed_model["nodes"] for h in expand(g["hosts"])})[0]
     partition = D.gpu_partitions()[0]
     job = D.sbatch(f"-p {partition} -w {gone} -N1 -t 5 --chdir=/tmp -o /dev/null --wrap 'sleep 40'")
     assert retry(lambda: job_state(job) == "RUNNING", 60), f"job {job}: {job_state(job)}"
@@ -296,9 +295,3 @@ def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
     assert final == "COMPLETED", f"job {job} on {gone}: {final} (rolling.yml must not cancel it)"
     assert job_state(running_job) == "RUNNING"
     (changes / "done").touch()
-
-
-def _expand(hosts: str) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet
-
-    return list(NodeSet(hosts))

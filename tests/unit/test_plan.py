@@ -23,7 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from hal_provision import update_policy
+from hal_provision import tools, update_policy
 from hal_provision.cli import app
 from hal_provision.loader import REPO_DEFAULT
 from hal_provision.plan import build
@@ -453,9 +453,7 @@ def test_live_reads_squeue_and_sinfo_on_the_controller(in_tmp, monkeypatch, conf
     around the json callback's document."""
     if config is not None:
         monkeypatch.setenv("ANSIBLE_CONFIG", str(REPO / config))
-    from hal_provision.plan.jobs import find_ansible
-
-    if find_ansible() is None:
+    if tools.find("ansible") is None:
         pytest.skip("Ansible is not installed")
     bin_dir = in_tmp / "bin"
     bin_dir.mkdir()
@@ -472,9 +470,7 @@ def test_live_reads_squeue_and_sinfo_on_the_controller(in_tmp, monkeypatch, conf
 
 
 def test_live_without_a_controller_is_one_line(in_tmp) -> None:
-    from hal_provision.plan.jobs import find_ansible
-
-    if find_ansible() is None:
+    if tools.find("ansible") is None:
         pytest.skip("Ansible is not installed")
     result = run("old.yml", "--from", "old.yml", "--live", str(live_inventory(in_tmp, group="elsewhere")))
     assert result.exit_code == 1 and result.stdout == ""
