@@ -13,10 +13,18 @@ from pathlib import Path
 import pytest
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
+REPO = Path(__file__).resolve().parents[2]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment with this checkout's package first on the path: an editable
+    install of another checkout must not answer for this one."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
 
 
 def hal_provision(*args: str, cwd: Path, command: list[str] | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="200", PYTHONIOENCODING="utf-8")
+    env = child_env(COLUMNS="200", PYTHONIOENCODING="utf-8")
     result = subprocess.run(
         [*(command or [sys.executable, "-m", "hal_provision.cli"]), *args],
         cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8", timeout=120,
