@@ -3,21 +3,92 @@
 Exit codes: 0 success (warnings allowed); 1 the description has findings at error level;
 2 unusable input or output (missing file, YAML syntax, unknown keys, wrong types, an
 output directory that cannot be written).
+
+Start-up is part of the interface: `validate` must not wait for the renderers, the Grafana
+SDK or ldap3. This module imports typer and nothing else of weight; each command imports what
+it needs when it runs, and the sub-commands that live in their own modules (LAZY) are imported
+only when one of them is run or asked for its own --help (bench/cli_startup.py measures it).
 """
 
 from __future__ import annotations
 
-import json
+import importlib
 from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from . import __version__
-from .clitools import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, checked, err, out
-from .model import Cluster
+
+# Sub-commands kept in their own modules: name -> (module, attribute: a command function or a
+# Typer app, the line `hal-provision --help` shows for it). The line stands in for the
+# command's own help so that listing the commands imports none of them;
+# tests/unit/test_cli.py holds each line to the first paragraph of the loaded command's help.
+LAZY: dict[str, tuple[str, str, str]] = {
+    "verify": ("hal_provision.verify", "command",
+               "Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."),
+    "dashboards": ("hal_provision.dashboards_cli", "panels",
+                   "List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros "
+                   "$timeFilter and $__interval left in)."),
+    "discover": ("hal_provision.discover_cli", "discover",
+                 "Print this node's (or a records directory's) hardware as a profile ready to paste under "
+                 "`hardware:`, then every difference from the host's profile in the model, located in the file."),
+    "diagram": ("hal_provision.diagram_cli", "diagram",
+                "Draw the cluster's architecture: users, login, compute, the InfiniBand fabric and storage "
+                "top down, management, services and networks on the side."),
+    "plan": ("hal_provision.plan_cli", "plan",
+             "Compare NEW with what is deployed: each changed file, what its change does on which hosts "
+             "(restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or "
+             "strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."),
+    "sandbox": ("hal_provision.sandbox.cli", "app",
+                "A scaled-down copy of the cluster in podman containers, on this machine."),
+    "storage": ("hal_provision.storage.cli", "app",
+                "Spectrum Scale tuning plans, the DL-style storage benchmark, the responsiveness probe."),
+    "recipes": ("hal_provision.recipes_cli", "app",
+                "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
+}
+
+
+class _Unloaded(TyperCommand):
+    """A LAZY sub-command before its module is imported: its name and help line, for listing."""
+
+
+class LazyGroup(TyperGroup):
+    """The top-level group: LAZY sub-commands are listed from their help lines, after the
+    commands defined here and in LAZY's order (commands, then sub-apps, as Typer lists them),
+    and imported when resolved to run.
+
+    Click's documented LazyGroup imports a command in `get_command`, which help calls for every
+    command it lists; here listing gets the stand-in and only `resolve_command` (running a
+    command, or its own --help) imports."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for name, (_module, _attribute, line) in LAZY.items():
+            self.commands.setdefault(name, _Unloaded(name=name, callback=None, help=line))
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if isinstance(command, _Unloaded):
+            command = self.commands[name] = import_command(name)
+        return name, command, rest
+
+
+def import_command(name: str):
+    """The click command of LAZY sub-command NAME, built as `app.command`/`app.add_typer` would."""
+    module, attribute, _line = LAZY[name]
+    target = getattr(importlib.import_module(module), attribute)
+    holder = typer.Typer(rich_markup_mode=app.rich_markup_mode, pretty_exceptions_short=app.pretty_exceptions_short)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name=name)(target)
+    return typer.main.get_group(holder).commands[name]
+
 
 app = typer.Typer(
+    cls=LazyGroup,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -31,6 +102,8 @@ FileArg = typer.Argument(None, help="cluster.yml to use; the embedded HAL descri
 @app.command()
 def validate(file: Optional[Path] = FileArg) -> None:
     """Check the description; list every finding with file, line and column."""
+    from .clitools import checked, out
+
     loaded, model = checked(file)
     out.print(f"{loaded.file}: cluster '{model.cluster.name}' is valid", markup=False)
 
@@ -41,6 +114,7 @@ def render(
     output: Path = typer.Option(Path("rendered"), "-o", "--output", help="Directory to write (replaced as a whole)."),
 ) -> None:
     """Render the inventory and every config into DIR, atomically."""
+    from .clitools import EXIT_UNUSABLE, checked, err, out
     from .render import render_all
     from .render.writer import WriteError, write_tree
 
@@ -57,6 +131,7 @@ def render(
 @app.command()
 def show(file: Optional[Path] = FileArg) -> None:
     """Print the cluster as tables: node groups, hardware, partitions, totals."""
+    from .clitools import checked, out
     from .show import tables
 
     _loaded, model = checked(file)
@@ -67,6 +142,10 @@ def show(file: Optional[Path] = FileArg) -> None:
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of cluster.yml (for editors' YAML language servers)."""
+    import json
+
+    from .model import Cluster
+
     doc = Cluster.model_json_schema()
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     doc["title"] = "hal-provision cluster description"
@@ -77,29 +156,6 @@ def schema() -> None:
 def version() -> None:
     """Print the version."""
     print(__version__)
-
-
-def _register_subcommands() -> None:
-    from .dashboards_cli import panels as dashboards_command
-    from .diagram_cli import diagram as diagram_command
-    from .discover_cli import discover as discover_command
-    from .plan_cli import plan as plan_command
-    from .recipes_cli import app as recipes_app
-    from .sandbox.cli import app as sandbox_app
-    from .storage.cli import app as storage_app
-    from .verify import command as verify_command
-
-    app.add_typer(sandbox_app, name="sandbox")
-    app.add_typer(storage_app, name="storage")
-    app.command(name="verify")(verify_command)
-    app.command(name="dashboards")(dashboards_command)
-    app.command(name="discover")(discover_command)
-    app.command(name="diagram")(diagram_command)
-    app.command(name="plan")(plan_command)
-    app.add_typer(recipes_app, name="recipes")
-
-
-_register_subcommands()
 
 
 def main() -> None:

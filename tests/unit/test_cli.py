@@ -163,3 +163,85 @@ def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
 
     print_findings([error(("nodes", 3), "bad").located("cluster.yml", 100, 5)])
     assert "cluster.yml:100:5: error: nodes[3]: bad" in capsys.readouterr().err
+
+
+# ---- start-up: what a command imports --------------------------------------------------------
+# `hal-provision validate` must not wait for the renderers or the libraries only other commands
+# use (issue 26; bench/cli_startup.py times it). These tests hold the imports, not the time.
+
+SUB_COMMAND_LIBRARIES = ("grafana_foundation_sdk", "ldap3", "matplotlib", "graphviz", "pynvml", "ansible",
+                         "hal_provision.render", "hal_provision.sandbox", "hal_provision.plan",
+                         "hal_provision.discovery", "hal_provision.recipes", "hal_provision.storage.cli",
+                         "hal_provision.storage.bench", "hal_provision.show")
+
+
+MODULES_AFTER = """
+import json, sys
+from hal_provision.cli import main
+out, sys.argv = sys.argv[1], ["hal-provision", *sys.argv[2:]]
+try:
+    main()
+except SystemExit:
+    pass
+with open(out, "w") as f:
+    json.dump(sorted(sys.modules), f)
+"""
+
+
+def modules_after(*argv: str, cwd: Path) -> set[str]:
+    """The modules a fresh interpreter holds after `hal-provision ARGV` (run through `main`)."""
+    out = cwd / "modules.json"
+    subprocess.run([sys.executable, "-c", MODULES_AFTER, str(out), *argv], cwd=cwd, env=child_env(),
+                   capture_output=True, check=True, timeout=120)
+    return set(json.loads(out.read_text()))
+
+
+def loaded(modules: set[str], names) -> set[str]:
+    return {m for m in modules for n in names if m == n or m.startswith(n + ".")}
+
+
+def test_importing_the_cli_imports_no_sub_command(tmp_path):
+    from hal_provision.cli import LAZY
+
+    modules = modules_after("version", cwd=tmp_path)
+    assert loaded(modules, SUB_COMMAND_LIBRARIES) == set()
+    assert loaded(modules, [module for module, _attribute, _line in LAZY.values()]) == set()
+    assert loaded(modules, ["hal_provision.model", "hal_provision.clitools"]) == set()  # `version` needs neither
+
+
+def test_help_lists_every_command_without_importing_one(tmp_path):
+    from hal_provision.cli import LAZY
+
+    result = hal_provision("--help", cwd=tmp_path)
+    assert result.returncode == EXIT_OK
+    listed = {line.split()[1] for line in result.stdout.splitlines() if re.match(r"│ [a-z]", line)}
+    assert {"validate", "render", "show", "schema", "version", *LAZY} <= listed
+    modules = modules_after("--help", cwd=tmp_path)
+    assert loaded(modules, [module for module, _attribute, _line in LAZY.values()]) == set()
+
+
+def test_validate_imports_only_what_it_needs(tmp_path):
+    modules = modules_after("validate", cwd=tmp_path)
+    assert "hal_provision.checks.monitoring" in modules  # the checks ran
+    assert loaded(modules, SUB_COMMAND_LIBRARIES) == set()
+    # The embedded description takes libyaml's fast path; ruamel reads only a file with errors.
+    assert loaded(modules, ["ruamel"]) == set()
+
+
+def test_validate_with_findings_imports_no_renderer(tmp_path, edited, write):
+    path = write(edited(("      default: true\n", "      default: false\n")))  # a warning to locate
+    assert loaded(modules_after("validate", str(path), cwd=tmp_path), SUB_COMMAND_LIBRARIES) == set()
+
+
+def test_each_lazy_sub_command_is_listed_with_its_own_help():
+    """The line `--help` lists for a sub-command before importing it is the first paragraph
+    of the help that the loaded command shows (whitespace aside: the listing wraps it)."""
+    import inspect
+
+    from hal_provision.cli import LAZY, import_command
+
+    for name, (_module, _attribute, line) in LAZY.items():
+        command = import_command(name)
+        assert command.name == name
+        first = inspect.cleandoc(command.help or "").split("\n\n")[0]
+        assert " ".join(first.split()) == line, name
