@@ -102,10 +102,10 @@ FileArg = typer.Argument(None, help="cluster.yml to use; the embedded HAL descri
 @app.command()
 def validate(file: Optional[Path] = FileArg) -> None:
     """Check the description; list every finding with file, line and column."""
-    from .clitools import checked, out
+    from .clitools import checked
 
     loaded, model = checked(file)
-    out.print(f"{loaded.file}: cluster '{model.cluster.name}' is valid", markup=False)
+    print(f"{loaded.file}: cluster '{model.cluster.name}' is valid")  # plain: no rich to import
 
 
 @app.command()

@@ -1,35 +1,55 @@
 """What every `hal-provision` sub-command shares: consoles, exit codes, and loading a
 description with its findings printed. Sub-command modules import these from here, never
-from `cli.py` (which imports them)."""
+from `cli.py` (which imports them).
+
+The consoles `out` and `err` are made when first asked for: rich takes about 30 ms to import,
+which `validate` of a description without findings (one plain line) does not pay."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 
 from .findings import Finding, Level, has_errors
 from .loader import Loaded
 from .model import Cluster
 from .validate import validate as load_and_check
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 
-# emoji=False: "cluster.yml:100:5" must not print as "cluster.yml💯5" (Rich's :100: code).
-out = Console(highlight=False, soft_wrap=True, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+@cache
+def console(stderr: bool = False) -> Console:
+    """The console for stdout (`out`) or stderr (`err`)."""
+    from rich.console import Console
+
+    # emoji=False: "cluster.yml:100:5" must not print as "cluster.yml💯5" (Rich's :100: code).
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+
+
+def __getattr__(name: str) -> Console:
+    if name in ("out", "err"):
+        return console(stderr=name == "err")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _STYLE = {Level.error: "bold red", Level.warning: "yellow", Level.info: "cyan"}
 
 
 def print_findings(findings: list[Finding]) -> None:
+    if not findings:
+        return
+    err = console(stderr=True)
     for f in findings:
         err.print(f.format(), style=_STYLE[f.level], markup=False)
-    if findings:
-        counts = {lvl: sum(1 for f in findings if f.level is lvl) for lvl in Level}
-        err.print(", ".join(f"{n} {lvl.value}{'s' if n != 1 else ''}" for lvl, n in counts.items()), markup=False)
+    counts = {lvl: sum(1 for f in findings if f.level is lvl) for lvl in Level}
+    err.print(", ".join(f"{n} {lvl.value}{'s' if n != 1 else ''}" for lvl, n in counts.items()), markup=False)
 
 
 def checked(file: Optional[Path]) -> tuple[Loaded, Cluster]:
