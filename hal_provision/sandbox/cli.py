@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .. import tools
+from .. import runner, tools
 from ..clitools import checked, err, out
 from ..model import Role
 from ..render.writer import WriteError
 from . import lifecycle
 from .derive import DEFAULT_SUBNET, SandboxError
 from .image import ImageError
+from .wheelhouse import WheelhouseError
 
 app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster in podman containers, on this machine.")
 
 WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbox's rendered tree lives.")
 
 
-def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str) -> lifecycle.Sandbox:
+def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, caches: bool = True) -> lifecycle.Sandbox:
     _loaded, model = checked(file)
     try:
-        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet)
+        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches)
     except SandboxError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
@@ -36,12 +40,17 @@ def up(
     computes: int = typer.Option(2, min=1, max=8, help="Compute nodes in the sandbox."),
     subnet: str = typer.Option(DEFAULT_SUBNET, help="Private podman network for the sandbox."),
     converge: bool = typer.Option(True, help="Run playbooks/site.yml after the containers start."),
+    caches: bool = typer.Option(True, help="Use this machine's caches: the node image that carries the roles' "
+                                "packages and the wheelhouse of the portal's Python packages. --no-caches: bare "
+                                "nodes that install everything from the public archives, as a new site's do."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print Ansible's own output as it runs, instead of "
+                                 "a progress line and a log file."),
 ) -> None:
     """Build the node image if missing, start the containers, render and run site.yml."""
-    sb = _plan(file, workdir, computes, subnet)
+    sb = _plan(file, workdir, computes, subnet, caches)
     try:
         lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
-    except (lifecycle.LifecycleError, ImageError, WriteError) as exc:
+    except (lifecycle.LifecycleError, ImageError, WheelhouseError, WriteError, subprocess.CalledProcessError) as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
     lifecycle.record_source(sb, file, computes, subnet)
@@ -49,13 +58,15 @@ def up(
         out.print(f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
                   f"then `podman rm -f {stray}`", markup=False)
     if converge:
+        log = None if verbose else _log_path(sb)
         try:
-            rc = lifecycle.converge(sb)
-        except lifecycle.LifecycleError as exc:  # ansible-playbook missing: say so, no traceback
+            run = lifecycle.converge(sb, log=log, progress=None if verbose else runner.Progress("site.yml"))
+        except (lifecycle.LifecycleError, runner.RunnerError) as exc:  # no ansible-playbook: say so, no traceback
             err.print(f"error: {exc}", style="bold red", markup=False)
             raise typer.Exit(2) from None
-        if rc != 0:
-            err.print(f"site.yml failed (exit {rc}); fix and re-run `hal-provision sandbox up`", style="bold red")
+        runner.report(run, "site.yml", sys.stdout if run.returncode == 0 else sys.stderr)
+        if run.returncode != 0:
+            err.print("fix it and run `hal-provision sandbox up` again", style="bold red", markup=False)
             raise typer.Exit(1)
     login = sb.cluster.groups_with_role(Role.login)[0].hosts
     comps = list(sb.cluster.slurm_nodes)
@@ -74,6 +85,13 @@ def up(
         f"  {me} sandbox down{same}\n",
         markup=False,
     )
+
+
+def _log_path(sb: lifecycle.Sandbox) -> Path:
+    """Where a converge's Ansible output goes: WORKDIR/logs/site-<time>.log, one per run."""
+    logs = sb.workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return (logs / f"site-{time.strftime('%Y%m%d-%H%M%S')}.log").absolute()
 
 
 def _gpu_type(sb: lifecycle.Sandbox) -> str:

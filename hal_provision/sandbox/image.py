@@ -1,12 +1,23 @@
-"""Build the sandbox node image locally: debootstrap + podman import, no container registry.
+"""Build the sandbox's node images locally: debootstrap + podman import, no container registry.
+
+Two images, the second built on the first:
+
+* ``hal-node:bookworm`` (IMAGE), the bare node: Debian minbase, systemd, sshd and Python.
+  The roles install every package from the public archive, as on a freshly installed node.
+* ``hal-node:bookworm-packages`` (PACKAGES_IMAGE), the bare node with the Debian packages
+  the roles install already in it, their services disabled, as sites boot nodes from an image
+  that carries their packages. Measured here: the archive sends a node's 117 MB of packages
+  in under 2 s, and installing them takes 48 s of dpkg on a 2-core machine, for every node of
+  every sandbox. Built once per machine, and again when the roles' package lists change.
 
 The Debian mirror is read from the host's own apt sources at run time, so nothing here names
-a package registry. Usage: ``python3 -m hal_provision.sandbox.image [--force]``.
+a package registry. Usage: ``python3 -m hal_provision.sandbox.image [--force] [--bare]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import shutil
 import subprocess
@@ -41,8 +52,74 @@ MASKED_UNITS = [
 ]
 
 
+PACKAGES_IMAGE = "localhost/hal-node:bookworm-packages"
+PACKAGES_LABEL = "io.hal-provision.packages"
+REPO = Path(__file__).resolve().parents[2]
+# Packages a role must install itself: their installation reads site input prepared first.
+NOT_IN_IMAGE = {
+    "slapd": "ldap_server preseeds its domain, organization and admin password through debconf "
+             "before it installs slapd; installed in the image, it would carry the builder's",
+}
+# Secrets and identities a package makes at installation; a node makes its own (the munge
+# role generates the cluster key on its key host when none is there), never the image.
+NODE_SECRETS = ["/etc/munge/munge.key", "/etc/ssl/private/ssl-cert-snakeoil.key",
+                "/etc/ssl/certs/ssl-cert-snakeoil.pem"]
+
+
 class ImageError(RuntimeError):
     pass
+
+
+def _role_vars(roles: Path, family: str, pattern: str) -> set[str]:
+    """Plain names in the roles' `vars/<family>*.yml` under keys matching `pattern` (string
+    values, lists, or dicts of either). Templated values (a vendor's download URL) are not
+    distribution names and are left out."""
+    import yaml
+
+    found: set[str] = set()
+
+    def add(value) -> None:
+        if isinstance(value, str):
+            if "{{" not in value and "/" not in value:
+                found.add(value)
+        elif isinstance(value, list):
+            for item in value:
+                add(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                add(item)
+
+    for path in sorted(roles.glob(f"*/vars/{family}*.yml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        for key, value in data.items():
+            if re.fullmatch(pattern, key):
+                add(value)
+    return found
+
+
+def role_packages(roles: Path = REPO / "roles", family: str = "Debian") -> list[str]:
+    """The distribution packages the roles install on `family`, from their own vars files
+    (`__<role>_<what>_packages`, `__<role>_<what>_package`): the image never carries more or
+    less than they ask for."""
+    return sorted(_role_vars(roles, family, r"__\w+_packages?"))
+
+
+def role_services(roles: Path = REPO / "roles", family: str = "Debian") -> list[str]:
+    """The services the roles enable and start where a node runs them (`__<role>_service`,
+    `__<role>_services`)."""
+    return sorted(_role_vars(roles, family, r"__\w+_services?"))
+
+
+def image_packages(roles: Path = REPO / "roles") -> list[str]:
+    """What the packages image installs: the roles' packages but those they must install themselves."""
+    return [p for p in role_packages(roles) if p not in NOT_IN_IMAGE and p not in PACKAGES]
+
+
+def packages_revision(packages: list[str]) -> str:
+    """Names the packages image's content: the base image's revision, the package list, the
+    services it leaves to the roles and how it is built."""
+    text = " ".join([REVISION, *packages, *role_services(), _PACKAGES_SCRIPT])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def host_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
@@ -69,11 +146,19 @@ def host_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
     return candidates[0]
 
 
+def _label(image: str, label: str) -> str | None:
+    proc = subprocess.run(["podman", "image", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}', image],
+                          capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def image_exists(image: str = IMAGE) -> bool:
     """The image is there and of this revision (an older one lacks what the sandbox needs)."""
-    proc = subprocess.run(["podman", "image", "inspect", "--format", f'{{{{index .Labels "{REVISION_LABEL}"}}}}', image],
-                          capture_output=True, text=True, check=False)
-    return proc.returncode == 0 and proc.stdout.strip() == REVISION
+    return _label(image, REVISION_LABEL) == REVISION
+
+
+def packages_image_exists(packages: list[str], image: str = PACKAGES_IMAGE) -> bool:
+    return _label(image, PACKAGES_LABEL) == packages_revision(packages)
 
 
 def _run(cmd: list[str], **kw) -> None:
@@ -133,10 +218,56 @@ def build(image: str = IMAGE, force: bool = False) -> str:
     return image
 
 
+# Run inside `podman build` on the bare image: the packages, as the roles' apt would install
+# them (recommends included), without starting anything; then the services that the packages
+# enabled and that the roles enable themselves where a node runs them are disabled again (a
+# compute node must not start MariaDB or chronyd because the image has them), everything else
+# stays as the packages left it; what the packages generated as a node's own secret is removed.
+_PACKAGES_SCRIPT = r"""
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d
+systemctl list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort > /tmp/enabled.before
+apt-get update -q
+apt-get install -y -q $(apt-cache pkgnames | sort -u | comm -12 - /tmp/wanted)
+systemctl list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort > /tmp/enabled.after
+comm -13 /tmp/enabled.before /tmp/enabled.after | comm -12 - /tmp/services | xargs -r systemctl disable
+rm -f /usr/sbin/policy-rc.d {secrets} /tmp/wanted /tmp/services /tmp/enabled.*
+apt-get clean
+find /var/lib/apt/lists -type f -delete
+touch -d @0 /var/lib/apt/lists
+"""
+
+
+def build_packages(image: str = PACKAGES_IMAGE, force: bool = False) -> str:
+    """The packages image, FROM the bare one (built first when missing)."""
+    packages = image_packages()
+    if packages_image_exists(packages, image) and not force:
+        print(f"{image} exists")
+        return image
+    base = build()
+    revision = packages_revision(packages)
+    script = _PACKAGES_SCRIPT.replace("{secrets}", " ".join(NODE_SECRETS))
+    with tempfile.TemporaryDirectory(prefix="hal-node-packages-") as tmp:
+        ctx = Path(tmp)
+        (ctx / "wanted").write_text("".join(f"{p}\n" for p in sorted(packages)))
+        (ctx / "services").write_text("".join(f"{u}.service\n" for u in role_services()))
+        (ctx / "install.sh").write_text(script)
+        (ctx / "Containerfile").write_text(
+            f"FROM {base}\n"
+            "COPY wanted services /tmp/\n"
+            "COPY install.sh /tmp/install.sh\n"
+            "RUN sh /tmp/install.sh && rm /tmp/install.sh\n"
+            f"LABEL {REVISION_LABEL}={REVISION} {PACKAGES_LABEL}={revision}\n"
+        )
+        _run(["podman", "build", "--quiet", "--tag", image, str(ctx)], stdout=subprocess.DEVNULL)
+    return image
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--force", action="store_true", help="rebuild even if the image exists")
-    ap.add_argument("--image", default=IMAGE)
+    ap.add_argument("--bare", action="store_true", help="only the bare image, not the packages image on it")
     ap.add_argument("--print-mirror", action="store_true", help="print the host's Debian mirror and exit")
     args = ap.parse_args(argv)
     if args.print_mirror:
@@ -147,7 +278,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     try:
-        build(args.image, args.force)
+        build(force=args.force)
+        if not args.bare:
+            build_packages(force=args.force)
     except (ImageError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -15,9 +15,10 @@ from pathlib import Path
 from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
-from .. import tools
+from .. import runner, tools
 from ..storage.sandbox import shared_mounts
 from . import image as image_mod
+from . import wheelhouse
 from .derive import DEFAULT_SUBNET, derive_sandbox
 from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
 
@@ -59,6 +60,10 @@ class Sandbox:
     workdir: Path
     cluster: Cluster
     shared: tuple[SharedMount, ...] = ()
+    # The host's caches: the node image with the roles' packages in it and the wheelhouse the
+    # portal installs from. Without them the nodes start bare and install everything from the
+    # public archives, as a freshly installed site does.
+    caches: bool = True
 
     @property
     def rendered(self) -> Path:
@@ -94,19 +99,20 @@ def sandbox_name(cluster: Cluster) -> str:
     return f"{cluster.cluster.name}-sandbox"
 
 
-def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET) -> Sandbox:
+def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True) -> Sandbox:
     cluster = derive_sandbox(full, computes=computes, subnet=subnet)
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     storage = full.model_dump(mode="json", exclude_none=True).get("storage") or {}
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(storage, keep).items())
-    return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared)
+    return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches)
 
 
 def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str) -> None:
     """What `sandbox up` was given, beside the derived model: the tests that scale the sandbox
     out and back run `sandbox up` again with the same description and one more compute node."""
-    doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet}
+    doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet,
+           "caches": sb.caches}
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -150,7 +156,8 @@ def rendered_files(sb: Sandbox) -> dict[str, str]:
     """The sandbox's rendered tree: its model, with each directory user's SSH key replaced by
     the sandbox's own key pair for that user (see make_user_keys)."""
     shared = {m.mount_point: list(m.hosts) for m in sb.shared}
-    return sandbox_files(with_user_keys(sb), sb.ssh, shared, pip_cert=host_pip_cert() is not None)
+    return sandbox_files(with_user_keys(sb), sb.ssh, shared, pip_cert=host_pip_cert() is not None,
+                         wheelhouse=wheelhouse.NODE_WHEELHOUSE if sb.caches else None)
 
 
 def render(sb: Sandbox) -> None:
@@ -163,7 +170,9 @@ def render(sb: Sandbox) -> None:
 def load(workdir: Path) -> Sandbox:
     """The sandbox a previous `render` wrote into workdir (its derived model, no shared mounts)."""
     cluster = Cluster.model_validate_json((workdir / MODEL).read_text())
-    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster)
+    source = json.loads((workdir / SOURCE).read_text()) if (workdir / SOURCE).is_file() else {}
+    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster,
+                   caches=source.get("caches", True))
 
 
 def _keygen(key: Path, comment: str, log=print) -> None:
@@ -212,7 +221,11 @@ def create(sb: Sandbox, log=print) -> None:
     make_root_key(sb, log)
     make_user_keys(sb, log)
     render(sb)
-    image_mod.build()
+    image = image_mod.build_packages() if sb.caches else image_mod.build()
+    wheels = None
+    if sb.caches:
+        wheels = wheelhouse.fill(wheelhouse.requirements(rendered_files(sb)), wheelhouse.default_dir(), image,
+                                 host_pip_cert(), log)
     net = sb.name
     primary = sb.cluster.cluster.primary_network
     if _podman("network", "exists", net, check=False).returncode != 0:
@@ -243,7 +256,9 @@ def create(sb: Sandbox, log=print) -> None:
         cert = host_pip_cert()
         if cert is not None:  # the nodes' pip reaches the index the way the host's does
             args += ["--mount", f"type=bind,src={cert},dst={NODE_PIP_CERT},ro=true"]
-        _podman(*args, image_mod.IMAGE, "/sbin/init")
+        if wheels is not None:
+            args += ["--mount", f"type=bind,src={wheels},dst={wheelhouse.NODE_WHEELHOUSE},ro=true"]
+        _podman(*args, image, "/sbin/init")
         log(f"container {host} {ip}{' (privileged)' if host in privileged else ''}")
     for host in sb.hosts:
         _wait_booted(host)
@@ -293,28 +308,26 @@ def _wait_ssh(host: str, ip: str, timeout: float = 60) -> None:
 
 
 def ansible_env() -> dict[str, str]:
-    env = tools.child_env()
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-    env["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
-    env.setdefault("ANSIBLE_FORCE_COLOR", "0")
-    # A model the plugin cannot read must stop the run, not leave it with no hosts.
-    env.setdefault("ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED", "1")
-    return env
+    return runner.ansible_env()
+
+
+def inventories(sb: Sandbox) -> list[Path]:
+    """The inventory sources every sandbox converge reads: the plugin's, then sandbox.yml."""
+    rendered = Path(sb.inventory).parent  # the rendered tree (sb.inventory is its inventory/)
+    return [rendered / PLUGIN_SOURCE, rendered / SANDBOX_INVENTORY]
 
 
 def playbook_cmd(sb: Sandbox, playbook: str = "site.yml", *extra: str) -> list[str]:
-    path = REPO / "playbooks" / playbook
-    if not path.is_file():
-        raise LifecycleError(f"{path} not found: the sandbox runs from a hal-provision checkout")
-    exe = tools.find("ansible-playbook")
-    if exe is None:
-        raise LifecycleError("ansible-playbook is not installed (./bootstrap.sh demo installs it)")
-    rendered = Path(sb.inventory).parent  # the rendered tree (sb.inventory is its inventory/)
-    return [exe, "-i", str(rendered / PLUGIN_SOURCE), "-i", str(rendered / SANDBOX_INVENTORY), str(path), *extra]
+    try:
+        return runner.playbook_cmd(playbook, inventories(sb), *extra)
+    except runner.RunnerError as exc:
+        raise LifecycleError(str(exc)) from None
 
 
-def converge(sb: Sandbox, *extra: str) -> int:
-    return subprocess.run(playbook_cmd(sb, "site.yml", *extra), env=ansible_env(), check=False).returncode
+def converge(sb: Sandbox, *extra: str, log: Path | None = None,
+             progress: runner.Progress | None = None) -> runner.Run:
+    """site.yml on the sandbox; Ansible's output into `log` (None: on this process's stdout)."""
+    return runner.run_playbook(playbook_cmd(sb, "site.yml", *extra), log=log, progress=progress)
 
 
 def containers(name: str) -> list[dict]:

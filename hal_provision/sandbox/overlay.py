@@ -15,6 +15,8 @@ derived model with the same renderers, then applies exactly these test-harness c
 * health expectations (files/etc/hal-provision/health/<group>.json): the mounts check lists the
   shared file systems the sandbox binds into the group's nodes (the derived model narrows
   storage to the kept hosts, which serve none of them, so it renders no mount points).
+* inventory/sandbox.yml, with the host's caches (the default): the portal installs its Python
+  packages from the host's wheelhouse, bound into the nodes (portal_pip_wheelhouse).
 * inventory/sandbox.yml: reach the nodes over SSH at their model addresses as root with the
   sandbox's own key pair and known_hosts (the connection settings themselves, pipelining and
   ControlPersist, are the repository's ansible.cfg, as on a real site), name each node's
@@ -70,11 +72,12 @@ NODE_PIP_CERT = "/etc/ssl/hal-sandbox/host-ca.crt"
 
 
 def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]] | None = None,
-                  pip_cert: bool = False) -> dict[str, str]:
+                  pip_cert: bool = False, wheelhouse: str | None = None) -> dict[str, str]:
     """The production render of the sandbox's model plus the test-harness changes above.
     `shared`: mount point -> nodes, the shared file systems the sandbox backs with host
     directories (listed in the inventory for the tests). `pip_cert`: the host's pip trusts a
-    CA bundle of its own, bound into the nodes at NODE_PIP_CERT; the nodes' pip gets it too."""
+    CA bundle of its own, bound into the nodes at NODE_PIP_CERT; the nodes' pip gets it too.
+    `wheelhouse`: where the nodes see the host's wheelhouse (None: pip uses the index)."""
     files = render_all(cluster)
     slurm = _replace_once(files[SLURM_CONF], "TaskPlugin=task/cgroup,task/affinity\n",
                           "TaskPlugin=task/cgroup\n", SLURM_CONF)
@@ -87,7 +90,7 @@ def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]]
         MARK + "# ConstrainCores=no: the declared CPUs do not exist in a container.\n"
     )
     files.update(_health_mounts(cluster, files, shared or {}))
-    files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {}, pip_cert)
+    files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {}, pip_cert, wheelhouse)
     return dict(sorted(files.items()))
 
 
@@ -112,7 +115,8 @@ def _health_mounts(cluster: Cluster, files: dict[str, str], shared: dict[str, li
     return out
 
 
-def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]], pip_cert: bool = False) -> str:
+def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]], pip_cert: bool = False,
+                      wheelhouse: str | None = None) -> str:
     from ..hostlist import nodeset
 
     known_hosts = f"-o UserKnownHostsFile={ssh.known_hosts} -o StrictHostKeyChecking=yes"
@@ -149,6 +153,12 @@ def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[s
         lines += [
             "    # pip on the nodes trusts what the host's pip trusts (its CA bundle, bound in).\n",
             f"    portal_pip_environment: {json.dumps({'PIP_CERT': NODE_PIP_CERT})}\n",
+        ]
+    if wheelhouse:
+        lines += [
+            "    # The portal's Python packages from the host's wheelhouse, bound into every node\n",
+            "    # (hal-provision sandbox --caches); pip does not reach for the index.\n",
+            f"    portal_pip_wheelhouse: {json.dumps(wheelhouse)}\n",
         ]
     lines += [
         "  hosts:\n",

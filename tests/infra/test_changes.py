@@ -42,8 +42,9 @@ HANDLERS = {
     "restart slurmd": "Restart slurmd",
 }
 
-pytestmark = pytest.mark.skipif(WORKDIR is None or not (WORKDIR / "model.json").is_file(),
-                                reason="only the sandbox's model can be changed and put back")
+pytestmark = [pytest.mark.changes,
+              pytest.mark.skipif(WORKDIR is None or not (WORKDIR / "model.json").is_file(),
+                                 reason="only the sandbox's model can be changed and put back")]
 
 
 def load_model() -> dict:
@@ -142,7 +143,8 @@ def sandbox_up(computes: int) -> str:
     start, the tree and model.json are rendered again; nothing is converged or removed."""
     src = source()
     argv = [tools.self_command(), "sandbox", "up", *([src["file"]] if src["file"] else []),
-            "--computes", str(computes), "--subnet", src["subnet"], "--workdir", str(WORKDIR), "--no-converge"]
+            "--computes", str(computes), "--subnet", src["subnet"], "--workdir", str(WORKDIR), "--no-converge",
+            "--caches" if src.get("caches", True) else "--no-caches"]
     proc = subprocess.run(argv, env=tools.child_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     return proc.stdout

@@ -1,0 +1,155 @@
+"""The host's caches (issue 26): the node image that carries the roles' packages, the wheelhouse
+the portal installs from, and the package facts that let an idempotent run skip the package
+manager. Each setting is rendered both ways, and the roles' own Jinja is evaluated by Ansible's
+templating for both: without a wheelhouse pip reaches for its index, as on a site without one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hal_provision.loader import load
+from hal_provision.render import render_all
+from hal_provision.sandbox import image, wheelhouse
+from hal_provision.sandbox.derive import derive_sandbox
+from hal_provision.sandbox.overlay import SANDBOX_INVENTORY, SshAccess, sandbox_files
+
+REPO = Path(__file__).resolve().parents[2]
+SSH = SshAccess(private_key=Path("/work/.hal-sandbox/ssh/id_ed25519"), known_hosts=Path("/work/.hal-sandbox/ssh/known_hosts"))
+
+
+@pytest.fixture(scope="module")
+def sandbox_cluster():
+    return derive_sandbox(load().model)
+
+
+def inventory_vars(cluster, **kw) -> dict:
+    return yaml.safe_load(sandbox_files(cluster, SSH, **kw)[SANDBOX_INVENTORY])["all"]["vars"]
+
+
+# ---- rendered both ways -----------------------------------------------------------------------
+def test_the_sandbox_inventory_names_the_wheelhouse_only_with_the_caches(sandbox_cluster):
+    with_caches = inventory_vars(sandbox_cluster, wheelhouse=wheelhouse.NODE_WHEELHOUSE)
+    assert with_caches["portal_pip_wheelhouse"] == wheelhouse.NODE_WHEELHOUSE
+    without = inventory_vars(sandbox_cluster)
+    assert "portal_pip_wheelhouse" not in without
+    # The rest of the sandbox's settings are the same either way.
+    assert {k: v for k, v in with_caches.items() if k != "portal_pip_wheelhouse"} == without
+
+
+def templar(variables: dict):
+    template = pytest.importorskip("ansible.template")
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+
+    with warnings.catch_warnings():  # a second call says it was configured already: so it was
+        warnings.simplefilter("ignore", UserWarning)
+        init_plugin_loader()
+    trusted = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
+    t = template.Templar(loader=DataLoader(), variables=trusted)
+    return lambda expr: t.template(template.trust_as_template("{{ %s }}" % expr))
+
+
+def portal_vars(**overrides) -> dict:
+    role = REPO / "roles/portal"
+    return {**yaml.safe_load((role / "defaults/main.yml").read_text()),
+            **yaml.safe_load((role / "vars/main.yml").read_text()), **overrides}
+
+
+def test_without_a_wheelhouse_pip_keeps_the_sites_environment_and_its_index():
+    value = templar(portal_vars())
+    assert value("__portal_pip_environment") == {}
+    site = {"PIP_INDEX_URL": "https://pypi.example.org/simple"}
+    value = templar(portal_vars(portal_pip_environment=site))
+    assert value("__portal_pip_environment") == site
+
+
+def test_with_a_wheelhouse_pip_installs_from_it_alone():
+    value = templar(portal_vars(portal_pip_wheelhouse=wheelhouse.NODE_WHEELHOUSE,
+                                portal_pip_environment={"PIP_CERT": "/etc/ssl/x.crt"}))
+    assert value("__portal_pip_environment") == {
+        "PIP_CERT": "/etc/ssl/x.crt", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}
+
+
+def test_the_wheelhouse_holds_what_the_portal_role_installs():
+    files = render_all(derive_sandbox(load().model))
+    reqs = wheelhouse.requirements(files)
+    catalogue = __import__("json").loads(files[wheelhouse.CATALOGUE])
+    assert set(catalogue["user_environment"]["packages"]) <= set(reqs)
+    assert "jupyterhub-ldapauthenticator==2.0.2" in reqs and "jupyterhub-idle-culler==2.0.0" in reqs
+    assert wheelhouse.requirements({k: v for k, v in files.items() if k != wheelhouse.CATALOGUE}) == []
+
+
+def test_the_wheelhouse_lives_in_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert wheelhouse.default_dir() == tmp_path / "hal-provision" / "wheelhouse"
+
+
+# ---- the package facts: a role's package task runs only for what is missing -------------------
+def package_condition(task_file: str, task_name: str) -> str:
+    tasks = yaml.safe_load((REPO / task_file).read_text())
+    [task] = [t for t in tasks if t["name"].startswith(task_name)]
+    when = task["when"]
+    return when[-1] if isinstance(when, list) else when
+
+
+@pytest.mark.parametrize("installed, runs", [
+    (None, True),  # no package facts (a role run on its own): the package manager decides
+    ({"munge": [{}], "chrony": [{}]}, False),
+    ({"chrony": [{}]}, True),
+])
+def test_a_package_task_is_skipped_only_when_the_facts_list_every_package(installed, runs):
+    condition = package_condition("roles/munge/tasks/install.yml", "Install munge")
+    facts = {} if installed is None else {"packages": installed}
+    value = templar({"__munge_packages": ["munge"], "ansible_facts": facts})
+    assert value(condition) is runs
+
+
+def test_every_package_task_of_the_roles_consults_the_facts():
+    """Each role's task that installs distribution packages by name carries the condition."""
+    missing = []
+    for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
+        for task in yaml.safe_load(path.read_text()) or []:
+            module = next((k for k in ("ansible.builtin.package", "ansible.builtin.apt") if k in task), None)
+            if module is None or "name" not in task[module]:
+                continue
+            when = task.get("when", [])
+            when = when if isinstance(when, list) else [when]
+            if not any("ansible_facts.packages" in str(w) for w in when):
+                missing.append(f"{path.relative_to(REPO)}: {task['name']}")
+    assert missing == []
+
+
+# ---- the packages image -------------------------------------------------------------------------
+def test_the_image_carries_the_roles_packages_but_those_they_must_install_themselves():
+    wanted = image.image_packages()
+    for role_package in ("munge", "slurmctld", "slurmd", "mariadb-server", "sssd-ldap", "lmod", "uidmap",
+                         "node-configurable-http-proxy", "default-jre-headless", "ipmitool"):
+        assert role_package in wanted
+    assert "slapd" in image.role_packages() and "slapd" not in wanted  # debconf-preseeded by ldap_server
+    assert not any("{{" in p or "/" in p for p in wanted)  # vendor URLs are not distribution packages
+
+
+def test_the_image_leaves_the_roles_services_to_the_roles():
+    services = image.role_services()
+    assert {"munge", "mariadb", "slurmctld", "slurmd", "slurmdbd", "sssd", "chrony", "influxdb"} <= set(services)
+
+
+def test_the_packages_image_is_rebuilt_when_its_content_changes():
+    packages = image.image_packages()
+    assert image.packages_revision(packages) == image.packages_revision(list(packages))
+    assert image.packages_revision(packages) != image.packages_revision(packages + ["hello"])
+
+
+def test_role_vars_are_read_from_the_vars_files(tmp_path):
+    (tmp_path / "r1/vars").mkdir(parents=True)
+    (tmp_path / "r1/vars/Debian.yml").write_text(
+        "__r1_packages: [a, b]\n__r1_more_packages: {x: [c], y: [d]}\n__r1_package: e\n"
+        "__r1_vendor_packages: \"{{ ['https://example.org/x.deb'] }}\"\n__r1_service: svc\n__r1_other: f\n")
+    (tmp_path / "r1/vars/RedHat.yml").write_text("__r1_packages: [rpm-only]\n")
+    assert image.role_packages(tmp_path) == ["a", "b", "c", "d", "e"]
+    assert image.role_services(tmp_path) == ["svc"]
