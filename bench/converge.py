@@ -1,91 +1,102 @@
 #!/usr/bin/env python3
-"""Time site.yml on the sandbox: a first converge on fresh containers, then idempotent re-runs.
+"""Time site.yml on the sandbox: a first converge on fresh containers, then idempotent re-runs,
+and say where the time went.
 
-    python3 bench/converge.py [--reruns 2] [--podman-reruns 1] [--keep]
+    python3 bench/converge.py [--reruns 2] [--strategy mitogen|linear] [--top 15] [--keep]
 
 Destroys any existing sandbox first (same names), brings up fresh containers without
-converging, then times `ansible-playbook site.yml` (first converge) and each re-run over SSH
-with pipelining (the sandbox inventory and the repository's ansible.cfg, as a real site
-deploys), then the same idempotent re-run through the podman connection (`podman exec` per
-module, the container named by the inventory's hal_sandbox_container), so the two are
-measured side by side on the same converged nodes. Prints a table with the PLAY RECAP's
-changed count per run. Needs podman, the node image (built if missing) and ansible-playbook
-on PATH (./bootstrap.sh sets that up). Prints figures only; nothing here asserts on time.
+converging (`sandbox up --no-converge`, so the node image and the host's caches are whatever
+`sandbox up` uses), then times `ansible-playbook site.yml` (first converge) and each re-run
+through hal-provision's runner, the way `sandbox up` runs it. For each run: wall time, tasks,
+task-host rows, changed count; for the first converge and the last re-run, the time per role
+and the slowest tasks (from the hal.provision.events callback: a task's wall time runs from
+its start to the next task's). `--strategy linear` runs Ansible's own linear strategy instead
+of the repository's default (Mitogen's), to compare the two on the same machine.
+Prints figures only; nothing here asserts on time.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
+import datetime
+import os
+import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hal_provision import runner  # noqa: E402
 from hal_provision.loader import load  # noqa: E402
 from hal_provision.sandbox import lifecycle  # noqa: E402
 
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+STRATEGIES = {"mitogen": None, "linear": "linear"}  # None: ansible.cfg's (hal.provision.mitogen_linear)
 
 
-def podman_inventory(sb: lifecycle.Sandbox) -> Path:
-    """An inventory read after the sandbox's: the same hosts through the podman connection
-    (every module by `podman exec`/`podman cp` into the node's container)."""
-    path = sb.workdir / "podman-inventory.yml"
-    path.write_text("all:\n  hosts:\n" + "".join(
-        f"    {h}: {{ansible_connection: containers.podman.podman, ansible_host: {h}}}\n" for h in sb.hosts))
-    return path
+def converge(sb: lifecycle.Sandbox, log: Path, strategy: str | None) -> runner.Run:
+    if strategy is not None:
+        os.environ["ANSIBLE_STRATEGY"] = strategy
+    run = lifecycle.converge(sb, log=log, progress=runner.Progress("  site.yml", live=sys.stderr.isatty()))
+    if run.returncode != 0:
+        runner.report(run, "site.yml")
+    return run
 
 
-def timed_converge(sb: lifecycle.Sandbox, *extra: str) -> tuple[float, int, int, int]:
-    start = time.monotonic()
-    proc = subprocess.run(lifecycle.playbook_cmd(sb, "site.yml", *extra), env=lifecycle.ansible_env(),
-                          capture_output=True, text=True, check=False)
-    took = time.monotonic() - start
-    rows = RECAP.findall(proc.stdout)
-    changed = sum(int(r[2]) for r in rows)
-    failed = sum(int(r[3]) + int(r[4]) for r in rows)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-2000:])
-    return took, changed, failed, proc.returncode
+def breakdown(title: str, run: runner.Run, top: int) -> None:
+    t = runner.timings(run.events)
+    print(f"\n{title}: time per role (wall s, tasks, task-host rows)")
+    for role, v in sorted(t["roles"].items(), key=lambda kv: -kv[1]["seconds"]):
+        print(f"  {v['seconds']:7.1f} {v['tasks']:5d} {v['rows']:5d}  {role}")
+    print(f"{title}: the {top} slowest tasks (wall s, hosts)")
+    for task in sorted(t["tasks"], key=lambda x: -x["seconds"])[:top]:
+        print(f"  {task['seconds']:7.1f} {task['rows']:5d}  {task['name'] if task['role'] == '(play)' else task['role'] + ' : ' + task['name']}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reruns", type=int, default=2)
-    ap.add_argument("--podman-reruns", type=int, default=1, help="idempotent re-runs through the podman connection")
+    ap.add_argument("--strategy", choices=sorted(STRATEGIES), default="mitogen")
+    ap.add_argument("--top", type=int, default=15, help="slowest tasks to list")
     ap.add_argument("--workdir", type=Path, default=Path(".hal-sandbox-bench"))
     ap.add_argument("--keep", action="store_true", help="leave the sandbox up afterwards")
     args = ap.parse_args()
+    strategy = STRATEGIES[args.strategy]
     sb = lifecycle.plan(load().model, args.workdir)
     lifecycle.destroy(sb.name, args.workdir, log=lambda m: None)
+    print(f"bench/converge.py {datetime.date.today()} on {platform.node()}: {os.cpu_count()} cores, "
+          f"strategy {args.strategy}, sandbox {', '.join(sb.hosts)}")
     t0 = time.monotonic()
     lifecycle.create(sb, log=lambda m: None)
-    create_s = time.monotonic() - t0
-    rows = [("containers up (image present)", create_s, "-", "-", 0)]
+    rows = [("containers up (image present)", time.monotonic() - t0, None)]
+    logs = Path(tempfile.mkdtemp(prefix="hal-bench-converge-"))  # kept: the sandbox's workdir goes
+    runs = []
     try:
-        took, changed, failed, rc = timed_converge(sb)
-        rows.append(("site.yml first converge", took, changed, failed, rc))
+        first = converge(sb, logs / "first.log", strategy)
+        rows.append(("site.yml first converge", first.seconds, first))
+        runs.append(("first converge", first))
         for i in range(args.reruns):
-            took, changed, failed, rc = timed_converge(sb)
-            rows.append((f"site.yml re-run {i + 1} (idempotent)", took, changed, failed, rc))
-        for i in range(args.podman_reruns):
-            took, changed, failed, rc = timed_converge(sb, "-i", str(podman_inventory(sb)))
-            rows.append((f"re-run {i + 1} over podman exec", took, changed, failed, rc))
+            again = converge(sb, logs / f"rerun{i + 1}.log", strategy)
+            rows.append((f"site.yml re-run {i + 1} (idempotent)", again.seconds, again))
+            runs.append((f"re-run {i + 1}", again))
     finally:
+        print(f"\n{'step':<36} {'wall s':>8} {'tasks':>6} {'rows':>6} {'changed':>8} {'failed':>7} {'rc':>3}")
+        for name, secs, run in rows:
+            if run is None:
+                print(f"{name:<36} {secs:8.1f}")
+            else:
+                failed = sum(r.get("failures", 0) + r.get("unreachable", 0) for r in run.recap.values())
+                print(f"{name:<36} {secs:8.1f} {run.tasks:6d} {len(run.results):6d} {run.changed:8d} "
+                      f"{failed:7d} {run.returncode:3d}")
+        if runs:
+            breakdown(runs[0][0], runs[0][1], args.top)
+        if len(runs) > 1:
+            breakdown(runs[-1][0], runs[-1][1], args.top)
+        print(f"\nAnsible's own output: {logs}/")
         if not args.keep:
             lifecycle.destroy(sb.name, args.workdir, log=lambda m: None)
-    print(f"{'step':<36} {'wall s':>8} {'changed':>8} {'failed':>7} {'rc':>3}")
-    for name, secs, changed, failed, rc in rows:
-        print(f"{name:<36} {secs:8.1f} {changed!s:>8} {failed!s:>7} {rc:>3}")
-    ssh = [r[1] for r in rows if "(idempotent)" in r[0]]
-    podman = [r[1] for r in rows if "podman" in r[0]]
-    if ssh and podman:
-        print(f"idempotent re-run, podman exec / SSH: {min(podman) / min(ssh):.1f}x")
-    print(f"hosts: {', '.join(sb.hosts)}")
-    return 0 if all(r[4] == 0 for r in rows) else 1
+    return 0 if all(run.returncode == 0 for _n, run in runs) else 1
 
 
 if __name__ == "__main__":
