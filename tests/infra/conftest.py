@@ -30,13 +30,24 @@ if not os.environ.get(INVENTORY_ENV):
     collect_ignore_glob = ["*"]
 
 
+# The tests that change the cluster, by marker, in the order they run after every read-only
+# one: day-2 changes (the model changed and re-converged, put back after), then faults.
+# `hal-provision verify` runs neither unless asked (--changes, --faults); CI runs all.
+MUTATING = ("changes", "faults")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "changes: day-2 changes made to the model and converged, then undone "
+                            "(sandbox only); run after the read-only tests")
     config.addinivalue_line("markers", "faults: destructive fault injection (sandbox only); runs last")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Destructive tests run after every read-only one, whatever their file names."""
-    items.sort(key=lambda item: item.get_closest_marker("faults") is not None)
+    """Tests that change the cluster run after every read-only one, whatever their file names."""
+    def rank(item: pytest.Item) -> int:
+        return next((i + 1 for i, m in enumerate(MUTATING) if item.get_closest_marker(m)), 0)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")

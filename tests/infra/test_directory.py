@@ -230,6 +230,7 @@ def converge_with(rendered: Path) -> str:
 
 
 @needs_keys
+@pytest.mark.changes
 def test_disabling_a_user_in_the_model_locks_them_out_of_ssh_and_slurm():
     from hal_provision.render.writer import write_tree
     from hal_provision.sandbox import lifecycle
