@@ -1,6 +1,6 @@
 """The host's caches (issue 26): the node image that carries the roles' packages, the wheelhouse
-the portal installs from, and the package facts that let an idempotent run skip the package
-manager. Each setting is rendered both ways, and the roles' own Jinja is evaluated by Ansible's
+the portal installs from, and the list of installed packages that lets an idempotent run skip
+the package manager. Each setting is rendered both ways, and the roles' own Jinja is evaluated by Ansible's
 templating for both: without a wheelhouse pip reaches for its index, as on a site without one.
 """
 
@@ -89,7 +89,7 @@ def test_the_wheelhouse_lives_in_the_users_cache(monkeypatch, tmp_path):
     assert wheelhouse.default_dir() == tmp_path / "hal-provision" / "wheelhouse"
 
 
-# ---- the package facts: a role's package task runs only for what is missing -------------------
+# ---- the installed packages: a role's package task runs only for what is missing ---------------
 def package_condition(task_file: str, task_name: str) -> str:
     tasks = yaml.safe_load((REPO / task_file).read_text())
     [task] = [t for t in tasks if t["name"].startswith(task_name)]
@@ -98,18 +98,29 @@ def package_condition(task_file: str, task_name: str) -> str:
 
 
 @pytest.mark.parametrize("installed, runs", [
-    (None, True),  # no package facts (a role run on its own): the package manager decides
-    ({"munge": [{}], "chrony": [{}]}, False),
-    ({"chrony": [{}]}, True),
+    (None, True),  # no list (a role run without common): the package manager decides
+    (["chrony", "munge"], False),
+    (["chrony"], True),
 ])
-def test_a_package_task_is_skipped_only_when_the_facts_list_every_package(installed, runs):
+def test_a_package_task_is_skipped_only_when_the_list_has_every_package(installed, runs):
     condition = package_condition("roles/munge/tasks/install.yml", "Install munge")
-    facts = {} if installed is None else {"packages": installed}
-    value = templar({"__munge_packages": ["munge"], "ansible_facts": facts})
-    assert value(condition) is runs
+    variables = {"__munge_packages": ["munge"]}
+    if installed is not None:
+        variables["hal_installed_packages"] = installed
+    assert templar(variables)(condition) is runs
 
 
-def test_every_package_task_of_the_roles_consults_the_facts():
+def test_common_lists_the_installed_packages_by_name():
+    """The common role's expression over dpkg-query's lines keeps installed packages only."""
+    tasks = yaml.safe_load((REPO / "roles/common/tasks/install.yml").read_text())
+    [keep] = [t for t in tasks if "ansible.builtin.set_fact" in t]
+    expr = keep["ansible.builtin.set_fact"]["hal_installed_packages"]
+    lines = ["installed munge", "config-files mariadb-server", "not-installed slapd", "installed chrony"]
+    value = templar({"__common_installed": {"stdout_lines": lines}})
+    assert value(expr.strip("{} ")) == ["munge", "chrony"]
+
+
+def test_every_package_task_of_the_roles_consults_the_list():
     """Each role's task that installs distribution packages by name carries the condition."""
     missing = []
     for path in sorted(REPO.glob("roles/*/tasks/*.yml")):
@@ -119,7 +130,7 @@ def test_every_package_task_of_the_roles_consults_the_facts():
                 continue
             when = task.get("when", [])
             when = when if isinstance(when, list) else [when]
-            if not any("ansible_facts.packages" in str(w) for w in when):
+            if not any("hal_installed_packages" in str(w) for w in when):
                 missing.append(f"{path.relative_to(REPO)}: {task['name']}")
     assert missing == []
 
