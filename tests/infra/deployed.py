@@ -204,19 +204,19 @@ def retry(fn, timeout: float, interval: float = 1.0):
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
 
 
-def site_cmd(inventory: Path, *extra: str) -> tuple[list[str], dict[str, str]]:
-    """ansible-playbook site.yml for this inventory, exactly as the sandbox runs it."""
+def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml") -> tuple[list[str], dict[str, str]]:
+    """ansible-playbook site.yml (or one of its tiers) for this inventory, exactly as the sandbox runs it."""
     from types import SimpleNamespace
 
     from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
 
     # The tests parse the output: no colour, even when the caller (molecule) asks for it.
     env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-    return playbook_cmd(SimpleNamespace(inventory=inventory), "site.yml", *extra), env
+    return playbook_cmd(SimpleNamespace(inventory=inventory), playbook, *extra), env
 
 
-def run_site(inventory: Path, *extra: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-    cmd, env = site_cmd(inventory, *extra)
+def run_site(inventory: Path, *extra: str, timeout: float = 1200, playbook: str = "site.yml") -> subprocess.CompletedProcess:
+    cmd, env = site_cmd(inventory, *extra, playbook=playbook)
     return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=timeout, check=False)
 

@@ -2,8 +2,11 @@
 
 Destructive, so marked `faults` (run last; `hal-provision verify` skips them unless
 --faults). In file order: slurmctld restarts with jobs queued; accounting survives a re-run of
-site.yml; a compute node dies in the middle of a converge (podman only: the node is a container),
-and the monitoring's status panel shows it down within two collection intervals.
+its tiers (the accounting database and the Slurm controller); a compute node dies in the middle
+of a converge of its tier (podman only: the node is a container), the monitoring's status panel
+shows it down within two collection intervals, and that tier, limited to the node, heals it.
+Each converges only the tier it concerns, as an admin heals one service (site.yml imports
+every tier playbook, so the tasks are site.yml's).
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ PARTITION, NODES = next(((p, n) for p, n in D.partitions().items() if n), (None,
 # when common and munge are done on it and Slurm is half-configured.
 VICTIM = NODES[-1] if NODES else None
 FAULT_AT = re.compile(os.environ.get("HAL_FAULT_AT_TASK", r"^TASK \[slurm : "))
+# The tier the victim dies in (the slurm role on compute nodes), and the tiers that keep the
+# accounting (MariaDB, then slurmdbd and the accounting objects on the controller).
+COMPUTE_TIER = os.environ.get("HAL_FAULT_TIER", "slurm-compute.yml")
+ACCOUNTING_TIERS = ("accounting.yml", "slurm-controller.yml")
 
 
 def controller_up() -> bool:
@@ -37,12 +44,12 @@ def accounted_job_ids() -> set[str]:
     return set(out.split())
 
 
-def assert_converged(output: str, rc: int, hosts: set[str] | None = None) -> None:
-    """site.yml ended well on `hosts` (default: every host of the inventory)."""
+def assert_converged(output: str, rc: int, hosts: set[str], playbook: str) -> None:
+    """`playbook` ended well on exactly `hosts`."""
     recap = parse_recap(output)
     bad = {h: r for h, r in recap.items() if r.get("failed") or r.get("unreachable")}
-    assert rc == 0 and set(recap) == (hosts or set(D.hostvars)) and not bad, (
-        f"site.yml: exit {rc}, recap {recap}\n" + "\n".join(changed_tasks(output)) + "\n" + tail(output))
+    assert rc == 0 and set(recap) == hosts and not bad, (
+        f"{playbook}: exit {rc}, recap {recap}\n" + "\n".join(changed_tasks(output)) + "\n" + tail(output))
 
 
 @pytest.mark.skipif(PARTITION is None, reason="the model has no partition with nodes")
@@ -70,11 +77,15 @@ def test_accounting_survives_site_rerun():
 
     before = retry(with_job, 30, 2)
     assert job in before, f"job {job} never reached the accounting database"
-    proc = run_site(D.inventory)
-    assert_converged(proc.stdout, proc.returncode)
-    assert retry(controller_up, 60, 2), "slurmctld is not UP after site.yml"
+    for playbook in ACCOUNTING_TIERS:
+        proc = run_site(D.inventory, playbook=playbook)
+        hosts = set(parse_recap(proc.stdout))
+        assert hosts and hosts <= set(D.hostvars), f"{playbook}: no host converged\n{tail(proc.stdout)}"
+        assert_converged(proc.stdout, proc.returncode, hosts, playbook)
+    assert retry(controller_up, 60, 2), f"slurmctld is not UP after {' and '.join(ACCOUNTING_TIERS)}"
     after = accounted_job_ids()
-    assert after == before, f"accounting changed across site.yml: lost {sorted(before - after)}, new {sorted(after - before)}"
+    assert after == before, (f"accounting changed across {' and '.join(ACCOUNTING_TIERS)}: lost {sorted(before - after)}, "
+                             f"new {sorted(after - before)}")
 
 
 def _podman(*args: str) -> subprocess.CompletedProcess:
@@ -87,9 +98,9 @@ def _booted(container: str) -> bool:
 
 
 def _converge_and_kill(victim: str, container: str, on_stop=None) -> tuple[str, int, bool]:
-    """Run site.yml; stop the victim's container right after its first task result that
+    """Run the victim's tier; stop its container right after its first task result that
     follows a task matching FAULT_AT, so it dies part-way through that role; then on_stop()."""
-    cmd, env = site_cmd(D.inventory)
+    cmd, env = site_cmd(D.inventory, playbook=COMPUTE_TIER)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killer = threading.Timer(1200, proc.kill)  # a hung converge must not hang the suite
     killer.start()
@@ -123,8 +134,8 @@ def test_node_dying_mid_converge_spares_the_others():
         assert stopped, f"the converge never reached {FAULT_AT.pattern!r}, so {VICTIM} was never stopped\n{tail(output)}"
         recap = parse_recap(output)
         others = {h: r for h, r in recap.items() if h != VICTIM and (r.get("failed") or r.get("unreachable"))}
-        assert rc != 0 and not others and set(recap) == set(D.hostvars), \
-            f"exit {rc}; the other nodes must converge (failed=0, unreachable=0): {recap}\n{tail(output)}"
+        assert rc != 0 and not others and set(recap) == set(D.hosts_in("slurm_nodes")), \
+            f"exit {rc}; the tier's other nodes must converge (failed=0, unreachable=0): {recap}\n{tail(output)}"
         assert recap[VICTIM].get("unreachable") or recap[VICTIM].get("failed"), f"{VICTIM} in the recap: {recap[VICTIM]}"
         named = [ln for ln in output.splitlines() if ln.startswith("fatal: [") and f"[{VICTIM}]" in ln]
         assert named, f"no 'fatal: [{VICTIM}]' line names the dead host\n{tail(output)}"
@@ -136,9 +147,9 @@ def test_node_dying_mid_converge_spares_the_others():
     finally:
         _podman("start", container)
         retry(lambda: _booted(container), 90)
-    # As an admin heals one node: site.yml limited to it (the others converged above).
-    proc = run_site(D.inventory, "--limit", VICTIM)
-    assert_converged(proc.stdout, proc.returncode, {VICTIM})
+    # As an admin heals one node: the tier it died in, limited to it (the others converged above).
+    proc = run_site(D.inventory, "--limit", VICTIM, playbook=COMPUTE_TIER)
+    assert_converged(proc.stdout, proc.returncode, {VICTIM}, COMPUTE_TIER)
     # slurmctld saw the node vanish: an admin returns it to service once it is healthy again
     # (ReturnToService=2 usually does it alone when slurmd re-registers).
     node_idle = lambda: D.host(D.login).run("sinfo -h -n %s -o %%t", VICTIM).stdout.strip() == "idle"  # noqa: E731
