@@ -126,6 +126,22 @@ def render(
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(EXIT_UNUSABLE) from None
     out.print(f"rendered {len(files)} files for cluster '{model.cluster.name}' into {output}", markup=False)
+    out.print("  " + ", ".join(f"{area} {n}" for area, n in areas(files).items()), markup=False)
+
+
+def areas(files: dict[str, str]) -> dict[str, int]:
+    """How many rendered files each part of the tree holds: the inventory, then each place on
+    the nodes (files/etc/slurm, files/opt/hal/portal, ...) and the trees beside them (gpfs, nfs)."""
+    counts: dict[str, int] = {}
+    for path in files:
+        parts = path.split("/")
+        if parts[0] == "files" and len(parts) > 2:
+            depth = 4 if parts[1] in ("opt", "var") and len(parts) > 4 else 3
+            key = "/".join(parts[1:depth]) if len(parts) > depth else "/".join(parts[1:-1]) or parts[1]
+        else:
+            key = parts[0]
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 @app.command()
