@@ -8,9 +8,9 @@ cd "$(dirname "$0")/.."
 all_start=${HAL_BOOTSTRAP_START:-$(date +%s)}
 
 passed=0; failed=0; timings=()
-# Every scenario runs the locally built node image (no registry): build it if missing, in the
-# background while pytest runs (mostly downloads and unpacking beside pytest's CPU work); its
-# output follows pytest's.
+# Every scenario runs a locally built node image (no registry): the bare one and the one with
+# the roles' packages on it, built if missing in the background while pytest runs (mostly
+# downloads and dpkg beside pytest's CPU work); their output follows pytest's.
 image_log=$(mktemp -t hal-image.XXXXXX)
 start=$(date +%s)
 ( python -m hal_provision.sandbox.image >"$image_log" 2>&1; rc=$?
@@ -22,7 +22,7 @@ python -m pytest -ra "$@"
 pytest_rc=$?
 pytest_s=$(( $(date +%s) - start ))
 
-echo "== node image"
+echo "== node images"
 wait "$image_pid" || failed=$((failed + 1))
 cat "$image_log"
 image_s=$(sed -n 's/^image_s=\([0-9]*\) .*/\1/p' "$image_log")
@@ -43,7 +43,7 @@ for scenario in $(sed 's/#.*//' molecule/ci-scenarios); do
 done
 echo "== timings"
 printf '%-16s %-7s %4ds\n' pytest "$([ "$pytest_rc" -eq 0 ] && echo passed || echo FAILED)" "$pytest_s"
-printf '%-16s %-7s %4ds (beside pytest)\n' "node image" - "${image_s:-0}"
+printf '%-16s %-7s %4ds (beside pytest)\n' "node images" - "${image_s:-0}"
 printf '%s\n' "${timings[@]}"
 total=$(( $(date +%s) - all_start ))
 printf '%-16s %-7s %4ds (%dm%02ds)\n' total - "$total" $((total / 60)) $((total % 60))
