@@ -33,8 +33,9 @@ quiet() {
   printf '%s\n' "$(clock "$start")"
 }
 # step NAME: a step whose own output follows (its time comes with `done_step`).
-step() { STEP_NAME="$1"; STEP_START=$(date +%s); echo "== $1"; }
-done_step() { echo "   ($STEP_NAME: $(clock "$STEP_START"))"; }
+# step NAME [NOTE]: a step whose own output follows; `done_step` closes it with its time.
+step() { STEP_NAME="$1"; STEP_START=$(date +%s); echo "== $1${2:+ ($2)}"; }
+done_step() { echo "== $STEP_NAME: $(clock "$STEP_START")"; }
 
 # Debian packages: real Slurm daemons, munge, hwloc and slapd (slapadd) for the acceptance
 # tests, ruby (erb) for the rendered Open OnDemand templates; podman and friends for the
@@ -100,7 +101,7 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 case "$job" in
   demo)
-    step "the embedded HAL description: validate, show, render"
+    step "validate, show, render" "the embedded HAL description"
     hal-provision validate
     hal-provision show
     hal-provision render -o rendered/hal
@@ -108,10 +109,10 @@ case "$job" in
     printf '== node images (bare, and with the roles'"'"' packages) ... '
     if ! wait "$images_pid"; then echo FAILED; tail -n 40 "$LOGS/images" >&2; exit 1; fi
     echo "$(clock "$images_start") (built beside the Python set-up)"
-    step "sandbox up: the containers, then site.yml (Ansible's output goes to .hal-sandbox/logs/)"
+    step "sandbox up" "containers, then site.yml; Ansible's own output goes to .hal-sandbox/logs/"
     hal-provision sandbox up
     done_step
-    step "verify: the tests that read the cluster (tests/infra)"
+    step "verify" "the tests that read the cluster, tests/infra"
     hal-provision verify .hal-sandbox/rendered/inventory -- -q --no-header
     done_step
     cat <<EOF
