@@ -246,3 +246,23 @@ def test_each_lazy_sub_command_is_listed_with_its_own_help():
         assert command.name == name
         first = inspect.cleandoc(command.help or "").split("\n\n")[0]
         assert " ".join(first.split()) == line, name
+
+
+def test_verify_runs_only_the_read_only_tests_unless_asked():
+    from hal_provision.verify import marker_expression
+
+    assert marker_expression() == "not changes and not faults"
+    assert marker_expression(changes=True) == "not faults"
+    assert marker_expression(faults=True) == "not changes"
+    assert marker_expression(faults=True, changes=True) is None
+
+
+def test_render_summarises_the_tree_by_where_its_files_go():
+    from hal_provision.cli import areas
+
+    files = {"inventory/hosts.yml": "", "inventory/storage.yml": "", "files/etc/hosts": "",
+             "files/etc/slurm/slurm.conf": "", "files/etc/slurm/gres.conf": "",
+             "files/opt/hal/portal/apps/jupyter/launch.sh": "", "files/var/www/ood/apps/x/form.yml": "",
+             "gpfs/tuning.json": ""}
+    assert areas(files) == {"etc": 1, "etc/slurm": 2, "gpfs": 1, "inventory": 2, "opt/hal/portal": 1,
+                            "var/www/ood": 1}

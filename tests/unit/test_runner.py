@@ -137,3 +137,17 @@ def test_the_events_file_takes_them_when_no_pipe_is_given(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kinds = [json.loads(line)["ev"] for line in events.read_text().splitlines()]
     assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("result") == 2
+
+
+def test_every_host_gets_its_own_ssh_master():
+    """ansible.cfg's ssh_args reach ssh as written (synchronize's rsync uses them): the
+    ControlPath must be ssh's %C (a socket per host), never %%C (one socket for every host,
+    which sent rsync to whichever node that master reached first)."""
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(runner.REPO / "ansible.cfg")
+    ssh_args = cfg.get("ssh_connection", "ssh_args")
+    [path] = [a.split("=", 1)[1] for a in ssh_args.split() if a.startswith("ControlPath=")]
+    assert path.endswith("/%C") and "%%" not in path
+    assert "ControlMaster=auto" in ssh_args and "ControlPersist=" in ssh_args
