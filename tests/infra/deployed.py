@@ -148,6 +148,7 @@ class Deployed:
                 self._hosts[name] = testinfra.get_host(f"podman://{hv.get('ansible_host', name)}")
             else:
                 become = bool(hv.get("ansible_become")) or hv.get("ansible_user", "root") != "root"
+                _ansible_config_as_ansible_reads_it(str(self.inventory))
                 self._hosts[name] = testinfra.get_host(
                     f"ansible://{name}", ansible_inventory=str(self.inventory), sudo=become)
         return self._hosts[name]
@@ -172,6 +173,25 @@ class Deployed:
     def journal(self, name: str, unit: str, lines: int = 50) -> str:
         out = self.host(name).run("journalctl -u %s -n %s --no-pager", unit, str(lines))
         return f"--- journalctl -u {unit} on {name} ---\n{out.stdout}{out.stderr}"
+
+
+def _ansible_config_as_ansible_reads_it(inventory: str) -> None:
+    """testinfra's ansible backend reads ansible.cfg with configparser's %-interpolation, which
+    fails on ssh_args' ControlPath=.../%C (a token for ssh: Ansible reads the file raw and hands
+    ssh_args to ssh as written). Give its runner for this inventory the file read raw, so
+    testinfra passes ssh the same options Ansible does."""
+    import configparser
+
+    from testinfra.utils.ansible_runner import AnsibleRunner
+
+    runner = AnsibleRunner.get_runner(inventory)
+    if "ansible_config" in runner.__dict__:
+        return
+    config = configparser.RawConfigParser()
+    fname = os.environ.get("ANSIBLE_CONFIG")
+    if fname:
+        config.read(fname)
+    runner.__dict__["ansible_config"] = config  # functools.cached_property's slot
 
 
 # A shell loop printing "ok DEV" or "denied DEV" for each of {devs}. An open() refused by the
