@@ -146,10 +146,13 @@ def slurm_conf(cluster: Cluster) -> str:
 
 
 def priority_lines(cluster: Cluster) -> str:
-    """PriorityType and its settings; nothing under priority/basic (Slurm's default), which
-    reads none of them."""
+    """PriorityType, named even when it is priority/basic (the default changes between Slurm
+    releases), and under priority/multifactor the weights and usage decay it reads."""
     if cluster.priority_type == "basic":
-        return ""
+        return (
+            "\n# Job priority: first in, first out (no account sets a fair-share, no QOS a priority).\n"
+            "PriorityType=priority/basic\n"
+        )
     p = cluster.slurm.priority
     tres = ",".join(f"{name}={p.weight_tres[name]}" for name in get_args(WeightedTres) if name in p.weight_tres)
     return (
