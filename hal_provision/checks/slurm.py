@@ -187,12 +187,17 @@ def def_mem_per_cpu_fits(c: Cluster):
 PRIORITY = ("slurm", "priority")
 
 
-def _fair_share_accounts(c: Cluster) -> str:
-    return ", ".join(repr(g.slurm_account) for _i, g in c.fair_share_groups())
-
-
-def _prioritised_qos(c: Cluster) -> str:
-    return ", ".join(f"{q.name!r} ({q.priority})" for _i, q in c.slurm.prioritised_qos())
+def _policies_in_use(c: Cluster) -> list[tuple[str, str, str]]:
+    """Each priority policy the model sets, as (what, who sets it, the weight that carries it)."""
+    out = []
+    if groups := c.fair_share_groups():
+        accounts = ", ".join(repr(g.slurm_account) for _i, g in groups)
+        out.append(("fair-share", f"accounts {accounts} set a fair-share (accounts.groups[].fairshare)",
+                    "weight_fairshare"))
+    if qos := c.slurm.prioritised_qos():
+        names = ", ".join(f"{q.name!r} ({q.priority})" for _i, q in qos)
+        out.append(("QOS priorities", f"QOS {names} set a priority", "weight_qos"))
+    return out
 
 
 @check
@@ -201,17 +206,11 @@ def priority_basic_ignores_fair_share_and_qos(c: Cluster):
     priority/basic orders jobs by submit time only; the policy the file describes never applies."""
     if c.slurm.priority.type != "basic":
         return
-    if c.fair_share_groups():
+    for what, who, _weight in _policies_in_use(c):
         yield error(
             (*PRIORITY, "type"),
-            f"priority/basic ignores fair-share, but accounts {_fair_share_accounts(c)} set one "
-            "(accounts.groups[].fairshare): use type multifactor (or leave type out), or drop the fair-shares",
-        )
-    if c.slurm.prioritised_qos():
-        yield error(
-            (*PRIORITY, "type"),
-            f"priority/basic ignores QOS priorities, but QOS {_prioritised_qos(c)} set one: "
-            "use type multifactor (or leave type out), or set their priority to 0",
+            f"priority/basic ignores {what}, but {who}: use type multifactor (or leave type out), "
+            f"or drop the {what}",
         )
 
 
@@ -221,19 +220,13 @@ def priority_weights_reach_used_factors(c: Cluster):
     slurmdbd and shown by sshare and sacctmgr, yet never move a job up the queue."""
     if c.priority_type != "multifactor":
         return
-    p = c.slurm.priority
-    if c.fair_share_groups() and p.weight_fairshare == 0:
-        yield warning(
-            (*PRIORITY, "weight_fairshare"),
-            f"accounts {_fair_share_accounts(c)} set a fair-share, but weight_fairshare is 0, so "
-            "fair-share never changes a job's priority: give it a weight above 0",
-        )
-    if c.slurm.prioritised_qos() and p.weight_qos == 0:
-        yield warning(
-            (*PRIORITY, "weight_qos"),
-            f"QOS {_prioritised_qos(c)} set a priority, but weight_qos is 0, so the QOS never "
-            "changes a job's priority: give it a weight above 0",
-        )
+    for what, who, weight in _policies_in_use(c):
+        if getattr(c.slurm.priority, weight) == 0:
+            yield warning(
+                (*PRIORITY, weight),
+                f"{who}, but {weight} is 0, which leaves {what} out of every job's priority: "
+                "give it a weight above 0",
+            )
 
 
 @check

@@ -96,7 +96,7 @@ class Priority(Strict):
         description="PriorityType: multifactor (priority/multifactor: a weighted sum of the factors below) or "
         "basic (priority/basic: first in, first out; fair-share and QOS priorities do nothing). None: "
         "multifactor when any Slurm account sets a fair-share (other than 1) or any QOS a priority above 0, "
-        "else basic (Slurm's own default).",
+        "else basic (Slurm 22.05's default).",
     )
     weight_age: PriorityWeight = Field(
         1000, description="PriorityWeightAge: weight of the time a job has waited (up to max_age).")

@@ -145,12 +145,13 @@ ROWS = [
      E, "slurm.slurmd_port", "slurmd_port 6817 is also controller_port"),
     # --- Slurm job priority ----------------------------------------------------------------------
     ("priority-basic-with-fair-share", [BASIC],
-     E, "slurm.priority.type", "priority/basic ignores fair-share, but accounts 'astro', 'bioml' set one"),
+     E, "slurm.priority.type", "priority/basic ignores fair-share, but accounts 'astro', 'bioml' set a fair-share"),
     ("priority-basic-with-qos-priorities", [BASIC],
-     E, "slurm.priority.type", "priority/basic ignores QOS priorities, but QOS 'normal' (10), 'debug' (100) set one"),
+     E, "slurm.priority.type", "priority/basic ignores QOS priorities, but QOS 'normal' (10), 'debug' (100) set a priority"),
     ("priority-fair-share-weight-zero", [("weight_fairshare: 100000 ", "weight_fairshare: 0 ")],
      W, "slurm.priority.weight_fairshare",
-     "accounts 'astro', 'bioml' set a fair-share, but weight_fairshare is 0, so fair-share never changes"),
+     "accounts 'astro', 'bioml' set a fair-share (accounts.groups[].fairshare), but weight_fairshare is 0, "
+     "which leaves fair-share out of every job's priority"),
     ("priority-qos-weight-zero", [("weight_qos: 10000 ", "weight_qos: 0 ")],
      W, "slurm.priority.weight_qos", "QOS 'normal' (10), 'debug' (100) set a priority, but weight_qos is 0"),
     ("priority-weights-beyond-32-bits", [("weight_fairshare: 100000 ", "weight_fairshare: 4294967295 ")],
