@@ -124,7 +124,7 @@ def _has_limits(c: Cluster, group) -> bool:
     qos = {q.name: q for q in c.slurm.qos}
     limited = any(q.max_wall or q.max_gpus_per_user is not None or q.max_jobs_per_user is not None
                   for name in group.qos if (q := qos.get(name)) is not None)
-    return limited or group.fairshare != 1
+    return limited or group.sets_fair_share
 
 
 @check

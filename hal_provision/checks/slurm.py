@@ -1,11 +1,11 @@
-"""Checks: Slurm partitions, QOS, ports and memory."""
+"""Checks: Slurm partitions, QOS, ports, memory and job priority."""
 
 from __future__ import annotations
 
 from ..findings import error, warning
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
-from ..model.slurm import slurm_minutes
+from ..model.slurm import PRIORITY_MAX, slurm_minutes
 from . import check
 from .common import (
     compute_hosts_outside,
@@ -182,3 +182,80 @@ def def_mem_per_cpu_fits(c: Cluster):
                     f"{real} MiB; a job using all CPUs could never start: use at most "
                     f"{real // profile.cpus} MiB",
                 )
+
+
+PRIORITY = ("slurm", "priority")
+
+
+def _policies_in_use(c: Cluster) -> list[tuple[str, str, str]]:
+    """Each priority policy the model sets, as (what, who sets it, the weight that carries it)."""
+    out = []
+    if groups := c.fair_share_groups():
+        accounts = ", ".join(repr(g.slurm_account) for _i, g in groups)
+        out.append(("fair-share", f"accounts {accounts} set a fair-share (accounts.groups[].fairshare)",
+                    "weight_fairshare"))
+    if qos := c.slurm.prioritised_qos():
+        names = ", ".join(f"{q.name!r} ({q.priority})" for _i, q in qos)
+        out.append(("QOS priorities", f"QOS {names} set a priority", "weight_qos"))
+    return out
+
+
+@check
+def priority_basic_ignores_fair_share_and_qos(c: Cluster):
+    """Error, not warning: slurmctld starts and sacctmgr takes the shares and priorities, yet
+    priority/basic orders jobs by submit time only; the policy the file describes never applies."""
+    if c.slurm.priority.type != "basic":
+        return
+    for what, who, _weight in _policies_in_use(c):
+        yield error(
+            (*PRIORITY, "type"),
+            f"priority/basic ignores {what}, but {who}: use type multifactor (or leave type out), "
+            f"or drop the {what}",
+        )
+
+
+@check
+def priority_weights_reach_used_factors(c: Cluster):
+    """A weight of 0 multiplies its factor away: the fair-shares or QOS priorities are set in
+    slurmdbd and shown by sshare and sacctmgr, yet never move a job up the queue."""
+    if c.priority_type != "multifactor":
+        return
+    for what, who, weight in _policies_in_use(c):
+        if getattr(c.slurm.priority, weight) == 0:
+            yield warning(
+                (*PRIORITY, weight),
+                f"{who}, but {weight} is 0, which leaves {what} out of every job's priority: "
+                "give it a weight above 0",
+            )
+
+
+@check
+def priority_weights_fit_32_bits(c: Cluster):
+    """slurmctld caps a job's priority at 2**32-1 ("Job N priority exceeds 32 bits"): above it,
+    jobs high in several factors all get the same priority and the factors no longer order them."""
+    if c.priority_type != "multifactor":
+        return
+    highest = c.slurm.priority.highest_priority
+    if highest > PRIORITY_MAX:
+        yield warning(
+            PRIORITY,
+            f"the weights add up to {highest}, above {PRIORITY_MAX}, the highest job priority Slurm "
+            "holds: jobs beyond it are all cut to that value and no longer ordered by their factors; "
+            "scale the weights down",
+        )
+
+
+@check
+def fair_share_usage_decays(c: Cluster):
+    """With no decay and no reset, usage from years ago weighs as much as yesterday's: an
+    account that was busy once keeps a low fair-share factor for good."""
+    if c.priority_type != "multifactor" or not c.fair_share_groups():
+        return
+    p = c.slurm.priority
+    if slurm_minutes(p.decay_half_life) == 0 and p.usage_reset_period == "NONE":
+        yield warning(
+            (*PRIORITY, "decay_half_life"),
+            "decay_half_life 0 (no decay) with usage_reset_period NONE: recorded usage is never "
+            "forgotten, so past usage lowers an account's fair-share forever; set a half-life or "
+            "a reset period",
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Literal
 
 from ClusterShell.NodeSet import NodeSet
 from pydantic import Field
@@ -19,7 +20,7 @@ from .services import Services
 from .portal import Portal, PortalApp
 from .monitoring import Grafana, InfluxDb, Monitoring
 from .recipes import Recipes
-from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
+from .slurm import Cgroup, Partition, Priority, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
                       NodeClass, Nsd, Storage, StorageArray)
@@ -83,11 +84,24 @@ class Cluster(Strict):
                   (self.hardware[g.hardware] for g in self.groups_with_role(Role.compute) if g.hardware in self.hardware)]
         return max(min(shares, default=1), 1)
 
+    def fair_share_groups(self) -> list[tuple[int, ResearchGroup]]:
+        """(index under accounts.groups, group) for each Slurm account with a fair-share of its own."""
+        return [] if self.accounts is None else self.accounts.fair_share_groups()
+
+    @property
+    def priority_type(self) -> Literal["multifactor", "basic"]:
+        """slurm.priority.type, else multifactor when fair-share or a QOS priority asks for it
+        (priority/basic would ignore both), else basic."""
+        chosen = self.slurm.priority.type
+        if chosen is not None:
+            return chosen
+        return "multifactor" if self.fair_share_groups() or self.slurm.prioritised_qos() else "basic"
+
 
 __all__ = [
     "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
-    "Network", "NodeGroup", "Partition", "Portal", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
+    "Network", "NodeGroup", "Partition", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

@@ -41,7 +41,14 @@ class ResearchGroup(Strict):
         description="QOS the account may use (slurm.qos names); empty: Slurm's default (normal).",
     )
     default_qos: Name | None = Field(None, description="The account's default QOS; one of `qos`.")
-    fairshare: int = Field(1, ge=0, description="Fair-share shares of the account (sacctmgr Fairshare).")
+    fairshare: int = Field(
+        1, ge=0, description="Fair-share shares of the account (sacctmgr Fairshare); 1 is sacctmgr's default.")
+
+    @property
+    def sets_fair_share(self) -> bool:
+        """The group's Slurm account has shares other than sacctmgr's default 1: a fair-share policy
+        that only priority/multifactor (with a PriorityWeightFairshare) puts into effect."""
+        return bool(self.slurm_account) and self.fairshare != 1
 
 
 class User(Strict):
@@ -99,6 +106,10 @@ class Accounts(Strict):
 
     def group(self, name: str) -> ResearchGroup | None:
         return next((g for g in self.groups if g.name == name), None)
+
+    def fair_share_groups(self) -> list[tuple[int, ResearchGroup]]:
+        """(index, group) for each group whose Slurm account sets a fair-share."""
+        return [(i, g) for i, g in enumerate(self.groups) if g.sets_fair_share]
 
     def members(self, group: str) -> list[User]:
         """Users whose primary or other groups include `group` (admins too, for the admin group),

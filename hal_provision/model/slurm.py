@@ -23,6 +23,15 @@ def _check_time(value: str) -> str:
 SlurmTime = Annotated[str, AfterValidator(_check_time)]
 
 
+def _check_finite(value: str) -> str:
+    if value.upper() in ("UNLIMITED", "INFINITE"):
+        raise ValueError(f"{value!r}: give a length of time (MM, HH:MM:SS or D-HH:MM:SS), not unlimited")
+    return value
+
+
+FiniteSlurmTime = Annotated[str, AfterValidator(_check_time), AfterValidator(_check_finite)]
+
+
 def slurm_minutes(value: str) -> float | None:
     """Minutes of a Slurm time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]); None: unlimited."""
     if value.upper() in ("UNLIMITED", "INFINITE"):
@@ -49,6 +58,12 @@ class Partition(Strict):
     )
     max_nodes: int | None = Field(None, ge=1, description="MaxNodes per job.")
     qos: Name | None = Field(None, description="Partition QOS (must exist under slurm.qos).")
+    priority_tier: int | None = Field(
+        None, ge=0, le=65533,
+        description="PriorityTier: pending jobs of a partition with a higher tier are scheduled before those of "
+        "partitions with a lower one, whatever their job priority (under priority/basic too). None: not rendered "
+        "(Slurm's default, 1).",
+    )
     state: Literal["UP", "DOWN", "DRAIN", "INACTIVE"] = Field("UP", description="Initial state.")
     description: str = Field("", description="Free text.")
 
@@ -60,6 +75,65 @@ class Qos(Strict):
     max_gpus_per_user: int | None = Field(None, ge=0, description="MaxTRESPerUser gres/gpu.")
     max_jobs_per_user: int | None = Field(None, ge=0, description="MaxJobsPerUser.")
     description: str = Field("", description="Free text.")
+
+
+# Slurm's job priority is an unsigned 32-bit number; a larger sum of weighted factors is cut to it.
+PRIORITY_MAX = 2**32 - 1
+
+PriorityWeight = Annotated[int, Field(ge=0, le=PRIORITY_MAX)]
+
+# TRES a PriorityWeightTRES may weigh: those slurmctld tracks. The first eight are always tracked;
+# GRES/gpu because slurm.conf names it in AccountingStorageTRES. slurmctld stops on any other
+# ("TRES weight '...' is not a configured TRES type"). In the order slurm.conf lists them.
+WeightedTres = Literal["CPU", "Mem", "Energy", "Node", "Billing", "FS/Disk", "VMem", "Pages", "GRES/gpu"]
+
+
+class Priority(Strict):
+    """How Slurm orders pending jobs (slurm.conf Priority*). Cluster.priority_type is the type in force."""
+
+    type: Literal["multifactor", "basic"] | None = Field(
+        None,
+        description="PriorityType: multifactor (priority/multifactor: a weighted sum of the factors below) or "
+        "basic (priority/basic: first in, first out; fair-share and QOS priorities do nothing). None: "
+        "multifactor when any Slurm account sets a fair-share (other than 1) or any QOS a priority above 0, "
+        "else basic (Slurm 22.05's default).",
+    )
+    weight_age: PriorityWeight = Field(
+        1000, description="PriorityWeightAge: weight of the time a job has waited (up to max_age).")
+    weight_fairshare: PriorityWeight = Field(
+        10000, description="PriorityWeightFairshare: weight of the account's fair-share factor "
+        "(accounts.groups[].fairshare against its recent usage).")
+    weight_job_size: PriorityWeight = Field(
+        0, description="PriorityWeightJobSize: weight of the job's size (larger jobs first unless favor_small).")
+    weight_partition: PriorityWeight = Field(
+        0, description="PriorityWeightPartition: weight of the partition's PriorityJobFactor (the model sets "
+        "none, so every partition's is 1 and this weight adds the same to every job).")
+    weight_qos: PriorityWeight = Field(
+        10000, description="PriorityWeightQOS: weight of the job's QOS priority (slurm.qos[].priority, "
+        "normalised to the highest).")
+    weight_tres: dict[WeightedTres, int] = Field(
+        default_factory=dict,
+        description="PriorityWeightTRES: weight per TRES the job asks for, e.g. {CPU: 1000, Mem: 2000, "
+        "GRES/gpu: 3000} (negative values lower the priority). Empty: not rendered.",
+    )
+    decay_half_life: FiniteSlurmTime = Field(
+        "7-00:00:00", description="PriorityDecayHalfLife: recorded usage halves over this time; 0: no decay "
+        "(usage_reset_period must then clear it).")
+    max_age: FiniteSlurmTime = Field(
+        "7-00:00:00", description="PriorityMaxAge: the wait after which the age factor is at its maximum.")
+    favor_small: bool = Field(False, description="PriorityFavorSmall: smaller jobs get the larger job-size factor.")
+    usage_reset_period: Literal["NONE", "NOW", "DAILY", "WEEKLY", "MONTHLY", "QUARTERLY", "YEARLY"] = Field(
+        "NONE", description="PriorityUsageResetPeriod: when recorded usage is cleared (NONE: never, usage only "
+        "decays; NOW: at every slurmctld start and reconfigure).")
+    calc_period_minutes: int = Field(
+        5, ge=1, description="PriorityCalcPeriod: minutes between recalculations of decayed usage and fair-share.")
+
+    @property
+    def highest_priority(self) -> int:
+        """The highest job priority these weights can give: every factor at 1 (TRES weights below 0 lower it)."""
+        weights = (self.weight_age, self.weight_fairshare, self.weight_job_size, self.weight_partition,
+                   self.weight_qos)
+        return sum(weights) + sum(w for w in self.weight_tres.values() if w > 0)
 
 
 class Cgroup(Strict):
@@ -95,6 +169,12 @@ class Slurm(Strict):
     )
     partitions: list[Partition] = Field(min_length=1, description="Slurm partitions.")
     qos: list[Qos] = Field(default_factory=list, description="Quality-of-service levels.")
+    priority: Priority = Field(
+        default_factory=Priority, description="Job priority: PriorityType, the factors' weights, usage decay.")
+
+    def prioritised_qos(self) -> list[tuple[int, Qos]]:
+        """(index, QOS) for each QOS with a priority above 0: what PriorityWeightQOS weighs."""
+        return [(i, q) for i, q in enumerate(self.qos) if q.priority > 0]
 
 
 class VirtualPartition(Strict):

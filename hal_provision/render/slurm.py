@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import get_args
 
 from ..hostlist import fold, fold_hostlists, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
+from ..model.slurm import WeightedTres
 from .common import header, yes_no
 from .health import slurm_conf_lines as health_lines
 
@@ -89,6 +91,7 @@ def slurm_conf(cluster: Cluster) -> str:
             else "\n# No fabric described: no network-aware placement (topology.conf is not read).\n"
             "TopologyPlugin=topology/none\n"
         )
+        + priority_lines(cluster)
         + "\n# Accounting through slurmdbd.\n"
         "AccountingStorageType=accounting_storage/slurmdbd\n"
         f"AccountingStorageHost={_first_host(svc.slurmdbd)}\n"
@@ -135,9 +138,39 @@ def slurm_conf(cluster: Cluster) -> str:
             line += f" MaxNodes={part.max_nodes}"
         if part.qos:
             line += f" QOS={part.qos}"
+        if part.priority_tier is not None:
+            line += f" PriorityTier={part.priority_tier}"
         line += f" State={part.state}"
         out.append(line + "\n")
     return "".join(out)
+
+
+def priority_lines(cluster: Cluster) -> str:
+    """PriorityType, named even when it is priority/basic (the default changes between Slurm
+    releases), and under priority/multifactor the weights and usage decay it reads."""
+    if cluster.priority_type == "basic":
+        return (
+            "\n# Job priority: first in, first out (no account sets a fair-share, no QOS a priority).\n"
+            "PriorityType=priority/basic\n"
+        )
+    p = cluster.slurm.priority
+    tres = ",".join(f"{name}={p.weight_tres[name]}" for name in get_args(WeightedTres) if name in p.weight_tres)
+    return (
+        "\n# Job priority: a weighted sum of factors. priority/basic (first in, first out) would ignore\n"
+        "# the accounts' fair-share and the QOS priorities.\n"
+        "PriorityType=priority/multifactor\n"
+        f"PriorityWeightAge={p.weight_age}\n"
+        f"PriorityWeightFairshare={p.weight_fairshare}\n"
+        f"PriorityWeightJobSize={p.weight_job_size}\n"
+        f"PriorityWeightPartition={p.weight_partition}\n"
+        f"PriorityWeightQOS={p.weight_qos}\n"
+        + (f"PriorityWeightTRES={tres}\n" if tres else "")
+        + f"PriorityDecayHalfLife={p.decay_half_life}\n"
+        f"PriorityMaxAge={p.max_age}\n"
+        f"PriorityFavorSmall={'YES' if p.favor_small else 'NO'}\n"
+        f"PriorityUsageResetPeriod={p.usage_reset_period}\n"
+        f"PriorityCalcPeriod={p.calc_period_minutes}\n"
+    )
 
 
 def gres_conf(cluster: Cluster) -> str:

@@ -39,10 +39,14 @@ KNOWN_LOG_ERRORS = {
         "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so (package libpmix-dev), absent here",
     r"Could not open (node|job|reservation|trigger) state file|Trying backup state save file":
         "first start on an empty StateSaveLocation",
+    r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD, ignoring":
+        "the harness's accounting_storage/none: age and fair-share come from slurmdbd's records",
 }
 
 # Rendered slurm.conf keys whose value scontrol shows under another name.
-SHOWN_AS = {"SlurmctldHost": "SlurmctldHost[{index}]"}
+SHOWN_AS = {"SlurmctldHost": "SlurmctldHost[{index}]", "PriorityWeightFairshare": "PriorityWeightFairShare"}
+# Rendered in minutes, shown as a time of day.
+MINUTES_KEYS = {"PriorityCalcPeriod"}
 PER_ITEM_KEYS = {"NodeName", "NodeSet", "PartitionName"}
 
 
@@ -103,6 +107,7 @@ def test_partitions_are_loaded_as_described(case):
         if p.def_mem_per_cpu_mib:
             assert got.get("DefMemPerCPU") == str(p.def_mem_per_cpu_mib), p.name
         assert got["QoS"] == (p.qos or "N/A"), p.name
+        assert got["PriorityTier"] == str(1 if p.priority_tier is None else p.priority_tier), p.name
         assert got["State"] == p.state, p.name
 
 
@@ -124,6 +129,7 @@ def test_twogen_partition_spans_both_generations(twogen):
     assert nodes["tg01"]["RealMemory"] != nodes["tg05"]["RealMemory"]
     assert parts["gpu"]["TotalCPUs"] == str(4 * 256 + 4 * 224)
     assert NodeSet(parts["h100"]["Nodes"]) == nodeset("tg[05-08]")
+    assert (parts["h100"]["PriorityTier"], parts["gpu"]["PriorityTier"]) == ("2", "1")
 
 
 def _topology(controller) -> dict[str, dict[str, str]]:
@@ -247,9 +253,11 @@ def test_unknown_cgroup_key_stops_slurmctld(extra_controller):
         extra_controller(load_cluster("hal"), add_unknown_key)
 
 
-def _same_setting(rendered: str, loaded: str) -> bool:
-    """scontrol upper-cases some values, appends units and adds implied flags
-    (PrologFlags=Contain implies Alloc)."""
+def _same_setting(key: str, rendered: str, loaded: str) -> bool:
+    """scontrol upper-cases some values, appends units, shows minutes as a time and adds
+    implied flags (PrologFlags=Contain implies Alloc)."""
+    if key in MINUTES_KEYS:
+        return slurm_minutes(rendered) == slurm_minutes(loaded)
     loaded = re.sub(r" (sec|min|usec)$", "", loaded)
     if rendered.lower() == loaded.lower():
         return True
@@ -272,9 +280,42 @@ def test_global_settings_are_loaded_as_rendered(case):
         shown = SHOWN_AS.get(key, key).format(index=index.get(key, 0))
         index[key] = index.get(key, 0) + 1
         assert shown in config, f"slurmctld does not report {key} (rendered: {line})"
-        assert _same_setting(value, config[shown]), f"{key}: rendered {value!r}, loaded {config[shown]!r}"
+        assert _same_setting(key, value, config[shown]), f"{key}: rendered {value!r}, loaded {config[shown]!r}"
         checked += 1
     assert checked >= 20
+
+
+def test_priority_is_loaded_as_modelled(case):
+    """The type in force, and under multifactor the weights and decay, as slurmctld holds them:
+    HAL and x86-twogen are multifactor (fair-share, QOS priorities), the workstation basic."""
+    config = show_config(case.controller.scontrol("show", "config"))
+    assert config["PriorityType"] == f"priority/{case.cluster.priority_type}"
+    if case.cluster.priority_type == "basic":
+        return
+    p = case.cluster.slurm.priority
+    assert (config["PriorityWeightFairShare"], config["PriorityWeightQOS"], config["PriorityWeightAge"]) == (
+        str(p.weight_fairshare), str(p.weight_qos), str(p.weight_age))
+    assert slurm_minutes(config["PriorityDecayHalfLife"]) == slurm_minutes(p.decay_half_life)
+    assert slurm_minutes(config["PriorityMaxAge"]) == slurm_minutes(p.max_age)
+
+
+def test_workstation_is_first_in_first_out(controllers):
+    config = show_config(controllers.get("workstation").controller.scontrol("show", "config"))
+    assert config["PriorityType"] == "priority/basic"
+
+
+def test_tres_weights_are_loaded_negative_ones_too(extra_controller):
+    """PriorityWeightTRES in slurm.conf's order, a negative weight accepted. (GRES/gpu is left
+    out: the harness's accounting_storage/none drops AccountingStorageTRES=gres/gpu, and a
+    weight on an untracked TRES stops slurmctld: "TRES weight ... is not a configured TRES type".)"""
+    data = load_cluster("hal").model_dump(mode="json", exclude_none=True)
+    data["slurm"]["priority"].update(weight_tres={"Mem": 2000, "CPU": -1000}, favor_small=True,
+                                     usage_reset_period="MONTHLY", calc_period_minutes=10)
+    cluster = Cluster.model_validate(data)
+    assert not [f for f in run_all(cluster) if f.level != Level.info]
+    config = show_config(extra_controller(cluster).scontrol("show", "config"))
+    assert (config["PriorityWeightTRES"], config["PriorityFavorSmall"], config["PriorityUsageResetPeriod"],
+            config["PriorityCalcPeriod"]) == ("CPU=-1000,Mem=2000", "Yes", "MONTHLY", "00:10:00")
 
 
 def test_cgroup_conf_is_parsed_with_the_model_values(case):

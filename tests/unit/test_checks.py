@@ -60,6 +60,13 @@ CPU_PARTITION = (  # a compute group without GPUs, its partition and a gpu virtu
 
 E, W, I = Level.error, Level.warning, Level.info
 
+BASIC = ("type: multifactor ", "type: basic       ")  # HAL keeps its fair-shares and QOS priorities
+NO_PRIORITY_POLICY = (  # sacctmgr's default shares, QOS without a priority: nothing for multifactor to weigh
+    lambda text: text.replace("fairshare: 10\n", "fairshare: 1\n"),
+    ("priority: 10,", "priority: 0,"),
+    ("priority: 100,", "priority: 0,"),
+)
+
 ROWS = [
     # --- node groups ---------------------------------------------------------------------------
     ("host-in-two-groups", [("    hosts: hal-dev\n", "    hosts: hal16\n")],
@@ -136,6 +143,32 @@ ROWS = [
      E, "slurm.memory_reserve_mib", "RealMemory of 'ac922' nodes would be 256 GiB - 300000 MiB = -37856 MiB"),
     ("slurm-ports-clash", [("\nslurm:\n", "\nslurm:\n  slurmd_port: 6817\n")],
      E, "slurm.slurmd_port", "slurmd_port 6817 is also controller_port"),
+    # --- Slurm job priority ----------------------------------------------------------------------
+    ("priority-basic-with-fair-share", [BASIC],
+     E, "slurm.priority.type", "priority/basic ignores fair-share, but accounts 'astro', 'bioml' set a fair-share"),
+    ("priority-basic-with-qos-priorities", [BASIC],
+     E, "slurm.priority.type", "priority/basic ignores QOS priorities, but QOS 'normal' (10), 'debug' (100) set a priority"),
+    ("priority-fair-share-weight-zero", [("weight_fairshare: 100000 ", "weight_fairshare: 0 ")],
+     W, "slurm.priority.weight_fairshare",
+     "accounts 'astro', 'bioml' set a fair-share (accounts.groups[].fairshare), but weight_fairshare is 0, "
+     "which leaves fair-share out of every job's priority"),
+    ("priority-qos-weight-zero", [("weight_qos: 10000 ", "weight_qos: 0 ")],
+     W, "slurm.priority.weight_qos", "QOS 'normal' (10), 'debug' (100) set a priority, but weight_qos is 0"),
+    ("priority-weights-beyond-32-bits", [("weight_fairshare: 100000 ", "weight_fairshare: 4294967295 ")],
+     W, "slurm.priority", "the weights add up to 4294978295, above 4294967295"),
+    ("priority-tres-weights-beyond-32-bits",
+     [("weight_job_size: 0 ", 'weight_job_size: 0\n    weight_tres: {CPU: -5, GRES/gpu: 4294856296}\n#')],
+     W, "slurm.priority", "the weights add up to 4294967296, above"),
+    ("fair-share-usage-never-forgotten", [("weight_job_size: 0 ", 'weight_job_size: 0\n    decay_half_life: "0"\n#')],
+     W, "slurm.priority.decay_half_life", "recorded usage is never forgotten"),
+    ("priority-weight-above-32-bits", [("weight_age: 1000 ", "weight_age: 4294967296 ")],
+     E, "slurm.priority.weight_age", "less than or equal to 4294967295"),
+    ("priority-max-age-unlimited", [("weight_job_size: 0 ", "weight_job_size: 0\n    max_age: UNLIMITED\n#")],
+     E, "slurm.priority.max_age", "give a length of time"),
+    ("priority-tres-weight-untracked", [("weight_job_size: 0 ", "weight_job_size: 0\n    weight_tres: {GRES/fpga: 1}\n#")],
+     E, "slurm.priority.weight_tres.GRES/fpga.[key]", "'Pages' or 'GRES/gpu' (got 'GRES/fpga')"),
+    ("priority-tier-too-high", [("      qos: normal\n", "      qos: normal\n      priority_tier: 65534\n")],
+     E, "slurm.partitions[0].priority_tier", "less than or equal to 65533"),
     # --- hardware ------------------------------------------------------------------------------
     ("gpu-on-missing-socket", [("        - {socket: 1}\n      nvlink:", "        - {socket: 2}\n      nvlink:")],
      E, "hardware.ac922.gpus.devices[3].socket", "GPU 3 is on socket 2, but 'ac922' has 2 socket(s), numbered 0-1"),
@@ -266,6 +299,12 @@ ACCEPTED = [
     ("mixed-hardware-8-gpu-node-takes-gpux6", [(vp("gpux12", "12"), vp("gpux12", "6")),
                                                (vp("cpun4", "4", kind="cpu"), vp("cpun3", "2", kind="cpu")), with_dgx]),
     ("partition-without-qos", [("      qos: normal\n", "")]),
+    ("priority-type-left-to-the-model", [("    type: multifactor ", "    # type: multifactor ")]),
+    ("priority-basic-without-fair-share-or-qos-priority", [BASIC, *NO_PRIORITY_POLICY]),
+    ("priority-usage-reset-instead-of-decay",
+     [("weight_job_size: 0 ", 'weight_job_size: 0\n    decay_half_life: "0"\n    usage_reset_period: MONTHLY\n#')]),
+    ("priority-tres-weights-negative-and-gpu", [("weight_job_size: 0 ", "weight_job_size: 0\n    weight_tres: "
+                                                 "{CPU: -1000, Mem: 2000, GRES/gpu: 3000}\n#")]),
 ]
 
 
