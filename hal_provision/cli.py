@@ -159,8 +159,16 @@ def show(file: Optional[Path] = FileArg) -> None:
 
 
 @app.command()
-def schema() -> None:
+def schema(
+    markdown: bool = typer.Option(False, "--markdown", help="Print the reference docs/cluster-yml.md instead: each "
+                                  "section and key with type, default, description and the checks that concern it."),
+) -> None:
     """Print the JSON Schema of cluster.yml (for editors' YAML language servers)."""
+    if markdown:
+        from .reference import reference_markdown
+
+        print(reference_markdown(), end="")
+        return
     import json
 
     from .model import Cluster
