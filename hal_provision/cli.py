@@ -26,6 +26,9 @@ from . import __version__
 # command's own help so that listing the commands imports none of them;
 # tests/unit/test_cli.py holds each line to the first paragraph of the loaded command's help.
 LAZY: dict[str, tuple[str, str, str]] = {
+    "init": ("hal_provision.init_cli", "init",
+             "Write a starter cluster.yml: the required sections filled from the options (or from `discover` "
+             "records), every optional section commented out with what it brings in and what it needs."),
     "verify": ("hal_provision.verify", "command",
                "Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."),
     "dashboards": ("hal_provision.dashboards_cli", "panels",
@@ -156,8 +159,16 @@ def show(file: Optional[Path] = FileArg) -> None:
 
 
 @app.command()
-def schema() -> None:
+def schema(
+    markdown: bool = typer.Option(False, "--markdown", help="Print the reference docs/cluster-yml.md instead: each "
+                                  "section and key with type, default, description and the checks that concern it."),
+) -> None:
     """Print the JSON Schema of cluster.yml (for editors' YAML language servers)."""
+    if markdown:
+        from .reference import reference_markdown
+
+        print(reference_markdown(), end="")
+        return
     import json
 
     from .model import Cluster

@@ -43,7 +43,7 @@ def discover(
     loaded, model = checked(file)
     target = host or (records.resolve().name if records else socket.gethostname().split(".")[0])
     try:
-        name = group_of(model, target).hardware
+        group = group_of(model, target)
     except UnknownHost as exc:
         _show(found, profile_name(target), target, as_json, [])
         if host is not None:
@@ -51,6 +51,13 @@ def discover(
             raise typer.Exit(EXIT_UNUSABLE) from None
         err.print(f"'{target}' is not a host of {loaded.file}: nothing to compare with", style="cyan", markup=False)
         raise typer.Exit(EXIT_OK) from None
+    name = group.hardware
+    if name is None:
+        _show(found, profile_name(target), target, as_json, [])
+        err.print(f"'{target}' is in node group '{group.name}' of {loaded.file}, which names no hardware profile: "
+                  "nothing to compare with (paste the profile above under `hardware:` and name it in the group "
+                  "to have one)", style="cyan", markup=False)
+        raise typer.Exit(EXIT_OK)
     findings = compare(found, model, target, loaded.locator)
     _show(found, name, target, as_json, findings)
     print_findings(findings)

@@ -13,8 +13,9 @@ def tables(c: Cluster) -> list[Table]:
     for col in ("group", "role", "hosts", "count", "hardware", "GPUs/node"):
         groups.add_column(col, justify="right" if col in ("count", "GPUs/node") else "left")
     for g in c.nodes:
-        p = c.hardware[g.hardware]
-        groups.add_row(g.name, "+".join(r.value for r in g.roles), g.hosts, str(len(nodeset(g.hosts))), g.hardware, str(p.gpu_count))
+        p = c.profile_of(g)
+        groups.add_row(g.name, "+".join(r.value for r in g.roles), g.hosts, str(len(nodeset(g.hosts))),
+                       g.hardware or "-", str(p.gpu_count) if p else "-")
 
     hw = Table(title="Hardware profiles")
     for col in ("profile", "model", "arch", "sockets x cores x threads", "CPUs", "memory", "GPUs"):
@@ -29,7 +30,7 @@ def tables(c: Cluster) -> list[Table]:
         parts.add_column(col)
     for part in c.slurm.partitions:
         ns = nodeset(part.nodes)
-        gpus = sum(c.hardware[g.hardware].gpu_count * len(nodeset(g.hosts).intersection(ns)) for g in c.nodes)
+        gpus = sum(p.gpu_count * len(nodeset(g.hosts).intersection(ns)) for g in c.nodes if (p := c.profile_of(g)))
         parts.add_row(part.name, part.nodes, str(len(ns)), str(gpus), "yes" if part.default else "",
                       part.max_time, part.qos or "")
 
@@ -40,7 +41,7 @@ def tables(c: Cluster) -> list[Table]:
     n = g_ = cores = cpus = mem = 0
     for g in computes:
         k = len(nodeset(g.hosts))
-        p = c.hardware[g.hardware]
+        p = c.profile_of(g)  # a compute group always has one (the model requires it)
         n += k
         g_ += k * p.gpu_count
         cores += k * p.cores

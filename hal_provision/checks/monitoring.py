@@ -14,12 +14,16 @@ MON = ("monitoring",)
 
 
 def _gpu_groups(c: Cluster, role: Role) -> tuple[list[str], list[str]]:
-    """Names of the role's node groups with GPUs, and without."""
+    """Names of the role's node groups with GPUs, and without (a group without a hardware
+    profile has none the model knows of; one naming an unknown profile is left out: a check
+    reports that)."""
     with_gpus, without = [], []
     for g in c.groups_with_role(role):
-        profile = c.hardware.get(g.hardware)
+        profile = c.profile_of(g)
         if profile is not None:
             (with_gpus if profile.gpu_count else without).append(g.name)
+        elif g.hardware is None:
+            without.append(f"{g.name} (no hardware profile)")
     return with_gpus, without
 
 

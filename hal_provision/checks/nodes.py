@@ -39,7 +39,7 @@ def host_count_matches(c: Cluster):
 @check
 def hardware_profiles_exist(c: Cluster):
     for i, group in enumerate(c.nodes):
-        if group.hardware not in c.hardware:
+        if group.hardware is not None and group.hardware not in c.hardware:
             yield error(
                 ("nodes", i, "hardware"),
                 f"unknown hardware profile {group.hardware!r}" + did_you_mean(group.hardware, c.hardware),

@@ -163,5 +163,6 @@ def _gpus_per_node(c: Cluster) -> dict[str, int]:
         members = nodeset(part.nodes)
         for g in c.groups_with_role(Role.compute):
             if len(nodeset(g.hosts).intersection(members)):
-                out[part.name] = max(out.get(part.name, 0), c.hardware[g.hardware].gpu_count)
+                profile = c.profile_of(g)
+                out[part.name] = max(out.get(part.name, 0), profile.gpu_count if profile else 0)
     return {k: v for k, v in out.items() if v}

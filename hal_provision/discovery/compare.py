@@ -51,8 +51,12 @@ def same_text(model: str, found: str) -> bool:
 
 def compare(found: Discovery, cluster: Cluster, host: str, locator: Locator | None = None) -> list[Finding]:
     """Every difference between `found` and the profile of `host`'s node group, located in the
-    file when a locator is given. Raises UnknownHost for a host the model does not have."""
+    file when a locator is given. Raises UnknownHost for a host the model does not have; a host
+    whose group names no hardware profile (a login or management node may leave it out) has
+    nothing to differ from: no findings."""
     name = group_of(cluster, host).hardware
+    if name is None:
+        return []
     base = ("hardware", name)
     findings = _compare(found, cluster.hardware[name], base)
     return [locator.locate(f) for f in findings] if locator else findings

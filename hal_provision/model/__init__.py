@@ -35,7 +35,9 @@ class Cluster(Strict):
     cluster: ClusterInfo = Field(description="Name, DNS domain and primary network.")
     networks: dict[str, Network] = Field(min_length=1, description="Networks by name.")
     fabric: Fabric | None = Field(None, description="The InfiniBand fabric and its cabling.")
-    hardware: dict[str, HardwareProfile] = Field(min_length=1, description="Hardware profiles by name.")
+    hardware: dict[str, HardwareProfile] = Field(
+        min_length=1, description="Hardware profiles by name; node groups name them (compute and development "
+        "groups must, the others may).")
     nodes: list[NodeGroup] = Field(min_length=1, description="Node groups.")
     services: Services = Field(description="Where each service runs.")
     slurm: Slurm = Field(description="Slurm configuration.")
@@ -72,6 +74,12 @@ class Cluster(Strict):
                 return g
         return None
 
+    def profile_of(self, group: NodeGroup) -> HardwareProfile | None:
+        """The group's hardware profile; None for a group without one (login, management,
+        storage and data transfer nodes may leave it out) or naming an unknown one (a check
+        reports that)."""
+        return self.hardware.get(group.hardware) if group.hardware is not None else None
+
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
 
@@ -81,7 +89,7 @@ class Cluster(Strict):
         if self.slurm.def_mem_per_cpu_mib is not None:
             return self.slurm.def_mem_per_cpu_mib
         shares = [self.real_memory_mib(p) // p.cpus for p in
-                  (self.hardware[g.hardware] for g in self.groups_with_role(Role.compute) if g.hardware in self.hardware)]
+                  (self.profile_of(g) for g in self.groups_with_role(Role.compute)) if p is not None]
         return max(min(shares, default=1), 1)
 
     def fair_share_groups(self) -> list[tuple[int, ResearchGroup]]:

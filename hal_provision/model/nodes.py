@@ -1,11 +1,12 @@
-"""Node groups: hosts named by a hostlist expression, a role (and maybe more) and one hardware profile."""
+"""Node groups: hosts named by a hostlist expression, a role (and maybe more) and, where the
+nodes run jobs, one hardware profile."""
 
 from __future__ import annotations
 
 from enum import Enum
 from ipaddress import IPv4Address
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .base import Hostlist, Name, Strict
 
@@ -17,6 +18,11 @@ class Role(str, Enum):
     data_transfer = "data_transfer"
     development = "development"
     compute = "compute"
+
+
+# Roles whose nodes need a hardware profile: compute nodes run slurmd (node lines, GRES, the
+# wrapper suite's shapes, the health check), development nodes are where users try GPU code.
+HARDWARE_ROLES = (Role.compute, Role.development)
 
 
 class NodeGroup(Strict):
@@ -31,7 +37,11 @@ class NodeGroup(Strict):
     count: int | None = Field(
         None, ge=1, description="Expected number of hosts; a check compares it with `hosts`."
     )
-    hardware: Name = Field(description="Key of a profile under `hardware`.")
+    hardware: Name | None = Field(
+        None,
+        description="Key of a profile under `hardware`. Required where the nodes run jobs or GPU work (role or "
+        "`also` compute or development: Slurm's node lines, the wrapper suite and the health check are made "
+        "from it); optional for login, management, storage and data_transfer nodes.")
     addresses: dict[str, IPv4Address] = Field(
         default_factory=dict,
         description="Per network name: the first host's address; following hosts (in hostlist "
@@ -41,6 +51,15 @@ class NodeGroup(Strict):
         default_factory=list, description="Extra Slurm node features for these nodes."
     )
     description: str = Field("", description="Free text.")
+
+    @model_validator(mode="after")
+    def _hardware_where_needed(self) -> "NodeGroup":
+        if self.hardware is None and self.has(*HARDWARE_ROLES):
+            needing = [r.value for r in self.roles if r in HARDWARE_ROLES]
+            raise ValueError(f"node group {self.name!r} has no `hardware`: {' and '.join(needing)} nodes need a "
+                             "profile (slurm.conf's node lines, the wrapper suite and the health check come "
+                             "from it); name one under `hardware`")
+        return self
 
     @property
     def roles(self) -> tuple[Role, ...]:

@@ -70,7 +70,7 @@ class Box:
 
     id: str
     role: Role
-    profile: str
+    profile: str | None  # None: groups without a hardware profile (login, management, ...)
     groups: list[NodeGroup]
     hosts: NodeSet
     roles: tuple[Role, ...] = ()
@@ -135,7 +135,7 @@ def diagram(cluster: Cluster) -> graphviz.Digraph:
 
 # ---- node groups ------------------------------------------------------------------------------
 def _boxes(cluster: Cluster) -> Boxes:
-    grouped: dict[tuple[tuple[Role, ...], str], list[NodeGroup]] = {}
+    grouped: dict[tuple[tuple[Role, ...], str | None], list[NodeGroup]] = {}
     for group in cluster.nodes:
         grouped.setdefault((group.roles, group.hardware), []).append(group)
     return Boxes(Box(id=f"group-{groups[0].name}", role=roles[0], profile=profile, groups=groups,
@@ -144,7 +144,7 @@ def _boxes(cluster: Cluster) -> Boxes:
 
 
 def _box_label(cluster: Cluster, box: Box, services: dict[str, list[str]]) -> str:
-    profile = cluster.hardware[box.profile]
+    profile = _profile(cluster, box)
     more = len(box.groups) - 3
     names = ", ".join(g.name for g in box.groups[:3]) + (f" and {more} more" if more > 0 else "")
     role = ", ".join(r.value for r in box.roles)
@@ -154,9 +154,11 @@ def _box_label(cluster: Cluster, box: Box, services: dict[str, list[str]]) -> st
     rows = [
         _row(fold_hostlists(g.hosts for g in box.groups), bold=True, size=14),
         _row(subtitle, size=10, colour=NOTE_COLOUR),
-        _row(f"{box.count:,} x {profile.model}"),
-        *[_row(line) for line in _hardware(profile)],
     ]
+    if profile is not None:
+        rows += [_row(f"{box.count:,} x {profile.model}"), *[_row(line) for line in _hardware(profile)]]
+    else:  # no hardware profile: the count alone
+        rows.append(_row(f"{box.count:,} host{'s' * (box.count != 1)}"))
     partitions = [p.name + (" (default)" if p.default else "") for p in cluster.slurm.partitions
                   if overlaps(nodeset(p.nodes), box.hosts)]
     if partitions:
@@ -168,6 +170,16 @@ def _box_label(cluster: Cluster, box: Box, services: dict[str, list[str]]) -> st
         if group.description:
             rows.append(_row(group.description, size=10, italic=True, colour=NOTE_COLOUR, wrap=True))
     return _html(rows)
+
+
+def _profile(cluster: Cluster, box: Box) -> HardwareProfile | None:
+    return cluster.hardware.get(box.profile) if box.profile is not None else None
+
+
+def _gpus(cluster: Cluster, box: Box) -> int:
+    """GPUs per node of a box: 0 without a hardware profile."""
+    profile = _profile(cluster, box)
+    return profile.gpu_count if profile else 0
 
 
 def _hardware(profile: HardwareProfile) -> list[str]:
@@ -466,8 +478,8 @@ def _html(rows: list[str]) -> str:
 def _title(cluster: Cluster, boxes: Boxes) -> str:
     info = cluster.cluster
     hosts = sum(b.count for b in boxes)
-    gpus = sum(b.count * cluster.hardware[b.profile].gpu_count for b in boxes)
-    compute_gpus = sum(b.count * cluster.hardware[b.profile].gpu_count for b in boxes if b.role is Role.compute)
+    gpus = sum(b.count * _gpus(cluster, b) for b in boxes)
+    compute_gpus = sum(b.count * _gpus(cluster, b) for b in boxes if b.role is Role.compute)
     totals = f"{hosts:,} host{'s' * (hosts != 1)}" + (f", {gpus:,} GPU{'s' * (gpus != 1)}" if gpus else "")
     if gpus != compute_gpus:
         totals += f" ({compute_gpus:,} on compute nodes)"

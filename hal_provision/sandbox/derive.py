@@ -60,7 +60,7 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         groups.append(g)
     data["nodes"] = groups
     data["networks"] = {primary: dict(data["networks"][primary], cidr=subnet)}
-    used_profiles = {g["hardware"] for g in groups}
+    used_profiles = {g["hardware"] for g in groups if "hardware" in g}  # login/management may have none
     data["hardware"] = {k: v for k, v in data["hardware"].items() if k in used_profiles}
 
     svc = data["services"]
