@@ -107,7 +107,9 @@ class InfluxDb(Strict):
 class Grafana(Strict):
     host: Hostlist = Field(description="The one node Grafana runs on (management role).")
     port: int = Field(3000, ge=1, le=65535, description="Grafana's HTTP port.")
-    datasource: str = Field("HAL InfluxDB", min_length=1, description="Name of the provisioned InfluxDB datasource.")
+    datasource: str | None = Field(
+        None, min_length=1, description="Name of the provisioned InfluxDB datasource. Default: NAME InfluxDB, "
+        "NAME the cluster's name in capitals.")
     dashboards: list[Literal["status", "nodes", "admin"]] = Field(
         default_factory=lambda: list(DASHBOARDS),
         description="Dashboards provisioned: status (nodes up/down/drained, GPUs in use, jobs, top users, storage "
