@@ -1,82 +1,80 @@
 """Checks: monitoring (which Telegraf inputs run where, how often, and whether the dashboards
-read only what the configured inputs write)."""
+read only what the inputs that run somewhere write)."""
 
 from __future__ import annotations
 
 from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
-from ..model.monitoring import INPUTS, producers
+from ..model.monitoring import INPUTS, group_gpus, measurements, producers, running_inputs
 from . import check
 from .common import did_you_mean, duplicates
 
 MON = ("monitoring",)
 
 
-def _gpu_groups(c: Cluster, role: Role) -> tuple[list[str], list[str]]:
-    """Names of the role's node groups with GPUs, and without (a group without a hardware
-    profile has none the model knows of; one naming an unknown profile is left out: a check
-    reports that)."""
-    with_gpus, without = [], []
-    for g in c.groups_with_role(role):
-        profile = c.profile_of(g)
-        if profile is not None:
-            (with_gpus if profile.gpu_count else without).append(g.name)
-        elif g.hardware is None:
-            without.append(f"{g.name} (no hardware profile)")
-    return with_gpus, without
+def _lists(m) -> list[tuple[tuple, list[str]]]:
+    """Every input list with its dotted path: per role, then per group."""
+    return [((*MON, "inputs", role.value), names) for role, names in m.inputs.items()] + [
+        ((*MON, "inputs_by_group", group), names) for group, names in m.inputs_by_group.items()]
 
 
 @check
 def monitoring_inputs_known(c: Cluster):
-    """Every input is Telegraf's or one of HAL's collectors, named once per role, on a role
-    that has nodes."""
+    """Every input is Telegraf's or one of the toolkit's collectors, named once per list, on a
+    role that has nodes or a node group that exists."""
     m = c.monitoring
     if m is None:
         return
-    for role, names in m.inputs.items():
-        path = (*MON, "inputs", role.value)
+    for path, names in _lists(m):
         for i, name in enumerate(names):
             if name not in INPUTS:
                 yield error((*path, i), f"unknown input {name!r}{did_you_mean(name, INPUTS)}; known: "
                             + ", ".join(sorted(INPUTS)))
         for again, first in duplicates(names):
             yield error((*path, again), f"input {names[again]!r} is listed twice (first at [{first}])")
+    for role in m.inputs:
         if not c.groups_with_role(role):
-            yield warning(path, f"no node group has role {role.value}: these inputs run nowhere")
+            yield warning((*MON, "inputs", role.value), f"no node group has role {role.value}: these inputs run nowhere")
+    groups = [g.name for g in c.nodes]
+    for group in m.inputs_by_group:
+        if group not in groups:
+            yield error((*MON, "inputs_by_group", group), f"no node group is named {group!r}"
+                        f"{did_you_mean(group, groups)}; groups: " + ", ".join(groups))
 
 
 @check
 def monitoring_inputs_fit_hardware(c: Cluster):
-    """GPU inputs only where there are GPUs, InfiniBand counters only with a fabric, the Slurm
-    collector exactly once: on the slurmctld host."""
+    """InfiniBand counters only with a fabric, the Slurm collector exactly once: on the slurmctld
+    host, and a group's own list names GPU inputs only where the group has GPUs. (A role's GPU
+    inputs run only on its groups with GPUs: nothing to report there.)"""
     m = c.monitoring
     if m is None:
         return
     ctld = nodeset(c.services.slurmctld)[0] if c.services.slurmctld else None
-    for role, names in m.inputs.items():
-        path = (*MON, "inputs", role.value)
+    ctld_group = c.group_of(ctld) if ctld else None
+    by_name = {g.name: g for g in c.nodes}
+    for path, names in _lists(m):
+        group = by_name.get(path[-1]) if path[1] == "inputs_by_group" else None
         for i, name in enumerate(names):
             spec = INPUTS.get(name)
             if spec is None:
                 continue
-            if spec.needs == "gpus":
-                with_gpus, without = _gpu_groups(c, role)
-                if not with_gpus and without:
-                    yield error((*path, i), f"{name} reads GPUs, but no {role.value} node has any (groups "
-                                + ", ".join(without) + "): remove it from this role")
-                elif without:
-                    yield warning((*path, i), f"{name} reads GPUs, but node groups " + ", ".join(without)
-                                  + f" of role {role.value} have none: it will fail there every interval")
+            if spec.needs == "gpus" and group is not None and not group_gpus(c, group):
+                yield error((*path, i), f"{name} reads GPUs, but the nodes of group {group.name} have none: "
+                            "remove it from the group's list")
             elif spec.needs == "fabric" and c.fabric is None:
                 yield error((*path, i), f"{name} reads InfiniBand port counters, but the description has no "
                             "fabric: remove it or describe the fabric")
-            elif spec.needs == "slurm_controller":
-                group = c.group_of(ctld) if ctld else None
-                if group is None or not group.has(role):
+            elif spec.needs == "slurm_controller" and path[1] == "inputs":
+                role = path[-1]
+                if ctld_group is None or not ctld_group.has(Role(role)):
                     yield error((*path, i), f"the {name} collector runs on the slurmctld host "
-                                f"({ctld or 'none'}), which is not a {role.value} node: list it under the role "
+                                f"({ctld or 'none'}), which is not a {role} node: list it under the role "
                                 "of that host")
+            elif spec.needs == "slurm_controller" and group is not None and group is not ctld_group:
+                yield error((*path, i), f"the {name} collector runs on the slurmctld host ({ctld or 'none'}), "
+                            f"which is not in group {group.name}: list it for the group of that host")
 
 
 @check
@@ -120,7 +118,7 @@ def monitoring_panels_have_inputs(c: Cluster):
         return
     from ..dashboards import dashboards
 
-    written = m.measurements()
+    written = measurements(running_inputs(c))
     for board in dashboards(c):
         name = board.uid.removeprefix("hal-")
         path = (*MON, "grafana", "dashboards", m.grafana.dashboards.index(name)) \

@@ -6,7 +6,7 @@ from functools import cached_property
 from typing import Literal
 
 from ClusterShell.NodeSet import NodeSet
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..hostlist import nodeset, union_shared
 from .accounts import Accounts, Directory, ResearchGroup, User
@@ -51,6 +51,22 @@ class Cluster(Strict):
     accounts: Accounts | None = Field(None, description="Research groups and users (LDAP directory, Slurm associations).")
     health: Health | None = Field(
         None, description="Node health check run by slurmd (HealthCheckProgram): compares each node with the model.")
+
+    @model_validator(mode="after")
+    def _site_defaults(self) -> Cluster:
+        """Defaults that come from the cluster's name and install prefix, filled in here once, so
+        every renderer reads one value and no site inherits another's paths or names."""
+        info = self.cluster
+        if self.software.modulefiles_root is None:
+            self.software.modulefiles_root = info.under_prefix("modulefiles")
+        if self.portal is not None and self.portal.prefix is None:
+            self.portal.prefix = info.under_prefix("portal")
+        if self.recipes is not None and self.recipes.prefix is None:
+            self.recipes.prefix = info.under_prefix("recipes")
+        grafana = self.monitoring.grafana if self.monitoring else None
+        if grafana is not None and grafana.datasource is None:
+            grafana.datasource = f"{info.name.upper()} InfluxDB"
+        return self
 
     # ---- derived views (pure; node groups stay compressed) ----------------------------
     def group_nodeset(self, group: NodeGroup) -> NodeSet:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from .base import Name, Strict
+from .base import AbsolutePath, Name, Strict
 
 
 class ClusterInfo(Strict):
@@ -17,3 +17,17 @@ class ClusterInfo(Strict):
     primary_network: str = Field(
         description="Network whose address a host's plain name resolves to (and Ansible reaches)."
     )
+    prefix: AbsolutePath | None = Field(
+        None, description="Directory everything the toolkit installs on the nodes lives under, unless a section "
+        "names its own: the module tree (PREFIX/modulefiles), the portal (PREFIX/portal), the recipes "
+        "(PREFIX/recipes). Default: /opt/NAME.")
+
+    @model_validator(mode="after")
+    def _default_prefix(self) -> ClusterInfo:
+        if self.prefix is None:
+            self.prefix = f"/opt/{self.name}"
+        return self
+
+    def under_prefix(self, what: str) -> str:
+        """A directory below the install prefix."""
+        return f"{self.prefix.rstrip('/')}/{what}"

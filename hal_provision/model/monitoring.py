@@ -1,6 +1,6 @@
 """Monitoring: Telegraf on every node feeding one InfluxDB, Grafana dashboards over it.
 
-Which inputs run on which node role, how often, where the database and Grafana live, and
+Which inputs run on which node role or group, how often, where the database and Grafana live, and
 which dashboards are wanted. INPUTS is the catalogue every part agrees on: for each input,
 the measurements and fields it writes. Telegraf's own inputs are listed with the fields of
 their documented schema that the dashboards use; the custom collectors (hal_provision.monitoring,
@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from .base import Hostlist, Name, Strict
-from .nodes import Role
+from .nodes import NodeGroup, Role
+
+if TYPE_CHECKING:
+    from . import Cluster
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,9 @@ class InfluxDb(Strict):
 class Grafana(Strict):
     host: Hostlist = Field(description="The one node Grafana runs on (management role).")
     port: int = Field(3000, ge=1, le=65535, description="Grafana's HTTP port.")
-    datasource: str = Field("HAL InfluxDB", min_length=1, description="Name of the provisioned InfluxDB datasource.")
+    datasource: str | None = Field(
+        None, min_length=1, description="Name of the provisioned InfluxDB datasource. Default: NAME InfluxDB, "
+        "NAME the cluster's name in capitals.")
     dashboards: list[Literal["status", "nodes", "admin"]] = Field(
         default_factory=lambda: list(DASHBOARDS),
         description="Dashboards provisioned: status (nodes up/down/drained, GPUs in use, jobs, top users, storage "
@@ -119,22 +124,64 @@ class Monitoring(Strict):
     inputs: dict[Role, list[Name]] = Field(
         default_factory=dict,
         description="Telegraf inputs per node role: Telegraf's own (cpu, mem, system, disk, net, processes, "
-        "nvidia_smi, infiniband) and HAL's collectors (slurm, bmc, gpu, storage_responsiveness).")
+        "nvidia_smi, infiniband) and the toolkit's collectors (slurm, bmc, gpu, storage_responsiveness). A node "
+        "group runs the lists of all its roles (role, then `also`), each input once, unless inputs_by_group "
+        "names it. Inputs that read GPUs (nvidia_smi, gpu) run only on groups whose hardware profile has GPUs: "
+        "a CPU-only compute group takes the compute list without them.")
+    inputs_by_group: dict[Name, Annotated[list[Name], Field(min_length=1)]] = Field(
+        default_factory=dict,
+        description="Telegraf inputs of one node group, by the group's name: the group's whole list, in place "
+        "of its roles' lists (more specific, so it wins; nothing is merged). For a group that differs from the "
+        "rest of its role, e.g. compute nodes without a BMC the bmc collector could read.")
     storage_probe_path: str = Field(
         "/home", pattern=r"^/", description="Directory the storage_responsiveness collector lists (the users' homes).")
     grafana: Grafana | None = Field(None, description="Grafana and its dashboards; None: no Grafana.")
 
-    def inputs_for(self, role: Role) -> list[str]:
-        return list(self.inputs.get(role, []))
+    def listed_for(self, group: NodeGroup) -> list[str] | None:
+        """The inputs listed for a node group, before its hardware is considered: its own list
+        in inputs_by_group, else the lists of its roles (role first, then `also`), each input
+        once; None where neither names it (no agent there)."""
+        if group.name in self.inputs_by_group:
+            return list(self.inputs_by_group[group.name])
+        lists = [self.inputs[role] for role in group.roles if role in self.inputs]
+        return list(dict.fromkeys(name for names in lists for name in names)) if lists else None
+
+    def inputs_for(self, group: NodeGroup, gpus: int) -> list[str] | None:
+        """The inputs Telegraf runs on a node group with `gpus` GPUs per node: those listed
+        for it, less the ones that read GPUs where there are none; None: no agent there."""
+        listed = self.listed_for(group)
+        if listed is None:
+            return None
+        return [name for name in listed if gpus or name not in INPUTS or INPUTS[name].needs != "gpus"]
 
     def all_inputs(self) -> set[str]:
-        return {name for names in self.inputs.values() for name in names}
+        """Every input named anywhere, by role or by group."""
+        return {name for lists in (self.inputs, self.inputs_by_group) for names in lists.values() for name in names}
 
-    def measurements(self) -> dict[str, set[str]]:
-        """measurement -> fields, over every configured input."""
-        out: dict[str, set[str]] = {}
-        for name in self.all_inputs():
-            spec = INPUTS.get(name)
-            for meas, fields in (spec.measurements.items() if spec else ()):
-                out.setdefault(meas, set()).update(fields)
-        return out
+
+def measurements(inputs) -> dict[str, set[str]]:
+    """measurement -> fields, over the inputs named (unknown names are skipped: a check reports them)."""
+    out: dict[str, set[str]] = {}
+    for name in inputs:
+        spec = INPUTS.get(name)
+        for meas, fields in (spec.measurements.items() if spec else ()):
+            out.setdefault(meas, set()).update(fields)
+    return out
+
+
+def group_gpus(cluster: Cluster, group: NodeGroup) -> int:
+    """GPUs per node of a group; a group without a hardware profile has none."""
+    profile = cluster.hardware.get(group.hardware) if group.hardware else None
+    return profile.gpu_count if profile is not None else 0
+
+
+def group_inputs(cluster: Cluster, group: NodeGroup) -> list[str] | None:
+    """The inputs Telegraf runs on a node group (see Monitoring.inputs_for); None: no agent."""
+    if cluster.monitoring is None:
+        return None
+    return cluster.monitoring.inputs_for(group, group_gpus(cluster, group))
+
+
+def running_inputs(cluster: Cluster) -> set[str]:
+    """Every input that runs on some node group (what the database will hold)."""
+    return {name for g in cluster.nodes for name in group_inputs(cluster, g) or ()}

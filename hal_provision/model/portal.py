@@ -99,9 +99,9 @@ class Portal(Strict):
         60, gt=0, description="A session without activity for this long is stopped (its Slurm job ends)."
     )
     sessions_per_user: int = Field(1, ge=1, le=16, description="Sessions a user may run at once.")
-    prefix: AbsolutePath = Field(
-        "/opt/hal/portal", description="Where the portal's own software (the hub's virtualenv) lives on the "
-        "portal node."
+    prefix: AbsolutePath | None = Field(
+        None, description="Where the portal's own software (the hub's virtualenv) lives on the portal node. "
+        "Default: cluster.prefix/portal."
     )
     jupyterhub_version: str = Field(
         "5.2.1", pattern=r"^[0-9]+(\.[0-9]+)*$",

@@ -19,10 +19,10 @@ from .software import ModuleRef
 
 
 class Recipes(Strict):
-    prefix: AbsolutePath = Field(
-        "/opt/hal/recipes",
+    prefix: AbsolutePath | None = Field(
+        None,
         description="Where the recipes are installed on every login, development and compute node "
-        "(PREFIX/resnet50/...).")
+        "(PREFIX/resnet50/...). Default: cluster.prefix/recipes.")
     framework_module: ModuleRef | None = Field(
         None,
         description="software.modules entry that provides PyTorch and torchvision, loaded by the job scripts "

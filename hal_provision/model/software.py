@@ -103,10 +103,11 @@ class Module(Strict):
 
 
 class Software(Strict):
-    modulefiles_root: AbsolutePath = Field(
-        "/opt/hal/modulefiles",
+    modulefiles_root: AbsolutePath | None = Field(
+        None,
         description="Root of the rendered module tree on the nodes; each node role gets ROOT/ROLE/Core "
-        "(and ROOT/ROLE/Compiler/...), and a node carries only its own role's tree.",
+        "(and ROOT/ROLE/Compiler/...), and a node carries only its own role's tree. Default: "
+        "cluster.prefix/modulefiles.",
     )
     prefix_root: AbsolutePath = Field("/sw", description="Default root of the modules' installation prefixes.")
     default_roles: list[Role] = Field(

@@ -1,4 +1,4 @@
-"""Grafana: HAL's dashboards (hal_provision.dashboards) as dashboard JSON, and the provisioning
+"""Grafana: the cluster's dashboards (hal_provision.dashboards) as dashboard JSON, and the provisioning
 that loads them and the InfluxDB datasource they read.
 
 * ``files/var/lib/grafana/dashboards/hal/<uid>.json``: one dashboard per entry of
@@ -9,7 +9,7 @@ that loads them and the InfluxDB datasource they read.
   expands ``$HAL_GRAFANA_INFLUX_PASSWORD`` from its environment when it reads the file, and the
   grafana role puts the variable in /etc/default/grafana-server.
 * ``files/etc/grafana/provisioning/dashboards/hal.yaml``: the file provider for the dashboards'
-  directory, folder "HAL", no edits saved from the UI.
+  directory, in a folder named after the cluster (HAL on HAL), no edits saved from the UI.
 
 The SDK has no InfluxDB query type, so the InfluxQL target is a small Dataquery of its own
 (the SDK's extension point for data sources it does not ship).
@@ -37,7 +37,6 @@ DATASOURCE_UID = "hal-influxdb"
 DATASOURCE_USER = "grafana"
 PASSWORD_ENV = "HAL_GRAFANA_INFLUX_PASSWORD"  # the grafana role's __grafana_password_env
 DASHBOARD_DIR = "/var/lib/grafana/dashboards/hal"
-FOLDER = "HAL"
 DATASOURCES = "files/etc/grafana/provisioning/datasources/hal.yaml"
 PROVIDERS = "files/etc/grafana/provisioning/dashboards/hal.yaml"
 
@@ -162,12 +161,13 @@ def datasources_yaml(cluster: Cluster) -> str:
 
 
 def providers_yaml(cluster: Cluster) -> str:
-    return _yaml(cluster, f"HAL's dashboards, from {DASHBOARD_DIR}.", {
+    folder = cluster.cluster.name.upper()  # as the dashboards' titles name the cluster
+    return _yaml(cluster, f"{folder}'s dashboards, from {DASHBOARD_DIR}.", {
         "apiVersion": 1,
         "providers": [{
             "name": "hal",
             "orgId": 1,
-            "folder": FOLDER,
+            "folder": folder,
             "type": "file",
             "disableDeletion": True,
             "allowUiUpdates": False,

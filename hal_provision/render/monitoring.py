@@ -1,10 +1,14 @@
-"""Monitoring: Telegraf's configuration per node role, and the database facts the roles need.
+"""Monitoring: Telegraf's configuration per node role or group, and the database facts the roles need.
 
 * ``files/etc/telegraf/roles/<role>.conf``: the telegraf.conf of every node of that role: the
   agent's interval, the cluster as a global tag, one InfluxDB output (the write-only
   ``telegraf`` user; its password is ``${HAL_INFLUX_PASSWORD}``, which Telegraf reads from
-  /etc/default/telegraf, made on the node), and the role's inputs: Telegraf's own, and HAL's
-  collectors through ``inputs.exec`` running ``hal-collect <collector>``.
+  /etc/default/telegraf, made on the node), and the role's inputs: Telegraf's own, and the
+  toolkit's collectors through ``inputs.exec`` running ``hal-collect <collector>``.
+* ``files/etc/telegraf/groups/<group>.conf``: the same, for a node group whose inputs differ
+  from its role's list (its own list in monitoring.inputs_by_group, several roles, or no GPUs
+  for the role's GPU inputs). The telegraf role takes a group's file where there is one, else
+  its role's; conf_path says which.
 * ``files/etc/telegraf/hosts/<host>/hal-slurm.conf``: the Slurm collector, for the slurmctld
   host alone (a second copy elsewhere would count every job twice).
 * ``files/etc/hal-provision/monitoring.json``: database, retention, port and users for the
@@ -21,8 +25,8 @@ import json
 import tomllib
 
 from ..hostlist import nodeset
-from ..model import Cluster, Role
-from ..model.monitoring import INPUTS
+from ..model import Cluster, NodeGroup
+from ..model.monitoring import INPUTS, group_inputs
 from .common import header, json_comment
 
 COLLECT = "/usr/local/bin/hal-collect"
@@ -109,16 +113,33 @@ def telegraf_conf(cluster: Cluster, inputs: list[str], what: str) -> str:
     return text
 
 
+def _agent_inputs(names: list[str]) -> list[str]:
+    """The inputs of a node's telegraf.conf: the Slurm collector goes to its host's own file."""
+    return [n for n in names if INPUTS[n].needs != "slurm_controller"]
+
+
+def conf_path(cluster: Cluster, group: NodeGroup) -> str | None:
+    """The rendered telegraf.conf of a node group: its role's, where the group runs exactly the
+    role's list, else its own; None: no agent on these nodes."""
+    names = group_inputs(cluster, group)
+    if names is None:
+        return None
+    if names == cluster.monitoring.inputs.get(group.role):
+        return f"files/etc/telegraf/roles/{group.role.value}.conf"
+    return f"files/etc/telegraf/groups/{group.name}.conf"
+
+
 def render(cluster: Cluster) -> dict[str, str]:
     m = cluster.monitoring
     if m is None or cluster.services.monitoring_db is None:
         return {}
     files: dict[str, str] = {}
-    for role in Role:
-        names = [n for n in m.inputs_for(role) if INPUTS[n].needs != "slurm_controller"]
-        if cluster.groups_with_role(role) and role in m.inputs:
-            files[f"files/etc/telegraf/roles/{role.value}.conf"] = telegraf_conf(
-                cluster, names, f"every {role.value} node")
+    for group in cluster.nodes:
+        path = conf_path(cluster, group)
+        if path is None or path in files:
+            continue
+        what = f"every {group.role.value} node" if "/roles/" in path else f"the nodes of group {group.name}"
+        files[path] = telegraf_conf(cluster, _agent_inputs(group_inputs(cluster, group)), what)
     ctld = nodeset(cluster.services.slurmctld)[0] if cluster.services.slurmctld else None
     if ctld and any(INPUTS[n].needs == "slurm_controller" for n in m.all_inputs()):
         out = [header(cluster), f"# The Slurm collector, on the slurmctld host {ctld} alone.\n"]

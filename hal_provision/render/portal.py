@@ -5,7 +5,7 @@
   offers the exact Slurm options `swbatch -p <virtual partition>` would give (the same
   resolver), without --time: the session's hours come from the form, capped at the app's limit.
   The portal roles read it; it is not a node configuration file.
-- ``files/opt/hal/portal/apps/<app>/launch.sh`` (under portal.prefix): the job side of an app,
+- ``files/<portal.prefix>/apps/<app>/launch.sh`` (default prefix <cluster.prefix>/portal): the job side of an app,
   on compute nodes: load its modules (or enter its container), then run the command the front
   end gives (JupyterHub: batchspawner-singleuser jupyterhub-singleuser; Open OnDemand: jupyter).
 - ``files/etc/hal-provision/portal/jupyter_server_config.py``: the session environment's

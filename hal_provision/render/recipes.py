@@ -1,6 +1,6 @@
 """Training recipes: the job scripts and settings of the ResNet-50 recipe for this cluster.
 
-Under recipes.prefix (default /opt/hal/recipes) on every login, development and compute node:
+Under recipes.prefix (default <cluster.prefix>/recipes, /opt/hal/recipes on HAL) on every login, development and compute node:
 
 * ``resnet50/resnet50.swbatch``: the job script. `swbatch [-p gpuxN] resnet50.swbatch [OPTIONS]`
   starts one srun task per GPU of the job on every node (the virtual partition decides nodes
@@ -27,6 +27,12 @@ from .common import header, json_comment
 RECIPE = "resnet50"
 FACTS = "files/etc/hal-provision/recipes.json"
 PROGRAMS = ("slurmenv.py", "train_resnet50.py", "wiring_probe.py", "scaling.py")
+
+
+def _origin(cluster: Cluster) -> str:
+    """Where the recipe comes from: HAL's paper. Only HAL's own tree names HAL; another site's
+    tree cites the paper alone, so no other cluster's files carry HAL's name."""
+    return "HAL, PEARC '20" if cluster.cluster.name == "hal" else "PEARC '20"
 
 
 def recipe_dir(cluster: Cluster) -> str:
@@ -69,7 +75,7 @@ def job_script(cluster: Cluster) -> str:
         f"#SWBATCH -t {hours}\n",
         f"#SBATCH --job-name={RECIPE}\n",
         "#\n",
-        "# ResNet-50 with PyTorch DistributedDataParallel on every GPU of the job (HAL, PEARC '20):\n",
+        f"# ResNet-50 with PyTorch DistributedDataParallel on every GPU of the job ({_origin(cluster)}):\n",
         "#   swbatch [-p gpuxN] " + d + "/resnet50.swbatch [train_resnet50.py options]\n",
         "#   swbatch -p gpux8 " + d + "/resnet50.swbatch --wiring-probe     (no PyTorch needed)\n",
         "# The virtual partition decides nodes and GPUs; this script starts one srun task per GPU on\n",

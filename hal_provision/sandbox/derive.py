@@ -115,7 +115,8 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
             data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
     kept_roles = {g["role"] for g in data["nodes"]}
     if "monitoring" in data:
-        data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep, kept_roles)
+        data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep, kept_roles,
+                                                 {g["name"] for g in data["nodes"]})
     if data.get("recipes"):
         data["recipes"] = _sandbox_recipes(data["recipes"], vps)
     if data.get("health"):
@@ -129,14 +130,16 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
 SANDBOX_INTERVAL_SECONDS = 30
 
 
-def _sandbox_monitoring(mon: dict, mgmt_host: str, keep, kept_roles: set[str]) -> dict:
-    """Monitoring narrowed to the sandbox: inputs of the node roles it keeps, Grafana beside
+def _sandbox_monitoring(mon: dict, mgmt_host: str, keep, kept_roles: set[str], kept_groups: set[str]) -> dict:
+    """Monitoring narrowed to the sandbox: inputs of the node roles and groups it keeps, Grafana beside
     the database on the management host when its own host is not kept, a short interval, and
     no InfiniBand counters (containers have no InfiniBand devices: that input would find
-    nothing to read)."""
+    nothing to read; a group's list left empty keeps the heartbeat, system)."""
     mon = dict(mon, interval_seconds=min(mon.get("interval_seconds", 60), SANDBOX_INTERVAL_SECONDS))
     mon["inputs"] = {role: [n for n in names if n != "infiniband"] for role, names in mon.get("inputs", {}).items()
                      if role in kept_roles}
+    mon["inputs_by_group"] = {group: [n for n in names if n != "infiniband"] or ["system"]
+                              for group, names in mon.get("inputs_by_group", {}).items() if group in kept_groups}
     grafana = mon.get("grafana")
     if grafana is not None and not set(nodeset(grafana["host"])) & set(keep):
         mon["grafana"] = dict(grafana, host=mgmt_host)

@@ -86,6 +86,13 @@ class Deployed:
         path = self.files / rel
         return path.read_text() if path.is_file() else None
 
+    def telegraf_conf(self, host: str) -> str | None:
+        """The rendered telegraf.conf the telegraf role installs on a host: its node group's
+        where there is one, else its role's; None: no agent there."""
+        hv = self.hostvars[host]
+        return (self.rendered(f"etc/telegraf/groups/{hv.get('hal_node_group')}.conf")
+                or self.rendered(f"etc/telegraf/roles/{hv.get('hal_role')}.conf"))
+
     def hosts_in(self, *groups: str) -> list[str]:
         wanted = {h for g in groups for h in self.groups.get(g, [])}
         return [h for h in self.hostvars if h in wanted]

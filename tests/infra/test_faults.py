@@ -125,7 +125,7 @@ def test_node_dying_mid_converge_spares_the_others():
     # With monitoring, the victim's heartbeat (the system input) stops with it: the status
     # panel's Nodes-down query must say 1 within two intervals of the stop, and 0 again after
     # the recovery.
-    heartbeat = "[[inputs.system]]" in (D.rendered(f"etc/telegraf/roles/{D.hostvars[VICTIM].get('hal_role')}.conf") or "")
+    heartbeat = "[[inputs.system]]" in (D.telegraf_conf(VICTIM) or "")
     watch = DownWatch() if MONITORING and heartbeat else None
     if watch is not None:
         assert retry(lambda: nodes_down() == 0, 2 * INTERVAL + 15, 5), f"nodes down before the fault: {nodes_down()}"

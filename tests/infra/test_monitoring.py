@@ -2,7 +2,7 @@
 
 InfluxDB runs with authentication, the model's database, retention policy and users (admin,
 write-only telegraf, read-only grafana), passwords root-only and nowhere in the rendered tree;
-every node whose role has inputs runs the agent (Telegraf, or the stand-in where it cannot be
+every node whose role or group has inputs runs the agent (Telegraf, or the stand-in where it cannot be
 installed) on the rendered telegraf.conf. Then every panel query of the rendered dashboards,
 exactly as Grafana would send it, is run against the database as the grafana user and must
 return data: dashboards, collectors and database agree on measurement, tag and field names. A
@@ -23,7 +23,7 @@ from monitoring_queries import (DB, FACTS, INTERVAL, SECRETS, concrete, influx, 
 
 D = deployed()
 pytestmark = pytest.mark.skipif(FACTS is None, reason="the model has no monitoring section")
-AGENT_HOSTS = [h for h in D.hostvars if D.rendered(f"etc/telegraf/roles/{D.hostvars[h].get('hal_role')}.conf")]
+AGENT_HOSTS = [h for h in D.hostvars if D.telegraf_conf(h)]
 AGENT = "hal-telegraf-standin" if FACTS and role_var("telegraf", "telegraf_install_method") == "standin" \
     else "telegraf"
 PANELS = panels() if FACTS else []
@@ -87,9 +87,8 @@ def test_passwords_are_root_only_and_not_rendered():
 @pytest.mark.parametrize("host", AGENT_HOSTS)
 def test_agent_runs_the_rendered_configuration(host):
     node = D.host(host)
-    role = D.hostvars[host]["hal_role"]
     conf = node.file("/etc/telegraf/telegraf.conf")
-    assert conf.content_string == D.rendered(f"etc/telegraf/roles/{role}.conf")
+    assert conf.content_string == D.telegraf_conf(host)
     extra = sorted((D.files / "etc/telegraf/hosts" / host).glob("*.conf"))
     for path in extra:
         assert node.file(f"/etc/telegraf/telegraf.d/{path.name}").content_string == path.read_text()

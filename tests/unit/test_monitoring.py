@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import tomllib
+from pathlib import Path
 
 import pytest
+import yaml
 
 from hal_provision.checks import REGISTRY
 from hal_provision.findings import Level
+from hal_provision.model import Role
 from hal_provision.model.monitoring import INPUTS
 from hal_provision.render import monitoring, render_all
 
@@ -20,6 +23,7 @@ COMPUTE = "    compute: [cpu, mem, system, disk, net, processes, nvidia_smi, gpu
 LOGIN = "    login: [cpu, mem, system, disk, net, processes, infiniband, storage_responsiveness]\n"
 MGMT = "    management: [cpu, mem, system, disk, net, processes, slurm, bmc]\n"
 INTERVAL = "  interval_seconds: 60 "
+GRAFANA = "  grafana:                                    # [paper] status, utilization and admin dashboards\n"
 
 ROWS = [
     ("unknown-input", [(COMPUTE, COMPUTE.replace("processes,", "processes, ipmi,"))],
@@ -28,10 +32,17 @@ ROWS = [
      E, "monitoring.inputs.login[7]", "did you mean 'storage_responsiveness'?"),
     ("input-twice", [(COMPUTE, COMPUTE.replace("bmc]", "bmc, cpu]"))],
      E, "monitoring.inputs.compute[10]", "input 'cpu' is listed twice"),
-    ("gpu-input-without-gpus", [(LOGIN, LOGIN.replace("processes,", "processes, nvidia_smi,"))],
-     E, "monitoring.inputs.login[6]", "nvidia_smi reads GPUs, but no login node has any"),
-    ("gpu-collector-without-gpus", [(MGMT, MGMT.replace("bmc]", "bmc, gpu]"))],
-     E, "monitoring.inputs.management[8]", "gpu reads GPUs, but no management node has any"),
+    ("gpu-input-in-a-group-without-gpus", [(GRAFANA, "  inputs_by_group: {login: [cpu, nvidia_smi]}\n" + GRAFANA)],
+     E, "monitoring.inputs_by_group.login[1]", "nvidia_smi reads GPUs, but the nodes of group login have none"),
+    ("gpu-collector-in-a-group-without-gpus", [(GRAFANA, "  inputs_by_group: {data: [cpu, gpu]}\n" + GRAFANA)],
+     E, "monitoring.inputs_by_group.data[1]", "gpu reads GPUs, but the nodes of group data have none"),
+    ("inputs-of-an-unknown-group", [(GRAFANA, "  inputs_by_group: {compte: [cpu]}\n" + GRAFANA)],
+     E, "monitoring.inputs_by_group.compte", "no node group is named 'compte'; did you mean 'compute'?"),
+    ("input-twice-in-a-group", [(GRAFANA, "  inputs_by_group: {dtn: [cpu, mem, cpu]}\n" + GRAFANA)],
+     E, "monitoring.inputs_by_group.dtn[2]", "input 'cpu' is listed twice"),
+    ("slurm-collector-in-another-group", [(GRAFANA, "  inputs_by_group: {mgmt-aux: [cpu, slurm]}\n" + GRAFANA)],
+     E, "monitoring.inputs_by_group.mgmt-aux[1]", "the slurm collector runs on the slurmctld host (hal-mgmt1), "
+                                                  "which is not in group mgmt-aux"),
     ("infiniband-without-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):]],
      E, "monitoring.inputs.compute[8]", "infiniband reads InfiniBand port counters, but the description has no fabric"),
     ("slurm-collector-off-the-controller", [(MGMT, MGMT.replace(" slurm,", "")),
@@ -78,6 +89,8 @@ def test_every_monitoring_check_has_a_row():
     pytest.param("retention: 90d,", "retention: 3 months,", "monitoring.influxdb.retention", id="retention-not-a-duration"),
     pytest.param(INTERVAL, "  interval_seconds: 0 ", "monitoring.interval_seconds", id="interval-zero"),
     pytest.param("    login: [cpu,", "    gateway: [cpu,", "monitoring.inputs", id="unknown-role"),
+    pytest.param(GRAFANA, "  inputs_by_group: {login: []}\n" + GRAFANA, "monitoring.inputs_by_group.login",
+                 id="empty-group-list"),
 ])
 def test_structural_mistakes_are_refused_by_render(render_rejects, hal_text, old, new, dotted):
     assert old in hal_text
@@ -145,3 +158,66 @@ def test_sandbox_keeps_the_stack_on_the_management_host(hal):
     assert sb.monitoring.interval_seconds == SANDBOX_INTERVAL_SECONDS
     assert all("infiniband" not in names for names in sb.monitoring.inputs.values())
     assert [f for f in run_all(sb) if f.level == Level.error] == []
+
+
+# ---- inputs per node group: GPU inputs only where there are GPUs ------------------------------
+
+TWOGEN = Path(__file__).parents[1] / "data" / "clusters" / "x86-twogen.yml"
+GPU_INPUTS = {name for name, spec in INPUTS.items() if spec.needs == "gpus"}
+
+
+def _twogen(**monitoring) -> dict:
+    """TWOGEN with a third, CPU-only compute group (`cpu`, in the gpu partition), GPU inputs and
+    the BMC collector on the compute role, and `monitoring` merged into its monitoring section."""
+    data = yaml.safe_load(TWOGEN.read_text())
+    data["hardware"]["epyc"] = {k: v for k, v in data["hardware"]["hgx-a100"].items() if k not in ("gpus", "features")}
+    data["nodes"].append({"name": "cpu", "role": "compute", "hosts": "tg[09-10]", "hardware": "epyc",
+                          "addresses": {"mgmt": "10.20.1.9", "bmc": "10.21.1.9"}})
+    data["slurm"]["partitions"][0]["nodes"] = "tg[01-10]"
+    data["monitoring"]["inputs"]["compute"] += ["gpu", "bmc"]
+    data["monitoring"].update(monitoring)
+    return data
+
+
+def _load(data: dict):
+    from hal_provision.loader import load_text
+
+    loaded = load_text(yaml.safe_dump(data, sort_keys=False), "twogen-cpu.yml")
+    return loaded.model, loaded.findings
+
+
+def test_gpu_inputs_only_on_groups_with_gpus():
+    model, findings = _load(_twogen())
+    assert [f.format() for f in findings if f.level in (E, W) and f.path[:1] == ("monitoring",)] == []
+    files = monitoring.render(model)
+    compute = tomllib.loads(files["files/etc/telegraf/roles/compute.conf"])  # a100 and h100 share it
+    assert GPU_INPUTS <= set(_inputs(compute)) and "bmc" in _inputs(compute)
+    cpu = tomllib.loads(files["files/etc/telegraf/groups/cpu.conf"])
+    assert not GPU_INPUTS & set(_inputs(cpu))
+    assert set(_inputs(cpu)) == set(_inputs(compute)) - GPU_INPUTS
+    assert not [p for p in files if "/groups/" in p and not p.endswith("/cpu.conf")]
+    paths = {g.name: monitoring.conf_path(model, g) for g in model.nodes}
+    assert paths["a100"] == paths["h100"] == "files/etc/telegraf/roles/compute.conf"
+    assert paths["cpu"] == "files/etc/telegraf/groups/cpu.conf"
+
+
+def test_a_groups_own_list_replaces_its_roles():
+    model, findings = _load(_twogen(inputs_by_group={"h100": ["cpu", "mem", "nvidia_smi"], "cpu": ["cpu", "bmc"]}))
+    assert not [f for f in findings if f.level == E]
+    files = monitoring.render(model)
+    assert _inputs(tomllib.loads(files["files/etc/telegraf/groups/h100.conf"])) == ["cpu", "mem", "nvidia_smi"]
+    assert _inputs(tomllib.loads(files["files/etc/telegraf/groups/cpu.conf"])) == ["cpu", "bmc"]  # built-in first
+    assert monitoring.conf_path(model, model.nodes[3]) == "files/etc/telegraf/roles/compute.conf"  # a100
+
+
+def test_no_gpu_warning_for_a_role_with_a_cpu_only_group():
+    _, findings = _load(_twogen())
+    assert not [f for f in findings if "GPU" in f.message]
+
+
+def test_several_roles_run_every_roles_inputs(hal):
+    from hal_provision.model.monitoring import group_inputs
+
+    group = hal.nodes[1].model_copy(update={"also": [Role.login]})  # mgmt-main, also a login node
+    names = group_inputs(hal, group)
+    assert names == list(dict.fromkeys(hal.monitoring.inputs[Role.management] + hal.monitoring.inputs[Role.login]))
