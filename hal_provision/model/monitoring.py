@@ -171,7 +171,7 @@ def measurements(inputs) -> dict[str, set[str]]:
 
 def group_gpus(cluster: Cluster, group: NodeGroup) -> int:
     """GPUs per node of a group; a group without a hardware profile has none."""
-    profile = cluster.hardware.get(group.hardware) if group.hardware else None
+    profile = cluster.profile_of(group)
     return profile.gpu_count if profile is not None else 0
 
 

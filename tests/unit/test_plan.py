@@ -127,6 +127,8 @@ def test_path_patterns_capture_the_hosts() -> None:
     telegraf = policy.component("telegraf")
     assert telegraf.groups_for(telegraf.match("files/etc/telegraf/roles/data_transfer.conf")) == ["role_data_transfer"]
     assert telegraf.groups_for(telegraf.match("files/etc/telegraf/hosts/hal-mgmt1/hal-slurm.conf")) == ["hal-mgmt1"]
+    # A group whose inputs differ from its role's has its own file: its nodes restart, no others.
+    assert telegraf.groups_for(telegraf.match("files/etc/telegraf/groups/cpu-nodes.conf")) == ["nodes_cpu_nodes"]
     health = policy.component("health")
     assert health.groups_for(health.match("files/etc/hal-provision/health/mgmt-main.json")) == ["nodes_mgmt_main"]
     assert policy.component("lmod_modules").match("files/sw/modulefiles/compute/Core/cuda/12.lua") == {"role": "compute"}
