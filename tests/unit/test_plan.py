@@ -198,9 +198,11 @@ def test_a_raised_limit_reconfigures(hal_tree) -> None:
     assert plan.exit_code == 2
 
 
-def test_a_new_node_restarts_every_daemon(hal_tree) -> None:
+def test_a_new_node_restarts_every_running_daemon_and_is_deployed_first(hal_tree) -> None:
     plan = build(hal_tree, tree(edit(ADD_NODE)))
-    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "hal-mgmt1"), ("restart slurmd", "hal[01-17]")]
+    assert consequences(plan, "new hosts") == [("first deployment", "hal17")]
+    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "hal-mgmt1"), ("restart slurmd", "hal[01-16]")]
+    assert consequences(plan, "hosts_file") == [("file only", "hal[01-16],hal-data,hal-dev,hal-dtn,hal-login,hal-mgmt[1-2]")]
     [slurm] = [c for c in plan.components if c.name == "slurm"]
     assert any(n.startswith("nodes added: hal17 (Slurm 22.05") for n in slurm.notes)
 
@@ -477,3 +479,34 @@ def test_live_without_a_controller_is_one_line(in_tmp) -> None:
     [line] = result.stderr.splitlines()
     assert line.startswith("error: --live: `squeue --json` on service_slurmctld[0] of "), line
 
+
+
+# ---- the CLI: what the reader acts on ----------------------------------------------------------
+ADD_TWO_NODES = [
+    ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-18]\n    count: 18 "),
+    ("      nodes: hal[01-16]\n", "      nodes: hal[01-18]\n"),
+    ("    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
+     "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
+     "    - {hosts: \"hal[17-18]\", port: 1, switch: ib-sw1, first_switch_port: 21}\n"),
+]
+
+
+def cells(line: str) -> list[str]:
+    """The cells of one table line, stripped."""
+    return [cell.strip() for cell in line.rstrip()[1:-1].split("│")]
+
+
+def test_new_hosts_get_their_first_deployment_not_a_restart(in_tmp) -> None:
+    (in_tmp / "new.yml").write_text(edit(ADD_TWO_NODES))
+    result = run("new.yml", "--from", "old.yml")
+    assert result.exit_code == 2, result.output
+    rows = [cells(line) for line in result.stdout.splitlines() if line.startswith("│")]
+    assert ["new hosts", "first deployment", "hal[17-18]"] in [row[:3] for row in rows]
+    [restart_slurmd] = [row for row in rows if row[1] == "restart slurmd"]
+    assert restart_slurmd[2] == "hal[01-16]"
+    assert [row[:3] for row in rows if "hal17" in row[2] or "hal[17-18]" in row[2]] == \
+        [["new hosts", "first deployment", "hal[17-18]"]]
+    # Ansible's --limit: names with commas (a folded hal[17-18] is a pattern of one character)
+    hint = "  first deployment: ansible-playbook -i rendered/hal/inventory playbooks/site.yml --limit hal17,hal18 "
+    assert [line for line in result.stdout.splitlines() if line.startswith(hint)], result.stdout
+    assert "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in result.stdout
