@@ -83,12 +83,15 @@ def _load(file: Optional[Path]) -> Loaded:
     return validate(file)
 
 
-def _checked(loaded: Loaded, side: str) -> tuple[Loaded, Cluster]:
-    """The description's findings on stderr; an unusable or invalid one ends the plan."""
+def _checked(loaded: Loaded, side: str, *, findings: bool = True) -> tuple[Loaded, Cluster]:
+    """The description's findings on stderr (with `findings=False` only when they end the plan);
+    an unusable or invalid one ends the plan."""
     from .plan import PlanError
 
-    print_findings(loaded.findings)
-    if loaded.model is None or has_errors(loaded.findings):
+    invalid = loaded.model is None or has_errors(loaded.findings)
+    if findings or invalid:
+        print_findings(loaded.findings)
+    if invalid:
         raise PlanError(f"{side} ({loaded.file}) is not a valid description: nothing planned")
     return loaded, loaded.model
 
@@ -111,5 +114,7 @@ def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster)
         raise PlanError(f"--from {spec}: no such file (give the deployed cluster.yml, or REV:PATH in git)")
     else:
         loaded = _load(Path(spec))
-    _loaded, model = _checked(loaded, "OLD")
+    # OLD's warnings are those of what runs already, mostly NEW's again: printed, they doubled
+    # every warning; NEW's are the ones this converge is about.
+    _loaded, model = _checked(loaded, "OLD", findings=False)
     return render_all(model), spec

@@ -510,3 +510,28 @@ def test_new_hosts_get_their_first_deployment_not_a_restart(in_tmp) -> None:
     hint = "  first deployment: ansible-playbook -i rendered/hal/inventory playbooks/site.yml --limit hal17,hal18 "
     assert [line for line in result.stdout.splitlines() if line.startswith(hint)], result.stdout
     assert "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in result.stdout
+
+
+def test_each_warning_is_printed_once(in_tmp) -> None:
+    """OLD and NEW share their warnings (here the workstation's services beside its jobs): the
+    plan prints NEW's, once; OLD's findings only when OLD is invalid."""
+    workstation = (DATA.parent / "clusters" / "workstation.yml").read_text()
+    (in_tmp / "ws-old.yml").write_text(workstation)
+    (in_tmp / "ws-new.yml").write_text(workstation.replace("memory_reserve_mib: 16384 ", "memory_reserve_mib: 8192 ", 1))
+    result = run("ws-new.yml", "--from", "ws-old.yml")
+    assert result.exit_code == 2, result.output
+    warnings_ = [line for line in result.stderr.splitlines() if ": warning: " in line]
+    assert warnings_, result.stderr
+    for line in warnings_:
+        message = line.split(": warning: ", 1)[1]
+        assert result.output.count(message) == 1, result.output
+    assert result.stderr.count("0 errors, 1 warning") == 1, result.stderr
+    assert all(line.startswith("ws-new.yml:") for line in warnings_)
+
+
+def test_an_invalid_old_still_prints_its_findings(in_tmp) -> None:
+    (in_tmp / "bad.yml").write_text(HAL.replace("    count: 16 ", "    count: 15 ", 1))
+    result = run("old.yml", "--from", "bad.yml")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "bad.yml:152:5: error: nodes[6].count: count is 15 but hosts 'hal[01-16]' names 16" in result.stderr
+    assert result.stderr.splitlines()[-1] == "error: OLD (bad.yml) is not a valid description: nothing planned"
