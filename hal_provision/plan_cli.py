@@ -9,6 +9,7 @@ invalid description, a missing deployed record, unreadable job data).
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -29,8 +30,9 @@ def plan(
                                       help="The deployed cluster.yml: a FILE, or REV:PATH of a git repository. "
                                       "Default: the deployed record DIR.deployed beside the rendered tree."),
     rendered: Optional[Path] = typer.Option(None, "--rendered", metavar="DIR",
-                                            help="The rendered tree whose record DIR.deployed is OLD. "
-                                            "Default: rendered/NAME, NAME being NEW's cluster name."),
+                                            help="Where NEW is rendered (`hal-provision render NEW -o DIR`): the "
+                                            "commands to apply name DIR/inventory; without --from, DIR.deployed "
+                                            "is OLD. Default: rendered/NAME, NAME being NEW's cluster name."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", metavar="FILE", help="Saved `squeue --json` output."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="Saved `sinfo --json` output."),
     live: Optional[Path] = typer.Option(None, "--live", metavar="INVENTORY",
@@ -44,6 +46,7 @@ def plan(
     strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."""
     from .plan import PlanError, build
     from .plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
+    from .plan.sources import holds
     from .plan.report import diffs, renderables, to_json
     from .render import render_all
 
@@ -59,9 +62,12 @@ def plan(
         else:
             job_list = parse_jobs(read_file(jobs, "--jobs"), f"--jobs {jobs}") if jobs is not None else None
             node_map = parse_nodes(read_file(nodes, "--nodes"), f"--nodes {nodes}") if nodes is not None else None
-        tree_dir = rendered if rendered is not None else Path("rendered") / new_model.cluster.name
-        result = build(old_tree, render_all(new_model), jobs=job_list, nodes=node_map, with_diff=diff,
-                       inventory=str(live if live is not None else tree_dir / "inventory"))
+        tree_dir = _tree_dir(rendered, new_model)
+        new_tree = render_all(new_model)
+        render = None if holds(tree_dir, new_tree) else \
+            shlex.join(["hal-provision", "render", *([str(file)] if file is not None else []), "-o", str(tree_dir)])
+        result = build(old_tree, new_tree, jobs=job_list, nodes=node_map, with_diff=diff,
+                       inventory=str(tree_dir / "inventory"), render=render)
     except PlanError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(EXIT_ERROR) from None
@@ -75,6 +81,11 @@ def plan(
         for text in diffs(result):
             out.print(text, markup=False, highlight=False, end="")
     raise typer.Exit(result.exit_code)
+
+
+def _tree_dir(rendered: Optional[Path], new_model: Cluster) -> Path:
+    """The rendered tree the apply reads (and, without --from, whose record is OLD)."""
+    return rendered if rendered is not None else Path("rendered") / new_model.cluster.name
 
 
 def _load(file: Optional[Path]) -> Loaded:
@@ -104,10 +115,8 @@ def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster)
     from .validate import validate_text
 
     if spec is None:
-        record = record_dir(rendered if rendered is not None else Path("rendered") / new_model.cluster.name)
+        record = record_dir(_tree_dir(rendered, new_model))
         return read_record(record), str(record)
-    if rendered is not None:
-        raise PlanError("--rendered names the tree whose deployed record is OLD: give it without --from")
     if is_git_spec(spec):
         loaded = validate_text(git_show(spec), spec)
     elif not Path(spec).is_file():

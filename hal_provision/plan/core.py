@@ -72,9 +72,11 @@ class Plan:
 
 
 def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = None,
-          nodes: dict[str, NodeState] | None = None, with_diff: bool = False, inventory: str = "INVENTORY") -> Plan:
+          nodes: dict[str, NodeState] | None = None, with_diff: bool = False, inventory: str = "INVENTORY",
+          render: str | None = None) -> Plan:
     """The plan for converging NEW onto a cluster that runs OLD (both rendered trees);
-    `inventory` is the Ansible inventory the advice's commands name."""
+    `inventory` is the Ansible inventory the advice's commands name, `render` the command that
+    puts NEW's tree there when it is not there yet."""
     policy = update_policy.load()
     old, new = compared(old), compared(new)
     sides = Sides(old, new)
@@ -108,6 +110,9 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
     plan.advice = _advice(plan, slurm, inventory, sorted(sides.new_hosts))
+    if render and plan.advice:
+        plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
+                               "converge what it holds)")
     return plan
 
 

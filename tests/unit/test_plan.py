@@ -535,3 +535,26 @@ def test_an_invalid_old_still_prints_its_findings(in_tmp) -> None:
     assert result.exit_code == 1 and result.stdout == ""
     assert "bad.yml:152:5: error: nodes[6].count: count is 15 but hosts 'hal[01-16]' names 16" in result.stderr
     assert result.stderr.splitlines()[-1] == "error: OLD (bad.yml) is not a valid description: nothing planned"
+
+
+def test_the_apply_commands_name_the_tree_that_was_rendered(in_tmp) -> None:
+    """`render -o` into a directory of one's own, then `plan --rendered` it: every command names
+    that tree; an unrendered or stale one gets the render command first."""
+    (in_tmp / "new.yml").write_text(edit(ADD_NODE))
+    rendered = CliRunner().invoke(app, ["render", "new.yml", "-o", "site/next"])
+    assert rendered.exit_code == 0, rendered.output
+    result = run("new.yml", "--from", "old.yml", "--rendered", "site/next")
+    assert result.exit_code == 2, result.output
+    advice = [line for line in result.stdout.splitlines() if line.startswith("  ")]
+    assert advice[0] == "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml", advice
+    assert advice[1].startswith("  first deployment: ansible-playbook -i site/next/inventory playbooks/site.yml "
+                                "--limit hal17 "), advice
+    assert "rendered/" not in result.stdout and "render first" not in result.stdout
+
+    (in_tmp / "new.yml").write_text(edit(RAISE_LIMIT))  # site/next now holds another description
+    stale = run("new.yml", "--from", "old.yml", "--rendered", "site/next").stdout.splitlines()
+    assert "  render first: hal-provision render new.yml -o site/next (site/next/inventory does not hold NEW yet, " \
+           "and the commands below converge what it holds)" in stale
+    assert "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml" in stale
+    unrendered = run("new.yml", "--from", "old.yml").stdout.splitlines()
+    assert [line for line in unrendered if line.startswith("  render first: hal-provision render new.yml -o rendered/hal ")]
