@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from .clitools import err, out, print_findings
+from .clitools import print_findings
 from .findings import has_errors
 from .loader import Loaded
 from .model import Cluster
@@ -44,6 +44,7 @@ def plan(
     """Compare NEW with what is deployed: each changed file, what its change does on which hosts
     (restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or
     strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."""
+    from .clitools import err, out  # asked for per call: a console keeps the width it was made with
     from .plan import PlanError, build
     from .plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
     from .plan.sources import holds

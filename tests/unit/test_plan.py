@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from typer.testing import CliRunner
 
 from hal_provision import tools, update_policy
 from hal_provision.cli import app
+from hal_provision.clitools import console
 from hal_provision.loader import REPO_DEFAULT
 from hal_provision.plan import build
 from hal_provision.plan.jobs import Job, parse_jobs, parse_nodes
@@ -328,8 +330,9 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def run(*args: str):
-    return CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": "120", "NO_COLOR": "1"})
+def run(*args: str, columns: int = 120):
+    console.cache_clear()  # the consoles keep the width COLUMNS had when they were made
+    return CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": str(columns), "NO_COLOR": "1"})
 
 
 def compare_golden(path: Path, actual: str) -> None:
@@ -558,3 +561,37 @@ def test_the_apply_commands_name_the_tree_that_was_rendered(in_tmp) -> None:
     assert "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml" in stale
     unrendered = run("new.yml", "--from", "old.yml").stdout.splitlines()
     assert [line for line in unrendered if line.startswith("  render first: hal-provision render new.yml -o rendered/hal ")]
+
+
+def unbroken_paths(doc: dict, text: str, columns: int) -> None:
+    """Each changed file's path (as the node has it), and every path a detail names, stands
+    whole on one line of `text`; no table line is wider than the console."""
+    paths = {f["path"].removeprefix("files") if f["path"].startswith("files/") else f["path"]
+             for c in doc["components"] for f in c["files"]}
+    paths |= {word for c in doc["components"] for q in c["consequences"] for word in q["detail"].split() if "/" in word}
+    lines = text.splitlines()
+    assert paths and all(len(line) <= columns for line in lines if "│" in line or "━" in line), text
+    broken = [p for p in sorted(paths) if not any(p in line for line in lines)]
+    assert not broken, f"broken at {columns} columns: {broken}\n{text}"
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][2]])
+def test_file_paths_are_never_broken(in_tmp, case, columns) -> None:
+    """At 80 columns (and 100) the other columns wrap, never a path."""
+    edits, with_jobs, exit_code = CASES[case]
+    (in_tmp / "new.yml").write_text(edit(edits))
+    args = ["new.yml", "--from", "old.yml"] + (["--jobs", str(SQUEUE), "--nodes", str(SINFO)] if with_jobs else [])
+    result = run(*args, columns=columns)
+    assert result.exit_code == exit_code, result.output
+    unbroken_paths(json.loads(run(*args, "--json").stdout), result.stdout, columns)
+
+
+def test_file_paths_are_never_broken_in_an_80_column_terminal(in_tmp) -> None:
+    """The same as a person runs it: the command in a process of its own, COLUMNS=80."""
+    (in_tmp / "new.yml").write_text(edit(ADD_NODE))
+    command = [sys.executable, "-c", "from hal_provision.cli import main; main()", "plan", "new.yml", "--from", "old.yml"]
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2, done.stderr
+    unbroken_paths(json.loads(run("new.yml", "--from", "old.yml", "--json").stdout), done.stdout, 80)
