@@ -9,12 +9,13 @@ invalid description, a missing deployed record, unreadable job data).
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from .clitools import err, out, print_findings
+from .clitools import print_findings
 from .findings import has_errors
 from .loader import Loaded
 from .model import Cluster
@@ -29,8 +30,9 @@ def plan(
                                       help="The deployed cluster.yml: a FILE, or REV:PATH of a git repository. "
                                       "Default: the deployed record DIR.deployed beside the rendered tree."),
     rendered: Optional[Path] = typer.Option(None, "--rendered", metavar="DIR",
-                                            help="The rendered tree whose record DIR.deployed is OLD. "
-                                            "Default: rendered/NAME, NAME being NEW's cluster name."),
+                                            help="Where NEW is rendered (`hal-provision render NEW -o DIR`): the "
+                                            "commands to apply name DIR/inventory; without --from, DIR.deployed "
+                                            "is OLD. Default: rendered/NAME, NAME being NEW's cluster name."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", metavar="FILE", help="Saved `squeue --json` output."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="Saved `sinfo --json` output."),
     live: Optional[Path] = typer.Option(None, "--live", metavar="INVENTORY",
@@ -42,8 +44,10 @@ def plan(
     """Compare NEW with what is deployed: each changed file, what its change does on which hosts
     (restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or
     strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."""
+    from .clitools import err, out  # asked for per call: a console keeps the width it was made with
     from .plan import PlanError, build
     from .plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
+    from .plan.sources import holds
     from .plan.report import diffs, renderables, to_json
     from .render import render_all
 
@@ -59,9 +63,12 @@ def plan(
         else:
             job_list = parse_jobs(read_file(jobs, "--jobs"), f"--jobs {jobs}") if jobs is not None else None
             node_map = parse_nodes(read_file(nodes, "--nodes"), f"--nodes {nodes}") if nodes is not None else None
-        tree_dir = rendered if rendered is not None else Path("rendered") / new_model.cluster.name
-        result = build(old_tree, render_all(new_model), jobs=job_list, nodes=node_map, with_diff=diff,
-                       inventory=str(live if live is not None else tree_dir / "inventory"))
+        tree_dir = _tree_dir(rendered, new_model)
+        new_tree = render_all(new_model)
+        render = None if holds(tree_dir, new_tree) else \
+            shlex.join(["hal-provision", "render", *([str(file)] if file is not None else []), "-o", str(tree_dir)])
+        result = build(old_tree, new_tree, jobs=job_list, nodes=node_map, with_diff=diff,
+                       inventory=str(tree_dir / "inventory"), render=render)
     except PlanError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(EXIT_ERROR) from None
@@ -77,18 +84,26 @@ def plan(
     raise typer.Exit(result.exit_code)
 
 
+def _tree_dir(rendered: Optional[Path], new_model: Cluster) -> Path:
+    """The rendered tree the apply reads (and, without --from, whose record is OLD)."""
+    return rendered if rendered is not None else Path("rendered") / new_model.cluster.name
+
+
 def _load(file: Optional[Path]) -> Loaded:
     from .validate import validate
 
     return validate(file)
 
 
-def _checked(loaded: Loaded, side: str) -> tuple[Loaded, Cluster]:
-    """The description's findings on stderr; an unusable or invalid one ends the plan."""
+def _checked(loaded: Loaded, side: str, *, findings: bool = True) -> tuple[Loaded, Cluster]:
+    """The description's findings on stderr (with `findings=False` only when they end the plan);
+    an unusable or invalid one ends the plan."""
     from .plan import PlanError
 
-    print_findings(loaded.findings)
-    if loaded.model is None or has_errors(loaded.findings):
+    invalid = loaded.model is None or has_errors(loaded.findings)
+    if findings or invalid:
+        print_findings(loaded.findings)
+    if invalid:
         raise PlanError(f"{side} ({loaded.file}) is not a valid description: nothing planned")
     return loaded, loaded.model
 
@@ -101,15 +116,15 @@ def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster)
     from .validate import validate_text
 
     if spec is None:
-        record = record_dir(rendered if rendered is not None else Path("rendered") / new_model.cluster.name)
+        record = record_dir(_tree_dir(rendered, new_model))
         return read_record(record), str(record)
-    if rendered is not None:
-        raise PlanError("--rendered names the tree whose deployed record is OLD: give it without --from")
     if is_git_spec(spec):
         loaded = validate_text(git_show(spec), spec)
     elif not Path(spec).is_file():
         raise PlanError(f"--from {spec}: no such file (give the deployed cluster.yml, or REV:PATH in git)")
     else:
         loaded = _load(Path(spec))
-    _loaded, model = _checked(loaded, "OLD")
+    # OLD's warnings are those of what runs already, mostly NEW's again: printed, they doubled
+    # every warning; NEW's are the ones this converge is about.
+    _loaded, model = _checked(loaded, "OLD", findings=False)
     return render_all(model), spec

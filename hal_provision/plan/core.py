@@ -18,6 +18,9 @@ from .sources import compared
 
 EXIT_NO_CHANGES, EXIT_BLOCKING, EXIT_CHANGES = 0, 1, 2
 ROLLING = "ansible-playbook -i {inventory} playbooks/rolling.yml -e 'hosts={hosts}'"
+SITE = "ansible-playbook -i {inventory} playbooks/site.yml"
+FIRST_DEPLOYMENT = "first deployment"
+NEW_HOSTS = "new hosts"  # the plan's entry for them: no update-policy component owns a host
 
 
 @dataclass
@@ -56,10 +59,10 @@ class Plan:
         if not self.changed:
             return "No changes: NEW renders exactly the deployed files."
         files = sum(len(c.files) for c in self.components)
-        text = (f"{files} changed file{'s' if files != 1 else ''} in {len(self.components)} "
-                f"component{'s' if len(self.components) != 1 else ''}")
+        owning = sum(1 for c in self.components if c.files)
+        text = f"{files} changed file{'s' if files != 1 else ''} in {owning} component{'s' if owning != 1 else ''}"
         restarts = [f"{c.action} on {c.hosts}" for comp in self.components for c in comp.consequences
-                    if c.action.startswith("restart") and c.hosts != "-"]
+                    if c.action.startswith(("restart", FIRST_DEPLOYMENT)) and c.hosts != "-"]
         text += f"; {'; '.join(restarts)}" if restarts else "; no daemon restarts"
         if self.impacts is None:
             return text + ". Jobs not checked."
@@ -69,9 +72,11 @@ class Plan:
 
 
 def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = None,
-          nodes: dict[str, NodeState] | None = None, with_diff: bool = False, inventory: str = "INVENTORY") -> Plan:
+          nodes: dict[str, NodeState] | None = None, with_diff: bool = False, inventory: str = "INVENTORY",
+          render: str | None = None) -> Plan:
     """The plan for converging NEW onto a cluster that runs OLD (both rendered trees);
-    `inventory` is the Ansible inventory the advice's commands name."""
+    `inventory` is the Ansible inventory the advice's commands name, `render` the command that
+    puts NEW's tree there when it is not there yet."""
     policy = update_policy.load()
     old, new = compared(old), compared(new)
     sides = Sides(old, new)
@@ -95,13 +100,19 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
             result: Effect = effect(component, files, sides)
             slurm = result.slurm or slurm
             components.append(ComponentPlan(component.name, files, result.consequences, result.notes))
+    if sides.new_hosts:  # first, as they are the largest change: everything, not a restart
+        components.insert(0, ComponentPlan(NEW_HOSTS, [], [Consequence(
+            FIRST_DEPLOYMENT, hostlist(sides.new_hosts), "nothing runs there yet: every tier of site.yml")]))
     if unowned:  # only a tree from elsewhere (a hand-edited record) can hold such files
         components.append(ComponentPlan("unknown", unowned,
                                         [Consequence("unknown", "-", "no update-policy entry names these files")]))
     impacts = assess(jobs, old, new, slurm) if jobs is not None else None
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
-    plan.advice = _advice(plan, slurm, inventory)
+    plan.advice = _advice(plan, slurm, inventory, sorted(sides.new_hosts))
+    if render and plan.advice:
+        plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
+                               "converge what it holds)")
     return plan
 
 
@@ -119,13 +130,13 @@ def _node_states(nodes: dict[str, NodeState] | None, slurm: SlurmEffect | None) 
             for h in affected if h in nodes]
 
 
-def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str) -> list[str]:
+def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: list[str]) -> list[str]:
     """What to do: drain and wait (or roll) for blocking running jobs, per stranded job its way
     out, otherwise how to apply."""
     if not plan.changed:
         return []
     out = []
-    site = f"ansible-playbook -i {inventory} playbooks/site.yml"
+    site = SITE.format(inventory=inventory)
     removed = sorted(slurm.removed) if slurm else []
     lost = sorted({h for i in plan.blocking for h in i.hosts if h in removed})
     redefined = sorted({h for i in plan.blocking for h in i.hosts if h not in lost})
@@ -152,6 +163,9 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str) -> list[str]:
                        "(drains the leaving nodes and waits for their jobs before the converge)")
         else:
             out.append(f"apply: {site}")
+    if new_hosts:  # Ansible's --limit takes names with commas: hal[17-18] is a pattern of one character
+        out.append(f"{FIRST_DEPLOYMENT}: {site} --limit {','.join(new_hosts)} "
+                   "(the new hosts alone; the whole-cluster converge includes them)")
     if removed:
         out.append(f"after the converge: stop slurmd on {hostlist(removed)} (site.yml no longer manages them)")
     if plan.impacts is None:

@@ -62,6 +62,15 @@ class Sides:
         self.old, self.new = old, new
 
     @cached_property
+    def new_hosts(self) -> set[str]:
+        """Hosts NEW's inventory adds: they get their first deployment (every tier of site.yml),
+        so no other consequence names them (a daemon never started cannot restart)."""
+        inventories = {p for p in self.old.keys() | self.new.keys() if p.startswith("inventory/")}
+        if all(self.old.get(p) == self.new.get(p) for p in inventories):
+            return set()  # a host can only arrive through a changed inventory
+        return self.new_inventory.all_hosts() - self.old_inventory.all_hosts()
+
+    @cached_property
     def old_inventory(self) -> Inventory:
         return Inventory(self.old)
 
@@ -98,7 +107,7 @@ def _hosts(component: Component, files: list[FileChange], sides: Sides) -> set[s
         groups = component.groups_for(component.match(f.path) or {}) + component.groups_from_files(tree)
         for group in groups:
             hosts |= inventory.hosts(group)
-    return hosts
+    return hosts - sides.new_hosts
 
 
 # ---- Slurm ---------------------------------------------------------------------------------------
@@ -109,8 +118,8 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     others = [p.rsplit("/", 1)[-1] for p in changed if p != conf_path]
     keys = changed_keys(sides.old.get(conf_path, ""), sides.new.get(conf_path, "")) if conf_path in changed else []
     restart = restart_required(keys, bool(others), rule["reconfigure_keys"])
-    controller = sides.new_inventory.hosts(rule["controller_group"])
-    computes = sides.new_inventory.hosts(rule["compute_group"])
+    controller = sides.new_inventory.hosts(rule["controller_group"]) - sides.new_hosts
+    computes = sides.new_inventory.hosts(rule["compute_group"]) - sides.new_hosts
     clients = _hosts(component, files, sides) - controller - computes
 
     allowed = {k.lower() for k in rule["reconfigure_keys"]}

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 
-from rich.console import Group, RenderableType
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from .core import Plan
+from .core import ComponentPlan, Plan
 from .inventory import hostlist
 
 
@@ -45,7 +48,7 @@ def renderables(plan: Plan) -> list[RenderableType]:
     """What `hal-provision plan` prints: the components, the jobs, a summary, the advice."""
     out: list[RenderableType] = [Text(f"OLD: {plan.old}\nNEW: {plan.new}")]
     if plan.changed:
-        out.append(_components(plan))
+        out.append(ComponentsTable(plan))
     out += _jobs(plan)
     out.append(Text(plan.summary, style="bold"))
     out += [Text(f"  {line}") for line in plan.advice]
@@ -58,24 +61,91 @@ def diffs(plan: Plan) -> list[str]:
 
 
 MARK = {"added": "+", "removed": "-", "modified": "~"}
+TITLE = "Changes by component (files: + added, - removed, ~ modified)"
+ACTION_MAX, HOSTS_MAX = 20, 22
+WIDE_BORDERS = 13  # box lines and cell padding of the table of four columns
+NARROW_BORDERS = 6  # of a component's table: no outer edges, no padding there
 
 
-def _components(plan: Plan) -> Table:
-    table = Table(title="Changes by component (files: + added, - removed, ~ modified)", title_justify="left")
+@dataclass
+class ComponentsTable:
+    """The changes by component, laid out for the console's width: file paths (and every other
+    word of the detail column) are never broken; the other columns wrap instead. Where one
+    table of four columns cannot give the detail column its longest word, each component
+    becomes a table of its own under its name (Action, Hosts, detail), all of the same widths."""
+
+    plan: Plan
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        rows = [_rows(c) for c in self.plan.components]
+        cells = [[row[i] for r in rows for row in r] for i in range(3)]
+        longest = _longest_word(cells[2])
+        wants = (min(_longest_line(cells[0]), ACTION_MAX), min(_longest_line(cells[1]), HOSTS_MAX))
+        names = max(len(c.name) for c in self.plan.components)
+        if options.max_width - WIDE_BORDERS - names - sum(wants) >= longest:
+            yield _one_table(self.plan.components, rows)
+            return
+        action, hosts = _share(options.max_width - NARROW_BORDERS - longest, wants,
+                               (_longest_word(cells[0]), _longest_word(cells[1])))
+        widths = (action, hosts, max(longest, options.max_width - NARROW_BORDERS - action - hosts))
+        yield Text(TITLE)
+        for index, (component, component_rows) in enumerate(zip(self.plan.components, rows)):
+            table = Table(title=component.name, title_justify="left", title_style="bold", show_header=index == 0,
+                          show_edge=False, pad_edge=False)
+            for header, width in zip(("Action", "Hosts", "Files / detail"), widths):
+                table.add_column(header, width=width, overflow="fold")
+            for row in component_rows:
+                table.add_row(*row)
+            yield table
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(1, options.max_width)
+
+
+Row = tuple[Text, Text, Text]  # action, hosts, files / detail
+
+
+def _rows(component: ComponentPlan) -> list[Row]:
+    rows = []
+    for q in component.consequences:
+        rows.append((Text(q.action), Text(_wrappable(q.hosts)), Text("\n".join(filter(None, [q.detail, *q.commands])))))
+    for f in component.files:  # the change's mark in the Action column keeps long paths whole
+        rows.append((Text(MARK[f.change], style="dim"), Text(""), Text(_node_path(f.path), style="dim")))
+    rows += [(Text(""), Text(""), Text(note, style="italic")) for note in component.notes]
+    return rows
+
+
+def _longest_line(cells: list[Text]) -> int:
+    return max((len(line) for cell in cells for line in cell.plain.splitlines()), default=1)
+
+
+def _longest_word(cells: list[Text]) -> int:
+    return max((len(word) for cell in cells for word in cell.plain.split()), default=1)
+
+
+def _share(room: int, wants: tuple[int, int], words: tuple[int, int]) -> tuple[int, int]:
+    """Two columns' widths within `room`: what they want if it fits, else each its longest word
+    (unbroken) and the rest as they want more, else in proportion to their longest words."""
+    if sum(wants) <= room:
+        return wants
+    base = words if sum(words) <= room else tuple(max(1, room * w // sum(words)) for w in words)
+    extra = [max(0, want - b) for want, b in zip(wants, base)]
+    spare = max(0, room - sum(base))
+    first = base[0] + (spare * extra[0] // sum(extra) if sum(extra) else 0)
+    return first, max(1, room - first)
+
+
+def _one_table(components: list[ComponentPlan], rows: list[list[Row]]) -> Table:
+    table = Table(title=TITLE, title_justify="left")
     table.add_column("Component", no_wrap=True)
-    table.add_column("Action", max_width=20, overflow="fold")
-    table.add_column("Hosts", max_width=22, overflow="fold")
+    table.add_column("Action", max_width=ACTION_MAX, overflow="fold")
+    table.add_column("Hosts", max_width=HOSTS_MAX, overflow="fold")
     table.add_column("Files / detail", overflow="fold")
-    for index, component in enumerate(plan.components):
+    for index, (component, component_rows) in enumerate(zip(components, rows)):
         if index:
             table.add_section()
-        for n, q in enumerate(component.consequences):
-            detail = "\n".join(filter(None, [q.detail, *q.commands]))
-            table.add_row(component.name if n == 0 else "", q.action, _wrappable(q.hosts), detail)
-        for f in component.files:  # the change's mark in the Action column keeps long paths whole
-            table.add_row("", Text(MARK[f.change], style="dim"), "", Text(_node_path(f.path), style="dim"))
-        for note in component.notes:
-            table.add_row("", "", "", Text(note, style="italic"))
+        for n, row in enumerate(component_rows):
+            table.add_row(component.name if n == 0 else "", *row)
     return table
 
 

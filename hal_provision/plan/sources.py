@@ -51,6 +51,19 @@ def read_record(record: Path) -> dict[str, str]:
     return tree
 
 
+def holds(rendered: Path, tree: dict[str, str]) -> bool:
+    """Whether rendered tree DIR holds `tree` (as `render -o DIR` writes it): each of its files
+    with the same text, and no other under files/ (inventory/ may hold more sources, as the
+    sandbox's sandbox.yml). The apply commands read DIR: they converge what it holds."""
+    wanted = compared(tree)
+    try:
+        present = {path.relative_to(rendered).as_posix() for path in (rendered / "files").rglob("*") if path.is_file()}
+        return (present == {p for p in wanted if p.startswith("files/")}
+                and all((rendered / path).read_text(encoding="utf-8") == text for path, text in wanted.items()))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def is_git_spec(spec: str) -> bool:
     """REV:PATH rather than a file: not an existing path, and a ':' with text on both sides."""
     rev, sep, path = spec.partition(":")

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from typer.testing import CliRunner
 
 from hal_provision import tools, update_policy
 from hal_provision.cli import app
+from hal_provision.clitools import console
 from hal_provision.loader import REPO_DEFAULT
 from hal_provision.plan import build
 from hal_provision.plan.jobs import Job, parse_jobs, parse_nodes
@@ -200,9 +202,11 @@ def test_a_raised_limit_reconfigures(hal_tree) -> None:
     assert plan.exit_code == 2
 
 
-def test_a_new_node_restarts_every_daemon(hal_tree) -> None:
+def test_a_new_node_restarts_every_running_daemon_and_is_deployed_first(hal_tree) -> None:
     plan = build(hal_tree, tree(edit(ADD_NODE)))
-    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "hal-mgmt1"), ("restart slurmd", "hal[01-17]")]
+    assert consequences(plan, "new hosts") == [("first deployment", "hal17")]
+    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "hal-mgmt1"), ("restart slurmd", "hal[01-16]")]
+    assert consequences(plan, "hosts_file") == [("file only", "hal[01-16],hal-data,hal-dev,hal-dtn,hal-login,hal-mgmt[1-2]")]
     [slurm] = [c for c in plan.components if c.name == "slurm"]
     assert any(n.startswith("nodes added: hal17 (Slurm 22.05") for n in slurm.notes)
 
@@ -328,8 +332,9 @@ def in_tmp(tmp_path, monkeypatch) -> Path:
     return tmp_path
 
 
-def run(*args: str):
-    return CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": "120", "NO_COLOR": "1"})
+def run(*args: str, columns: int = 120):
+    console.cache_clear()  # the consoles keep the width COLUMNS had when they were made
+    return CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": str(columns), "NO_COLOR": "1"})
 
 
 def compare_golden(path: Path, actual: str) -> None:
@@ -479,3 +484,116 @@ def test_live_without_a_controller_is_one_line(in_tmp) -> None:
     [line] = result.stderr.splitlines()
     assert line.startswith("error: --live: `squeue --json` on service_slurmctld[0] of "), line
 
+
+
+# ---- the CLI: what the reader acts on ----------------------------------------------------------
+ADD_TWO_NODES = [
+    ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-18]\n    count: 18 "),
+    ("      nodes: hal[01-16]\n", "      nodes: hal[01-18]\n"),
+    ("    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
+     "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
+     "    - {hosts: \"hal[17-18]\", port: 1, switch: ib-sw1, first_switch_port: 21}\n"),
+]
+
+
+def cells(line: str) -> list[str]:
+    """The cells of one table line, stripped."""
+    return [cell.strip() for cell in line.rstrip()[1:-1].split("│")]
+
+
+def test_new_hosts_get_their_first_deployment_not_a_restart(in_tmp) -> None:
+    (in_tmp / "new.yml").write_text(edit(ADD_TWO_NODES))
+    result = run("new.yml", "--from", "old.yml")
+    assert result.exit_code == 2, result.output
+    rows = [cells(line) for line in result.stdout.splitlines() if line.startswith("│")]
+    assert ["new hosts", "first deployment", "hal[17-18]"] in [row[:3] for row in rows]
+    [restart_slurmd] = [row for row in rows if row[1] == "restart slurmd"]
+    assert restart_slurmd[2] == "hal[01-16]"
+    assert [row[:3] for row in rows if "hal17" in row[2] or "hal[17-18]" in row[2]] == \
+        [["new hosts", "first deployment", "hal[17-18]"]]
+    # Ansible's --limit: names with commas (a folded hal[17-18] is a pattern of one character)
+    hint = "  first deployment: ansible-playbook -i rendered/hal/inventory playbooks/site.yml --limit hal17,hal18 "
+    assert [line for line in result.stdout.splitlines() if line.startswith(hint)], result.stdout
+    assert "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in result.stdout
+
+
+def test_each_warning_is_printed_once(in_tmp) -> None:
+    """OLD and NEW share their warnings (here the workstation's services beside its jobs): the
+    plan prints NEW's, once; OLD's findings only when OLD is invalid."""
+    workstation = (DATA.parent / "clusters" / "workstation.yml").read_text()
+    (in_tmp / "ws-old.yml").write_text(workstation)
+    (in_tmp / "ws-new.yml").write_text(workstation.replace("memory_reserve_mib: 16384 ", "memory_reserve_mib: 8192 ", 1))
+    result = run("ws-new.yml", "--from", "ws-old.yml")
+    assert result.exit_code == 2, result.output
+    warnings_ = [line for line in result.stderr.splitlines() if ": warning: " in line]
+    assert warnings_, result.stderr
+    for line in warnings_:
+        message = line.split(": warning: ", 1)[1]
+        assert result.output.count(message) == 1, result.output
+    assert result.stderr.count("0 errors, 1 warning") == 1, result.stderr
+    assert all(line.startswith("ws-new.yml:") for line in warnings_)
+
+
+def test_an_invalid_old_still_prints_its_findings(in_tmp) -> None:
+    (in_tmp / "bad.yml").write_text(HAL.replace("    count: 16 ", "    count: 15 ", 1))
+    result = run("old.yml", "--from", "bad.yml")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "bad.yml:152:5: error: nodes[6].count: count is 15 but hosts 'hal[01-16]' names 16" in result.stderr
+    assert result.stderr.splitlines()[-1] == "error: OLD (bad.yml) is not a valid description: nothing planned"
+
+
+def test_the_apply_commands_name_the_tree_that_was_rendered(in_tmp) -> None:
+    """`render -o` into a directory of one's own, then `plan --rendered` it: every command names
+    that tree; an unrendered or stale one gets the render command first."""
+    (in_tmp / "new.yml").write_text(edit(ADD_NODE))
+    rendered = CliRunner().invoke(app, ["render", "new.yml", "-o", "site/next"])
+    assert rendered.exit_code == 0, rendered.output
+    result = run("new.yml", "--from", "old.yml", "--rendered", "site/next")
+    assert result.exit_code == 2, result.output
+    advice = [line for line in result.stdout.splitlines() if line.startswith("  ")]
+    assert advice[0] == "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml", advice
+    assert advice[1].startswith("  first deployment: ansible-playbook -i site/next/inventory playbooks/site.yml "
+                                "--limit hal17 "), advice
+    assert "rendered/" not in result.stdout and "render first" not in result.stdout
+
+    (in_tmp / "new.yml").write_text(edit(RAISE_LIMIT))  # site/next now holds another description
+    stale = run("new.yml", "--from", "old.yml", "--rendered", "site/next").stdout.splitlines()
+    assert "  render first: hal-provision render new.yml -o site/next (site/next/inventory does not hold NEW yet, " \
+           "and the commands below converge what it holds)" in stale
+    assert "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml" in stale
+    unrendered = run("new.yml", "--from", "old.yml").stdout.splitlines()
+    assert [line for line in unrendered if line.startswith("  render first: hal-provision render new.yml -o rendered/hal ")]
+
+
+def unbroken_paths(doc: dict, text: str, columns: int) -> None:
+    """Each changed file's path (as the node has it), and every path a detail names, stands
+    whole on one line of `text`; no table line is wider than the console."""
+    paths = {f["path"].removeprefix("files") if f["path"].startswith("files/") else f["path"]
+             for c in doc["components"] for f in c["files"]}
+    paths |= {word for c in doc["components"] for q in c["consequences"] for word in q["detail"].split() if "/" in word}
+    lines = text.splitlines()
+    assert paths and all(len(line) <= columns for line in lines if "│" in line or "━" in line), text
+    broken = [p for p in sorted(paths) if not any(p in line for line in lines)]
+    assert not broken, f"broken at {columns} columns: {broken}\n{text}"
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][2]])
+def test_file_paths_are_never_broken(in_tmp, case, columns) -> None:
+    """At 80 columns (and 100) the other columns wrap, never a path."""
+    edits, with_jobs, exit_code = CASES[case]
+    (in_tmp / "new.yml").write_text(edit(edits))
+    args = ["new.yml", "--from", "old.yml"] + (["--jobs", str(SQUEUE), "--nodes", str(SINFO)] if with_jobs else [])
+    result = run(*args, columns=columns)
+    assert result.exit_code == exit_code, result.output
+    unbroken_paths(json.loads(run(*args, "--json").stdout), result.stdout, columns)
+
+
+def test_file_paths_are_never_broken_in_an_80_column_terminal(in_tmp) -> None:
+    """The same as a person runs it: the command in a process of its own, COLUMNS=80."""
+    (in_tmp / "new.yml").write_text(edit(ADD_NODE))
+    command = [sys.executable, "-c", "from hal_provision.cli import main; main()", "plan", "new.yml", "--from", "old.yml"]
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2, done.stderr
+    unbroken_paths(json.loads(run("new.yml", "--from", "old.yml", "--json").stdout), done.stdout, 80)
