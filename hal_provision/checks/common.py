@@ -8,13 +8,12 @@ never copy the larger operand, which is what keeps them fast when one side is hu
 
 from __future__ import annotations
 
-import difflib
 from ipaddress import IPv4Address
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from ..findings import Finding, dotted, error
+from ..findings import Finding, did_you_mean, dotted, error  # noqa: F401  (did_you_mean: the checks' import)
 from ..hostlist import common_count, nodeset, union_shared
 from ..model import Cluster, Role
 
@@ -81,15 +80,6 @@ def shown(hosts: NodeSet) -> str:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """'; did you mean 'x'?' for a close known name, else the list of known names."""
-    known = sorted(choices)
-    close = difflib.get_close_matches(name, known, n=1)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return f"; known: {', '.join(known)}" if known else "; none is declared"
 
 
 def duplicates(names: Sequence[Hashable]) -> Iterator[tuple[int, int]]:

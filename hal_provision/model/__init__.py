@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ClusterShell.NodeSet import NodeSet
-from pydantic import Field
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+from pydantic import Field, PrivateAttr, model_validator
 
 from ..hostlist import nodeset, union_shared
 from .accounts import Accounts, Directory, ResearchGroup, User
@@ -15,6 +15,7 @@ from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
 from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
+from .placement import Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
 from .monitoring import Grafana, InfluxDb, Monitoring
@@ -49,6 +50,24 @@ class Cluster(Strict):
     health: Health | None = Field(
         None, description="Node health check run by slurmd (HealthCheckProgram): compares each node with the model.")
 
+    # resolved placement hostlist -> the expression with @references it was written as
+    _written: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _resolve_placements(cls, data, handler):
+        """Placements (@GROUP, @role:ROLE) resolve against this description's node groups."""
+        with resolving(data) as groups:
+            cluster = handler(data)
+        if isinstance(cluster, Cluster) and groups.written:
+            cluster._written = {**cluster._written, **groups.written}
+        return cluster
+
+    def written(self, hostlist: str) -> str:
+        """A placement as the description wrote it (@compute), for people to read; the
+        resolved hostlist when it was written plainly."""
+        return self._written.get(hostlist, hostlist)
+
     # ---- derived views (pure; node groups stay compressed) ----------------------------
     def group_nodeset(self, group: NodeGroup) -> NodeSet:
         return nodeset(group.hosts)
@@ -71,6 +90,28 @@ class Cluster(Strict):
                 return g
         return None
 
+    @property
+    def home_root(self) -> str:
+        """Where the users' home directories are: accounts.home_root, else /home."""
+        return self.accounts.home_root if self.accounts is not None else "/home"
+
+    def hosts_mounting(self, path: str) -> NodeSet:
+        """Model hosts on which `path` lies on a shared file system: the GPFS cluster's model
+        nodes when a GPFS file system is mounted at or above it, the clients of NFS mounts at
+        or above it. A new set: the caller may change it."""
+        def holds(mount_point: str) -> bool:
+            return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+
+        hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+        gpfs = self.storage.gpfs
+        if gpfs is not None and any(holds(fs.mount_point) for fs in gpfs.filesystems):
+            for node_class in gpfs.node_classes:
+                hosts.update(nodeset(node_class.hosts).intersection(self.all_hosts))
+        for mount in self.storage.nfs.mounts:
+            if holds(mount.mount_point):
+                hosts.update(nodeset(mount.clients))
+        return hosts
+
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
 
@@ -87,7 +128,7 @@ class Cluster(Strict):
 __all__ = [
     "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
-    "Network", "NodeGroup", "Partition", "Portal", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
+    "Network", "NodeGroup", "Partition", "Placement", "Portal", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

@@ -19,7 +19,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .base import Hostlist, Name, Strict
+from .base import Name, Strict
+from .placement import PLACED, Placement
 from .nodes import Role
 
 
@@ -102,7 +103,7 @@ class InfluxDb(Strict):
 
 
 class Grafana(Strict):
-    host: Hostlist = Field(description="The one node Grafana runs on (management role).")
+    host: Placement = Field(description="The one node Grafana runs on (management role)." + PLACED)
     port: int = Field(3000, ge=1, le=65535, description="Grafana's HTTP port.")
     datasource: str = Field("HAL InfluxDB", min_length=1, description="Name of the provisioned InfluxDB datasource.")
     dashboards: list[Literal["status", "nodes", "admin"]] = Field(
