@@ -8,13 +8,14 @@ never copy the larger operand, which is what keeps them fast when one side is hu
 
 from __future__ import annotations
 
+import difflib
 from ipaddress import IPv4Address
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
 from ..findings import Finding, did_you_mean, dotted, error  # noqa: F401  (did_you_mean: the checks' import)
-from ..hostlist import common_count, nodeset, union_shared
+from ..hostlist import common_count, expand, nodeset, union_shared
 from ..model import Cluster, Role
 
 K = TypeVar("K")
@@ -76,6 +77,29 @@ def shown(hosts: NodeSet) -> str:
     if len(text) > _SHOWN_CHARS:
         text = text[: _SHOWN_CHARS - 3] + "..."
     return text if len(hosts) == 1 else f"{text} ({len(hosts)} hosts)"
+
+
+def nearest_host(c: Cluster, unknown: NodeSet, also_known: Iterable[str] = ()) -> str:
+    """'; did you mean 'x'?' when `unknown` is one misspelt name: the closest model host (or
+    one of `also_known`, e.g. appliance servers), or '@group' for a node group's name written
+    without its '@'. Empty for several unknown hosts (new hosts, not a typo) or nothing close.
+
+    Only groups of up to NEAREST_GROUP_HOSTS hosts are listed: a name near one of 100,000
+    numbered hosts is a range mistake, which the message's hostlist shows well enough."""
+    if len(unknown) != 1:
+        return ""
+    name = str(unknown)
+    if any(group.name == name for group in c.nodes):
+        return f"; did you mean '@{name}' (the node group)?"
+    candidates = list(also_known)
+    for group in c.nodes:
+        if len(nodeset(group.hosts)) <= NEAREST_GROUP_HOSTS:
+            candidates.extend(expand(group.hosts))
+    close = difflib.get_close_matches(name, candidates, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+NEAREST_GROUP_HOSTS = 4096
 
 
 def plural(n: int, word: str) -> str:

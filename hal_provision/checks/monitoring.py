@@ -8,7 +8,7 @@ from ..hostlist import nodeset
 from ..model import Cluster, Role
 from ..model.monitoring import INPUTS, producers
 from . import check
-from .common import did_you_mean, duplicates
+from .common import did_you_mean, duplicates, nearest_host
 
 MON = ("monitoring",)
 
@@ -69,6 +69,8 @@ def monitoring_inputs_fit_hardware(c: Cluster):
                             "fabric: remove it or describe the fabric")
             elif spec.needs == "slurm_controller":
                 group = c.group_of(ctld) if ctld else None
+                if ctld and group is None:
+                    continue  # an unknown slurmctld host: services.slurmctld says so, once
                 if group is None or not group.has(role):
                     yield error((*path, i), f"the {name} collector runs on the slurmctld host "
                                 f"({ctld or 'none'}), which is not a {role.value} node: list it under the role "
@@ -101,7 +103,7 @@ def monitoring_grafana_host(c: Cluster):
         return
     group = c.group_of(hosts[0])
     if group is None:
-        yield error(path, f"{hosts[0]} is in no node group")
+        yield error(path, f"{hosts[0]} is in no node group" + nearest_host(c, hosts))
     elif not group.has(Role.management):
         yield warning(path, f"{hosts[0]} is a {group.role.value} node; Grafana usually runs on a management node")
     if c.services.monitoring_db is None:

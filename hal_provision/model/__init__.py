@@ -23,7 +23,7 @@ from .recipes import Recipes
 from .slurm import Cgroup, Partition, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
-                      NodeClass, Nsd, Storage, StorageArray)
+                      NodeClass, Nsd, Storage, StorageArray, lies_under)
 
 SCHEMA_VERSION = 1
 
@@ -99,16 +99,13 @@ class Cluster(Strict):
         """Model hosts on which `path` lies on a shared file system: the GPFS cluster's model
         nodes when a GPFS file system is mounted at or above it, the clients of NFS mounts at
         or above it. A new set: the caller may change it."""
-        def holds(mount_point: str) -> bool:
-            return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
-
         hosts = NodeSet(resolver=RESOLVER_NOGROUP)
         gpfs = self.storage.gpfs
-        if gpfs is not None and any(holds(fs.mount_point) for fs in gpfs.filesystems):
+        if gpfs is not None and any(lies_under(path, fs.mount_point) for fs in gpfs.filesystems):
             for node_class in gpfs.node_classes:
                 hosts.update(nodeset(node_class.hosts).intersection(self.all_hosts))
         for mount in self.storage.nfs.mounts:
-            if holds(mount.mount_point):
+            if lies_under(path, mount.mount_point):
                 hosts.update(nodeset(mount.clients))
         return hosts
 

@@ -33,6 +33,11 @@ def size_bytes(value: str) -> int:
     return int(match.group(1)) * _UNITS[match.group(2)]
 
 
+def lies_under(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or inside it (both absolute, as written)."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
 def _check_size(value: str) -> str:
     size_bytes(value)
     return value
