@@ -9,6 +9,7 @@ never copy the larger operand, which is what keeps them fast when one side is hu
 from __future__ import annotations
 
 import difflib
+import re
 from ipaddress import IPv4Address
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
@@ -82,7 +83,8 @@ def shown(hosts: NodeSet) -> str:
 def nearest_host(c: Cluster, unknown: NodeSet, also_known: Iterable[str] = ()) -> str:
     """'; did you mean 'x'?' when `unknown` is one misspelt name: the closest model host (or
     one of `also_known`, e.g. appliance servers), or '@group' for a node group's name written
-    without its '@'. Empty for several unknown hosts (new hosts, not a typo) or nothing close.
+    without its '@'. Empty for several unknown hosts (new hosts, not a typo), for nothing close,
+    and for a name that differs from the closest only in its numbers (a range's end).
 
     Only groups of up to NEAREST_GROUP_HOSTS hosts are listed: a name near one of 100,000
     numbered hosts is a range mistake, which the message's hostlist shows well enough."""
@@ -96,7 +98,12 @@ def nearest_host(c: Cluster, unknown: NodeSet, also_known: Iterable[str] = ()) -
         if len(nodeset(group.hosts)) <= NEAREST_GROUP_HOSTS:
             candidates.extend(expand(group.hosts))
     close = difflib.get_close_matches(name, candidates, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    if not close or _DIGITS.sub("", close[0]) == _DIGITS.sub("", name):
+        return ""  # hal17 beside hal[01-16]: a host beyond a range, not a misspelt name
+    return f"; did you mean {close[0]!r}?"
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 NEAREST_GROUP_HOSTS = 4096

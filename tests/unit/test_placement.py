@@ -207,3 +207,9 @@ def test_a_dumped_model_validates_again(referenced):
     model = checked(referenced)[0].model
     again = Cluster.model_validate_json(model.model_dump_json())
     assert again.storage.nfs.mounts[0].clients == "tg[01-08],tg-login"
+
+
+def test_a_host_beyond_a_range_gets_no_suggestion(twogen):
+    """tg09 beside tg[01-08] is a range's end, not a misspelling of tg08."""
+    _loaded, findings = checked(edit(twogen, ("      nodes: tg[01-08]\n", "      nodes: tg[01-09]\n")))
+    assert [f.message for f in findings] == ["partition 'gpu' names tg09, not in any node group"]
