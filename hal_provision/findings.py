@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Iterable, Sequence
@@ -66,3 +67,12 @@ def info(path: Path, message: str, check: str = "") -> Finding:
 
 def has_errors(findings: Iterable[Finding]) -> bool:
     return any(f.level is Level.error for f in findings)
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """'; did you mean 'x'?' for a close known name, else the list of known names."""
+    known = sorted(choices)
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; known: {', '.join(known)}" if known else "; none is declared"

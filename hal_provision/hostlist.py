@@ -83,6 +83,12 @@ def nodeset(expr: str) -> NodeSet:
 _TOP_LEVEL_COMMA = re.compile(r",(?![^\[]*\])")
 
 
+def pieces(expr: str) -> list[str]:
+    """The comma-separated pieces of an expression, commas inside brackets kept:
+    'hal[01-02,05],hal-dev' -> ['hal[01-02,05]', 'hal-dev']."""
+    return _TOP_LEVEL_COMMA.split(expr)
+
+
 def _from_pieces(pieces: list[str]) -> NodeSet | None:
     """A list of ranges and names of distinct patterns (hal[000001-075000],halc[000001-025000],
     hal-dev) made of its pieces' own cached sets, shared rather than copied; else None.

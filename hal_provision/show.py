@@ -31,7 +31,9 @@ def tables(c: Cluster) -> list[Table]:
     for part in c.slurm.partitions:
         ns = nodeset(part.nodes)
         gpus = sum(p.gpu_count * len(nodeset(g.hosts).intersection(ns)) for g in c.nodes if (p := c.profile_of(g)))
-        parts.add_row(part.name, part.nodes, str(len(ns)), str(gpus), "yes" if part.default else "",
+        written = c.written(part.nodes)
+        nodes = part.nodes if written == part.nodes else f"{part.nodes} ({written})"
+        parts.add_row(part.name, nodes, str(len(ns)), str(gpus), "yes" if part.default else "",
                       part.max_time, part.qos or "")
 
     totals = Table(title="Totals (compute nodes)")

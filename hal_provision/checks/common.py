@@ -9,13 +9,14 @@ never copy the larger operand, which is what keeps them fast when one side is hu
 from __future__ import annotations
 
 import difflib
+import re
 from ipaddress import IPv4Address
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-from ..findings import Finding, dotted, error
-from ..hostlist import common_count, nodeset, union_shared
+from ..findings import Finding, did_you_mean, dotted, error  # noqa: F401  (did_you_mean: the checks' import)
+from ..hostlist import common_count, expand, nodeset, union_shared
 from ..model import Cluster, Role
 
 K = TypeVar("K")
@@ -79,17 +80,37 @@ def shown(hosts: NodeSet) -> str:
     return text if len(hosts) == 1 else f"{text} ({len(hosts)} hosts)"
 
 
+def nearest_host(c: Cluster, unknown: NodeSet, also_known: Iterable[str] = ()) -> str:
+    """'; did you mean 'x'?' when `unknown` is one misspelt name: the closest model host (or
+    one of `also_known`, e.g. appliance servers), or '@group' for a node group's name written
+    without its '@'. Empty for several unknown hosts (new hosts, not a typo), for nothing close,
+    and for a name that differs from the closest only in its numbers (a range's end).
+
+    Only groups of up to NEAREST_GROUP_HOSTS hosts are listed: a name near one of 100,000
+    numbered hosts is a range mistake, which the message's hostlist shows well enough."""
+    if len(unknown) != 1:
+        return ""
+    name = str(unknown)
+    if any(group.name == name for group in c.nodes):
+        return f"; did you mean '@{name}' (the node group)?"
+    candidates = list(also_known)
+    for group in c.nodes:
+        if len(nodeset(group.hosts)) <= NEAREST_GROUP_HOSTS:
+            candidates.extend(expand(group.hosts))
+    close = difflib.get_close_matches(name, candidates, n=1)
+    if not close or _DIGITS.sub("", close[0]) == _DIGITS.sub("", name):
+        return ""  # hal17 beside hal[01-16]: a host beyond a range, not a misspelt name
+    return f"; did you mean {close[0]!r}?"
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+NEAREST_GROUP_HOSTS = 4096
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """'; did you mean 'x'?' for a close known name, else the list of known names."""
-    known = sorted(choices)
-    close = difflib.get_close_matches(name, known, n=1)
-    if close:
-        return f"; did you mean {close[0]!r}?"
-    return f"; known: {', '.join(known)}" if known else "; none is declared"
 
 
 def duplicates(names: Sequence[Hashable]) -> Iterator[tuple[int, int]]:

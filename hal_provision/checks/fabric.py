@@ -16,6 +16,7 @@ from .common import (
     compute_hosts_outside,
     did_you_mean,
     hosts_by_profile,
+    nearest_host,
     outside,
     overlap,
     overlapping_intervals,
@@ -163,7 +164,8 @@ def link_hosts_in_model(c: Cluster):
         if len(unknown):
             yield error(
                 ("fabric", "links", i, "hosts"),
-                f"{shown(unknown)} not in any node group; cable only hosts the model describes",
+                f"{shown(unknown)} not in any node group; cable only hosts the model describes"
+                + nearest_host(c, unknown),
             )
 
 

@@ -8,7 +8,7 @@ from ..hostlist import nodeset
 from ..model import Cluster, Role
 from ..model.monitoring import INPUTS, group_gpus, measurements, producers, running_inputs
 from . import check
-from .common import did_you_mean, duplicates
+from .common import did_you_mean, duplicates, nearest_host
 
 MON = ("monitoring",)
 
@@ -66,6 +66,8 @@ def monitoring_inputs_fit_hardware(c: Cluster):
             elif spec.needs == "fabric" and c.fabric is None:
                 yield error((*path, i), f"{name} reads InfiniBand port counters, but the description has no "
                             "fabric: remove it or describe the fabric")
+            elif spec.needs == "slurm_controller" and ctld and ctld_group is None:
+                continue  # an unknown slurmctld host: services.slurmctld says so, once
             elif spec.needs == "slurm_controller" and path[1] == "inputs":
                 role = path[-1]
                 if ctld_group is None or not ctld_group.has(Role(role)):
@@ -103,7 +105,7 @@ def monitoring_grafana_host(c: Cluster):
         return
     group = c.group_of(hosts[0])
     if group is None:
-        yield error(path, f"{hosts[0]} is in no node group")
+        yield error(path, f"{hosts[0]} is in no node group" + nearest_host(c, hosts))
     elif not group.has(Role.management):
         yield warning(path, f"{hosts[0]} is a {group.role.value} node; Grafana usually runs on a management node")
     if c.services.monitoring_db is None:

@@ -9,7 +9,7 @@ from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
 from . import check
-from .common import did_you_mean, empty, unique
+from .common import did_you_mean, unique
 
 PORTAL = ("portal",)
 APPS = ("portal", "apps")
@@ -25,21 +25,6 @@ def _modules_for(c: Cluster, ref: str):
 
 def _visible_on_compute(c: Cluster, ref: str) -> bool:
     return c.software.loadable_on(ref, Role.compute)
-
-
-def _hosts_mounting(c: Cluster, mount_point: str):
-    """Model hosts that mount a shared file system at `mount_point` (GPFS members, NFS clients)."""
-    hosts = empty()
-    st = c.storage
-    if st is None:
-        return hosts
-    if st.gpfs is not None and any(fs.mount_point == mount_point for fs in st.gpfs.filesystems):
-        for nc in st.gpfs.node_classes:
-            hosts.update(nodeset(nc.hosts).intersection(c.all_hosts))
-    for mount in st.nfs.mounts:
-        if mount.mount_point == mount_point:
-            hosts.update(nodeset(mount.clients))
-    return hosts
 
 
 @check
@@ -58,7 +43,7 @@ def portal_prerequisites(c: Cluster):
                                      "the services.ldap host; set services.ldap or tls.certificate and tls.key")
     if p.front_end == "open_ondemand" and c.services.portal is not None and c.accounts is not None:
         home = c.accounts.home_root
-        missing = nodeset(c.services.portal).difference(_hosts_mounting(c, home))
+        missing = nodeset(c.services.portal).difference(c.hosts_mounting(home))
         if len(missing):
             yield error(("services", "portal"), f"Open OnDemand stages every session in the user's home, but "
                         f"{missing} does not mount the shared {home}: mount it there (storage), or use "

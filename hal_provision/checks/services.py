@@ -6,7 +6,7 @@ from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
 from . import check
-from .common import outside, overlap, shown
+from .common import nearest_host, outside, overlap, shown
 
 ALLOWED_ROLES: dict[str, tuple[Role, ...]] = {
     "slurmctld": (Role.management,),
@@ -38,7 +38,8 @@ def service_hosts_known_with_role(c: Cluster):
     for service, hosts, path in _placed(c):
         unknown = outside(hosts, c.all_hosts)
         if len(unknown):
-            yield error(path, f"{service} placed on {shown(unknown)}, not in any node group")
+            yield error(path, f"{service} placed on {shown(unknown)}, not in any node group"
+                        + nearest_host(c, unknown))
         allowed = ALLOWED_ROLES.get(service, tuple(Role))
         for group in c.nodes:
             here = overlap(hosts, nodeset(group.hosts))

@@ -13,6 +13,7 @@ from .common import (
     duplicates,
     hosts_by_profile,
     makeup,
+    nearest_host,
     outside,
     overlap,
     shown,
@@ -112,7 +113,7 @@ def partition_nodes_are_compute(c: Cluster):
         if len(unknown):
             yield error(
                 (*path, "nodes"),
-                f"partition {part.name!r} names {shown(unknown)}, not in any node group",
+                f"partition {part.name!r} names {shown(unknown)}, not in any node group" + nearest_host(c, unknown),
             )
         non_compute = outside(not_slurm, unknown)
         if len(non_compute):

@@ -11,13 +11,13 @@ import functools
 from ClusterShell.NodeSet import NodeSet
 
 from ..findings import dotted, error, warning
-from ..hostlist import nodeset, union
-from ..model import Cluster
-from ..model.storage import Gpfs, GpfsFilesystem, size_bytes
+from ..hostlist import nodeset, union, union_shared
+from ..model import Cluster, Role
+from ..model.storage import Gpfs, GpfsFilesystem, lies_under, size_bytes
 from ..storage.gpfs import DEFAULTS, cache_memory, effective, member_memory, tuning_values
 from ..storage.naming import nsd_names
 from . import check
-from .common import did_you_mean, empty, outside, overlap, plural, repeated_hosts, shown, unique
+from .common import did_you_mean, empty, nearest_host, outside, overlap, plural, repeated_hosts, shown, unique
 
 GPFS = ("storage", "gpfs")
 NFS = ("storage", "nfs")
@@ -124,10 +124,12 @@ def storage_hosts_in_model(c: Cluster):
         places = _gpfs_members(s.gpfs) + [
             ((*GPFS, "node_classes", i, "hosts"), nodeset(nc.hosts)) for i, nc in enumerate(s.gpfs.node_classes)
         ]
+        appliance = list(s.appliance_servers)
         for path, hosts in places:
             unknown = outside(hosts, known)
             if len(unknown):
-                yield error(path, f"names {shown(unknown)}, neither a model node nor an appliance server")
+                yield error(path, f"names {shown(unknown)}, neither a model node nor an appliance server"
+                            + nearest_host(c, unknown, appliance))
         admin = nodeset(s.gpfs.admin_host)
         if len(admin) != 1:
             yield error((*GPFS, "admin_host"), f"name one host, not {shown(admin)}")
@@ -141,7 +143,7 @@ def storage_hosts_in_model(c: Cluster):
     for path, expr in single + many:
         unknown = outside(nodeset(expr), c.all_hosts)
         if len(unknown):
-            yield error(path, f"names {shown(unknown)}, not in any node group")
+            yield error(path, f"names {shown(unknown)}, not in any node group" + nearest_host(c, unknown))
     for path, expr in single:
         if len(nodeset(expr)) != 1:
             yield error(path, f"name one host, not {shown(nodeset(expr))}")
@@ -156,9 +158,12 @@ def gpfs_node_in_one_class(c: Cluster, g: Gpfs):
     for i, j, hosts in repeated_hosts(classes):
         yield error((*GPFS, "node_classes", i, "hosts"),
                     f"{shown(hosts)} already in node class {g.node_classes[j].name!r}; a node belongs to one class")
+    known = _known(c)
+    if any(len(outside(hosts, known)) for hosts in classes):
+        return  # a class naming an unknown host is most likely a misspelt member: one error says so
     in_a_class = union(classes)
     for path, hosts in _gpfs_members(g):
-        orphans = outside(hosts, in_a_class)
+        orphans = outside(overlap(hosts, known), in_a_class)  # unknown ones have their error
         if len(orphans):
             yield error(path, f"{shown(orphans)} in no node class; add them to one under storage.gpfs.node_classes")
 
@@ -284,10 +289,6 @@ def gpfs_replicas_have_failure_groups(c: Cluster, g: Gpfs):
 
 
 # ---- NFS ------------------------------------------------------------------------------------
-def _under(path: str, volume: str) -> bool:
-    return path == volume or path.startswith(volume.rstrip("/") + "/")
-
-
 @check
 def nfs_export_path_and_clients(c: Cluster):
     """An export's path lies in a volume its server declares (or a GPFS file system the server
@@ -300,12 +301,14 @@ def nfs_export_path_and_clients(c: Cluster):
         path = (*NFS, "exports", i)
         server = servers.get(e.server)
         if server is None:
-            yield error((*path, "server"), f"{e.server} is not declared under storage.nfs.servers")
+            # An unknown host (here or in a server's declaration) has its own error already.
+            if e.server in c.all_hosts and all(srv.host in c.all_hosts for srv in nfs.servers):
+                yield error((*path, "server"), f"{e.server} is not declared under storage.nfs.servers")
         else:
             volumes = list(server.volumes)
             if g and e.server in gpfs_members:
                 volumes += [fs.mount_point for fs in g.filesystems]
-            if not any(_under(e.path, v) for v in volumes):
+            if not any(lies_under(e.path, v) for v in volumes):
                 yield error((*path, "path"), f"{e.path} is on none of {e.server}'s volumes ({', '.join(volumes)})")
         for k, net in enumerate(e.networks):
             if net not in c.networks:
@@ -337,6 +340,47 @@ def nfs_mounts_allowed(c: Cluster):
         if nodeset(m.clients).issubset(allowed):  # the usual case, without two 100,000-host copies
             continue
         refused = outside(overlap(nodeset(m.clients), c.all_hosts), allowed)
-        if len(refused):
+        if len(refused) and not (e.clients and len(outside(nodeset(e.clients), c.all_hosts))):
+            # (an export naming unknown hosts most likely misspells the refused ones: its error says so)
             yield error((*path, "clients"), f"{shown(refused)} would mount {e.server}:{e.path}, but export "
                                             f"{e.name!r} does not allow them")
+
+
+@check
+def login_and_compute_nodes_mount_home(c: Cluster):
+    """Users log in and run jobs in their home directories: a login or compute node without a
+    shared file system at the home path (accounts.home_root, else /home) gives them an empty
+    local one. Warned once per node group, at the home's NFS mount when there is one (its
+    clients are what to extend: @GROUP or @role:ROLE keep up with the groups). Not where one host
+    is every login and compute node (a deskside server): its local home is the users' only one."""
+    users_hosts = union_shared(g.hosts for g in c.groups_with_role(Role.login, Role.compute))
+    if len(users_hosts) <= 1:
+        return
+    home = c.home_root
+    mounted = c.hosts_mounting(home)
+    home_mounts = [i for i, m in enumerate(c.storage.nfs.mounts) if lies_under(home, m.mount_point)]
+    gpfs = c.storage.gpfs
+    on_gpfs = gpfs is not None and any(lies_under(home, fs.mount_point) for fs in gpfs.filesystems)
+    if any(len(outside(nodeset(c.storage.nfs.mounts[i].clients), c.all_hosts)) for i in home_mounts):
+        return  # a home mount naming unknown hosts: those errors come first, and explain the gap
+    for i, group in enumerate(c.nodes):
+        if not group.has(Role.login, Role.compute):
+            continue
+        missing = outside(nodeset(group.hosts), mounted)
+        if not len(missing):
+            continue
+        roles = "/".join(r.value for r in group.roles if r in (Role.login, Role.compute))
+        where = "accounts.home_root" if c.accounts is not None else "the default home path"
+        them = "it" if len(missing) == 1 else "them"
+        if home_mounts:
+            path = (*NFS, "mounts", home_mounts[0], "clients")
+            fix = f"add {them} to this mount's clients, e.g. as @{group.name}"
+        elif on_gpfs:
+            path = (*GPFS, "node_classes")
+            fix = f"add {them} to a node class (every member mounts the GPFS file systems), e.g. as @{group.name}"
+        else:
+            path = ("nodes", i)
+            fix = f"mount a shared file system at {home} there (storage.nfs.mounts, clients @{group.name})"
+        verb = "mounts" if len(missing) == 1 else "mount"
+        yield warning(path, f"{shown(missing)} of node group {group.name!r} ({roles}) {verb} no file system at "
+                            f"{home} ({where}), where the users' homes are: {fix}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from ClusterShell.NodeSet import NodeSet
-from pydantic import Field, model_validator
+from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+from pydantic import Field, PrivateAttr, model_validator
 
 from ..hostlist import nodeset, union_shared
 from .accounts import Accounts, Directory, ResearchGroup, User
@@ -16,6 +16,7 @@ from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
 from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
+from .placement import Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
 from .monitoring import Grafana, InfluxDb, Monitoring
@@ -23,7 +24,7 @@ from .recipes import Recipes
 from .slurm import Cgroup, Partition, Priority, Qos, Slurm, SwSuite, VirtualPartition
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
-                      NodeClass, Nsd, Storage, StorageArray)
+                      NodeClass, Nsd, Storage, StorageArray, lies_under)
 
 SCHEMA_VERSION = 1
 
@@ -68,6 +69,24 @@ class Cluster(Strict):
             grafana.datasource = f"{info.name.upper()} InfluxDB"
         return self
 
+    # resolved placement hostlist -> the expression with @references it was written as
+    _written: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _resolve_placements(cls, data, handler):
+        """Placements (@GROUP, @role:ROLE) resolve against this description's node groups."""
+        with resolving(data) as groups:
+            cluster = handler(data)
+        if isinstance(cluster, Cluster) and groups.written:
+            cluster._written = {**cluster._written, **groups.written}
+        return cluster
+
+    def written(self, hostlist: str) -> str:
+        """A placement as the description wrote it (@compute), for people to read; the
+        resolved hostlist when it was written plainly."""
+        return self._written.get(hostlist, hostlist)
+
     # ---- derived views (pure; node groups stay compressed) ----------------------------
     def group_nodeset(self, group: NodeGroup) -> NodeSet:
         return nodeset(group.hosts)
@@ -95,6 +114,25 @@ class Cluster(Strict):
         storage and data transfer nodes may leave it out) or naming an unknown one (a check
         reports that)."""
         return self.hardware.get(group.hardware) if group.hardware is not None else None
+
+    @property
+    def home_root(self) -> str:
+        """Where the users' home directories are: accounts.home_root, else /home."""
+        return self.accounts.home_root if self.accounts is not None else "/home"
+
+    def hosts_mounting(self, path: str) -> NodeSet:
+        """Model hosts on which `path` lies on a shared file system: the GPFS cluster's model
+        nodes when a GPFS file system is mounted at or above it, the clients of NFS mounts at
+        or above it. A new set: the caller may change it."""
+        hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+        gpfs = self.storage.gpfs
+        if gpfs is not None and any(lies_under(path, fs.mount_point) for fs in gpfs.filesystems):
+            for node_class in gpfs.node_classes:
+                hosts.update(nodeset(node_class.hosts).intersection(self.all_hosts))
+        for mount in self.storage.nfs.mounts:
+            if lies_under(path, mount.mount_point):
+                hosts.update(nodeset(mount.clients))
+        return hosts
 
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
@@ -125,7 +163,7 @@ class Cluster(Strict):
 __all__ = [
     "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
-    "Network", "NodeGroup", "Partition", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
+    "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import Hostlist, Name, Strict
+from .base import Name, Strict
 from .nodes import NodeGroup, Role
+from .placement import PLACED, Placement
 
 if TYPE_CHECKING:
     from . import Cluster
@@ -105,7 +106,7 @@ class InfluxDb(Strict):
 
 
 class Grafana(Strict):
-    host: Hostlist = Field(description="The one node Grafana runs on (management role).")
+    host: Placement = Field(description="The one node Grafana runs on (management role)." + PLACED)
     port: int = Field(3000, ge=1, le=65535, description="Grafana's HTTP port.")
     datasource: str | None = Field(
         None, min_length=1, description="Name of the provisioned InfluxDB datasource. Default: NAME InfluxDB, "

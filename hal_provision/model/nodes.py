@@ -26,14 +26,16 @@ HARDWARE_ROLES = (Role.compute, Role.development)
 
 
 class NodeGroup(Strict):
-    name: Name = Field(description="Group name (unique); becomes part of Ansible group names.")
+    name: Name = Field(description="Group name (unique); becomes part of Ansible group names. Placements (services, "
+                       "partitions, storage clients, ...) name the group's hosts as @NAME.")
     role: Role = Field(description="What the nodes are for.")
     also: list[Role] = Field(
         default_factory=list,
         description="Further roles the same nodes play, e.g. a deskside GPU server that is the login node, the "
         "Slurm controller and the compute node at once: role compute, also [login, management]. Each role's "
         "services, groups and checks then apply to these nodes.")
-    hosts: Hostlist = Field(description="Host names as a hostlist expression, e.g. hal[01-16].")
+    hosts: Hostlist = Field(description="Host names as a hostlist expression, e.g. hal[01-16]; no @ references here "
+                            "(this is what they resolve to).")
     count: int | None = Field(
         None, ge=1, description="Expected number of hosts; a check compares it with `hosts`."
     )

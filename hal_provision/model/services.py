@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import Hostlist, Strict
+from .base import Strict
+from .placement import PLACED, Placement
 
 
 class Services(Strict):
-    slurmctld: Hostlist = Field(description="Slurm controller host(s); the first is primary.")
-    slurmdbd: Hostlist = Field(description="Slurm accounting daemon host.")
-    accounting_db: Hostlist = Field(description="MariaDB server holding Slurm accounting.")
-    monitoring_db: Hostlist | None = Field(None, description="InfluxDB host for metrics.")
-    portal: Hostlist | None = Field(None, description="Web portal host (JupyterHub, or Open OnDemand).")
-    ldap: Hostlist | None = Field(None, description="LDAP directory server host.")
+    slurmctld: Placement = Field(description="Slurm controller host(s); the first is primary." + PLACED)
+    slurmdbd: Placement = Field(description="Slurm accounting daemon host." + PLACED)
+    accounting_db: Placement = Field(description="MariaDB server holding Slurm accounting." + PLACED)
+    monitoring_db: Placement | None = Field(None, description="InfluxDB host for metrics." + PLACED)
+    portal: Placement | None = Field(None, description="Web portal host (JupyterHub, or Open OnDemand)." + PLACED)
+    ldap: Placement | None = Field(None, description="LDAP directory server host." + PLACED)

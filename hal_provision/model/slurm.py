@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from .base import Hostlist, Name, Strict
+from .base import Name, Strict
+from .placement import PLACED, Placement
 
 _TIME = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d{1,2}(:\d{2}){0,2}|\d+)$")
 
@@ -49,7 +50,7 @@ def slurm_minutes(value: str) -> float | None:
 
 class Partition(Strict):
     name: Name = Field(description="Partition name.")
-    nodes: Hostlist = Field(description="Nodes of the partition (hostlist expression).")
+    nodes: Placement = Field(description="Nodes of the partition." + PLACED)
     default: bool = Field(False, description="The partition jobs go to when none is named.")
     max_time: SlurmTime = Field("UNLIMITED", description="MaxTime of the partition.")
     default_time: SlurmTime | None = Field(None, description="DefaultTime of the partition.")

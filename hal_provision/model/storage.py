@@ -18,7 +18,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from .base import Hostlist, Name, Strict
+from .base import Name, Strict
+from .placement import PLACED, Placement
 
 _SIZE = re.compile(r"^(\d+)([KMGT])$")
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -30,6 +31,11 @@ def size_bytes(value: str) -> int:
     if match is None:
         raise ValueError(f"{value!r} is not a size: write an integer with K, M, G or T, e.g. 1M or 32G")
     return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def lies_under(path: str, directory: str) -> bool:
+    """Whether `path` is `directory` or inside it (both absolute, as written)."""
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _check_size(value: str) -> str:
@@ -99,7 +105,7 @@ class GpfsTuning(Strict):
 
 class NodeClass(Strict):
     name: Name = Field(description="GPFS node class name (mmcrnodeclass), e.g. nsdNodes.")
-    hosts: Hostlist = Field(description="Members: model nodes and/or appliance servers.")
+    hosts: Placement = Field(description="Members: model nodes and/or appliance servers." + PLACED)
     tuning: GpfsTuning = Field(default_factory=GpfsTuning, description="Settings for this class (mmchconfig -N).")
     description: str = Field("", description="Free text.")
 
@@ -147,16 +153,15 @@ class GpfsFilesystem(Strict):
 class Gpfs(Strict):
     cluster_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]*$", description="GPFS cluster name (mmcrcluster -C).")
     release: str = Field("", description="Spectrum Scale release, informational (e.g. 5.0.4).")
-    admin_host: Hostlist = Field(
-        description="The model node Ansible runs mm commands on (one host, a member of the cluster)."
-    )
+    admin_host: Placement = Field(
+        description="The model node Ansible runs mm commands on (one host, a member of the cluster)." + PLACED)
     daemon_network: Name | None = Field(
         None,
         description="Network whose names the daemons use (node file NodeName = host + its host_suffix); "
         "the admin name stays the primary one. Appliance servers keep their names.",
     )
-    quorum: Hostlist = Field(description="Quorum nodes.")
-    managers: Hostlist = Field(description="Manager nodes (file-system and token managers).")
+    quorum: Placement = Field(description="Quorum nodes." + PLACED)
+    managers: Placement = Field(description="Manager nodes (file-system and token managers)." + PLACED)
     tiebreaker_disks: list[str] = Field(
         default_factory=list, description="NSD names used as tiebreaker disks (node quorum with tiebreaker disks)."
     )
@@ -169,7 +174,7 @@ class Gpfs(Strict):
 
 # ---- NFS ------------------------------------------------------------------------------------
 class NfsServer(Strict):
-    host: Hostlist = Field(description="The model node serving NFS (one host).")
+    host: Placement = Field(description="The model node serving NFS (one host)." + PLACED)
     volumes: list[AbsolutePath] = Field(
         min_length=1, description="Local file systems the server exports from (e.g. its RAID array at /export)."
     )
@@ -179,9 +184,10 @@ class NfsServer(Strict):
 
 class NfsExport(Strict):
     name: Name = Field(description="Export name; mounts refer to it.")
-    server: Hostlist = Field(description="The NFS server (one host, declared under nfs.servers).")
+    server: Placement = Field(description="The NFS server (one host, declared under nfs.servers)." + PLACED)
     path: AbsolutePath = Field(description="Exported directory on the server; inside one of its volumes.")
-    clients: Hostlist | None = Field(None, description="Model nodes allowed to mount, one exports(5) entry each.")
+    clients: Placement | None = Field(
+        None, description="Model nodes allowed to mount, one exports(5) entry each." + PLACED)
     networks: list[Name] = Field(
         default_factory=list, description="Networks (keys of `networks`) allowed to mount, as their CIDR."
     )
@@ -194,7 +200,7 @@ class NfsExport(Strict):
 class NfsMount(Strict):
     export: Name = Field(description="Name of the export to mount.")
     mount_point: AbsolutePath = Field(description="Where the clients mount it.")
-    clients: Hostlist = Field(description="Model nodes that mount it.")
+    clients: Placement = Field(description="Model nodes that mount it." + PLACED)
     options: list[str] = Field(
         default_factory=lambda: ["rw", "hard", "vers=4.2"], description="mount.nfs options (_netdev is added)."
     )

@@ -39,10 +39,11 @@ def with_dgx(text: str) -> str:
     data["hardware"]["dgx"] = dgx
     data["nodes"].append(
         {"name": "dgx", "role": "compute", "hosts": "dgx[1-2]", "hardware": "dgx",
-         "addresses": {"mgmt": "172.22.3.1"}}
+         "addresses": {"mgmt": "172.22.3.1", "ib": "172.24.3.1"}}
     )
     data["fabric"]["links"].append({"hosts": "dgx[1-2]", "port": 1, "switch": "ib-sw1", "first_switch_port": 21})
     data["slurm"]["partitions"][0]["nodes"] = "hal[01-16],dgx[1-2]"
+    data["storage"]["gpfs"]["node_classes"][1]["hosts"] += ",dgx[1-2]"  # the users' homes
     out = io.StringIO()
     yaml.dump(data, out)
     return out.getvalue()
@@ -274,6 +275,23 @@ ROWS = [
     ("virtual-max-above-partition", [(vp("gpux1", "1"), vp("gpux1", "1", hours=48))],
      W, "swsuite.virtual_partitions[0].max_time_hours",
      "partition 'gpu' has MaxTime 1-00:00:00; Slurm refuses longer jobs: use at most 24 h"),
+    # --- placements: unknown names, @GROUP and @role:ROLE (model/placement.py) ---------------------
+    ("service-host-misspelt", [("  slurmctld: hal-mgmt1\n", "  slurmctld: hal-mgnt1\n")],
+     E, "services.slurmctld", "slurmctld placed on hal-mgnt1, not in any node group; did you mean 'hal-mgmt1'?"),
+    ("service-on-group-name-without-at", [("  ldap: hal-mgmt1\n", "  ldap: mgmt-main\n")],
+     E, "services.ldap", "ldap placed on mgmt-main, not in any node group; did you mean '@mgmt-main' (the node group)?"),
+    ("partition-host-misspelt", [("      nodes: hal[01-16]\n", '      nodes: "hal[01-16],hal-dex"\n')],
+     E, "slurm.partitions[0].nodes", "partition 'gpu' names hal-dex, not in any node group; did you mean 'hal-dev'?"),
+    ("placement-unknown-group", [("      nodes: hal[01-16]\n", '      nodes: "@compte"\n')],
+     E, "slurm.partitions[0].nodes", "unknown node group '@compte'; did you mean '@compute'?"),
+    ("placement-unknown-role", [("  portal: hal-mgmt2\n", '  portal: "@role:mgmt"\n')],
+     E, "services.portal", "unknown role in '@role:mgmt'; did you mean '@role:"),
+    ("placement-bad-piece-beside-reference", [("      nodes: hal[01-16]\n", '      nodes: "@compute,hal[1-"\n')],
+     E, "slurm.partitions[0].nodes", "in '@compute,hal[1-': not a valid hostlist expression: 'hal[1-'"),
+    ("group-hosts-take-no-reference", [("    hosts: hal-dev\n", '    hosts: "@login"\n')],
+     E, "nodes[5].hosts", "not a valid hostlist expression: '@login'"),
+    ("placement-on-wrong-role-group", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "@login"\n')],
+     E, "services.slurmctld", "slurmctld placed on hal-login, a login node"),
     # --- storage: see test_storage_checks.py (same table style) ---------------------------------
 ]
 
@@ -305,6 +323,9 @@ ACCEPTED = [
      [("weight_job_size: 0 ", 'weight_job_size: 0\n    decay_half_life: "0"\n    usage_reset_period: MONTHLY\n#')]),
     ("priority-tres-weights-negative-and-gpu", [("weight_job_size: 0 ", "weight_job_size: 0\n    weight_tres: "
                                                  "{CPU: -1000, Mem: 2000, GRES/gpu: 3000}\n#")]),
+    ("placements-by-group-and-role", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "@mgmt-main"\n'),
+                                      ("      nodes: hal[01-16]\n", '      nodes: "@role:compute"\n'),
+                                      ("  portal: hal-mgmt2\n", '  portal: "@mgmt-aux"\n')]),
 ]
 
 

@@ -121,9 +121,19 @@ ROWS = [
     ("mount-client-not-allowed", [(MOUNT, MOUNT.replace("hal-dev", "hal-dev,hal-dtn"))],
      E, "storage.nfs.mounts[0].clients", "hal-dtn would mount hal-data:/export/sw, but export 'misc' does not allow them"),
     ("mount-client-unknown", [(MOUNT, MOUNT.replace("hal-dev", "hal-dev,hal-dtx"))],
-     E, "storage.nfs.mounts[0].clients", "names hal-dtx, not in any node group"),
+     E, "storage.nfs.mounts[0].clients", "names hal-dtx, not in any node group; did you mean 'hal-dtn'?"),
     ("mount-point-twice", [(MOUNT, MOUNT.replace("/sw", "/home"))],
      E, "storage.nfs.mounts[0].mount_point", "mount point '/home' is already used by storage.gpfs.filesystems[0]"),
+    ("mount-client-unknown-group", [(MOUNT, MOUNT.replace("hal-dev", "@dve"))],
+     E, "storage.nfs.mounts[0].clients", "unknown node group '@dve'; did you mean '@dev'?"),
+    ("gpfs-member-misspelt", [(QUORUM, QUORUM.replace("ddn2-b", "ddn2-c"))],
+     E, "storage.gpfs.quorum", "names ddn2-c, neither a model node nor an appliance server; did you mean 'ddn2-b'?"),
+    # --- the users' homes --------------------------------------------------------------------
+    ("home-not-on-compute-node", [(COMPUTE_CLASS, COMPUTE_CLASS.replace("hal[01-16]", "hal[01-15]"))],
+     W, "storage.gpfs.node_classes", "hal16 of node group 'compute' (compute) mounts no file system at /home "
+     "(accounts.home_root), where the users' homes are: add it to a node class"),
+    ("home-not-on-login-node", [(SERVICE_CLASS, SERVICE_CLASS.replace("hal-login,", ""))],
+     W, "storage.gpfs.node_classes", "hal-login of node group 'login' (login) mounts no file system at /home"),
     ("nfs-server-two-hosts", [("      - host: hal-data ", '      - host: "hal-data,hal-dtn" ')],
      E, "storage.nfs.servers[0].host", "name one host, not hal-data,hal-dtn"),
 ]
