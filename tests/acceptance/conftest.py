@@ -20,12 +20,15 @@ from hal_provision.model import Cluster
 from .slurm_harness import Controller, Scratch, missing_requirements
 
 CLUSTERS_DIR = Path(__file__).resolve().parents[1] / "data" / "clusters"
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 
 # Case name -> description file (None: the embedded HAL description).
 CLUSTER_FILES: dict[str, Path | None] = {
     "hal": None,
     "x86-twogen": CLUSTERS_DIR / "x86-twogen.yml",
     "workstation": CLUSTERS_DIR / "workstation.yml",  # one node: login, controller and compute at once
+    # Other sites' clusters, as a new admin starts from them (README: "Describe your own cluster").
+    **{f"example-{p.stem}": p for p in sorted(EXAMPLES_DIR.glob("*.yml"))},
 }
 
 

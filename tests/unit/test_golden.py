@@ -1,7 +1,7 @@
 """Golden files: every artifact the renderer produces, compared byte for byte.
 
-Cases: ``hal`` (the embedded HAL description) and every ``tests/data/clusters/<case>.yml``;
-a new file there becomes a case by itself. The expected tree of a case is
+Cases: ``hal`` (the embedded HAL description), every ``tests/data/clusters/<case>.yml`` and
+every ``examples/<case>.yml``; a new file in either becomes a case by itself. The expected tree of a case is
 ``tests/golden/<case>/<relative path>``, one file per path in ``render_all``'s output.
 
 After an intended change to the output (or a new case), regenerate every golden copy, then
@@ -25,6 +25,7 @@ from hal_provision.validate import validate
 
 TESTS = Path(__file__).resolve().parent.parent
 CLUSTERS = TESTS / "data" / "clusters"
+EXAMPLES = TESTS.parent / "examples"
 GOLDEN = TESTS / "golden"
 UPDATE = os.environ.get("HAL_UPDATE_GOLDEN") == "1"
 NOT_RENDER_CASES = {"plan"}  # tests/golden/plan/: `hal-provision plan` outputs (tests/unit/test_plan.py)
@@ -35,7 +36,7 @@ DIFF_LINES = 200  # per file; a longer diff is cut, the first lines tell the sto
 def cases() -> dict[str, Path | None]:
     """Case name -> cluster file (None: the embedded HAL description)."""
     found = {"hal": None}
-    for path in sorted(CLUSTERS.glob("*.yml")):
+    for path in [*sorted(CLUSTERS.glob("*.yml")), *sorted(EXAMPLES.glob("*.yml"))]:
         assert path.stem not in found and path.stem not in NOT_RENDER_CASES, f"{path} clashes with the case {path.stem!r}"
         found[path.stem] = path
     return found
