@@ -123,7 +123,8 @@ class Cluster(Strict):
     def hosts_mounting(self, path: str) -> NodeSet:
         """Model hosts on which `path` lies on a shared file system: the GPFS cluster's model
         nodes when a GPFS file system is mounted at or above it, the clients of NFS mounts at
-        or above it. A new set: the caller may change it."""
+        or above it, and the NFS server of such a mount whose export is the mount point itself
+        (the server holds the same files at the same path). A new set: the caller may change it."""
         hosts = NodeSet(resolver=RESOLVER_NOGROUP)
         gpfs = self.storage.gpfs
         if gpfs is not None and any(lies_under(path, fs.mount_point) for fs in gpfs.filesystems):
@@ -132,6 +133,9 @@ class Cluster(Strict):
         for mount in self.storage.nfs.mounts:
             if lies_under(path, mount.mount_point):
                 hosts.update(nodeset(mount.clients))
+                export = self.storage.nfs.export(mount.export)
+                if export is not None and export.path == mount.mount_point:
+                    hosts.update(nodeset(export.server))
         return hosts
 
     def real_memory_mib(self, profile: HardwareProfile) -> int:

@@ -211,6 +211,9 @@ class Nfs(Strict):
     exports: list[NfsExport] = Field(default_factory=list, description="What they export, to whom.")
     mounts: list[NfsMount] = Field(default_factory=list, description="Who mounts what, where.")
 
+    def export(self, name: str) -> NfsExport | None:
+        return next((e for e in self.exports if e.name == name), None)
+
 
 class Storage(Strict):
     arrays: list[StorageArray] = Field(default_factory=list, description="Storage appliances.")

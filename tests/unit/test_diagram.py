@@ -426,7 +426,7 @@ def test_a_failing_dot_is_reported_in_one_line(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     result = invoke("-o", str(tmp_path / "hal.svg"))
-    assert result.exit_code == 2
+    assert result.exit_code == 2, (result.stderr, result.stdout, result.exception)
     [line] = result.stderr.splitlines()
     assert line == "error: dot could not lay out the diagram: Error: <stdin>: syntax error in line 3"
     assert not (tmp_path / "hal.svg").exists()

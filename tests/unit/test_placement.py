@@ -126,7 +126,7 @@ def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen):
     the missing homes now have a warning."""
     _loaded, findings = checked(edit(twogen, *SCALE_OUT))
     assert [(f.level, f.dotted, f.line) for f in findings] == [
-        (Level.error, "nodes[4].hosts", 175), (Level.warning, "storage.nfs.mounts[0].clients", 239)]
+        (Level.error, "nodes[4].hosts", 175), (Level.warning, "storage.nfs.mounts[0].clients", 240)]
     assert "no Slurm partition includes compute nodes tg[09-12]" in findings[0].message
     assert findings[1].message.startswith("tg[09-12] (4 hosts) of node group 'h100' (compute) mount no file "
                                           "system at /home (the default home path)")
@@ -135,7 +135,7 @@ def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen):
 def test_unknown_group_is_one_located_error_with_the_nearest_name(referenced):
     loaded, findings = checked(edit(referenced, ('"@login,@role:compute"}', '"@logn,@role:compute"}')))
     assert loaded.model is None
-    assert [(f.dotted, f.line, f.column) for f in findings] == [("storage.nfs.mounts[0].clients", 239, 44)]
+    assert [(f.dotted, f.line, f.column) for f in findings] == [("storage.nfs.mounts[0].clients", 240, 44)]
     assert findings[0].message.startswith("unknown node group '@logn'; did you mean '@login'?")
 
 
@@ -213,3 +213,17 @@ def test_a_host_beyond_a_range_gets_no_suggestion(twogen):
     """tg09 beside tg[01-08] is a range's end, not a misspelling of tg08."""
     _loaded, findings = checked(edit(twogen, ("      nodes: tg[01-08]\n", "      nodes: tg[01-09]\n")))
     assert [f.message for f in findings] == ["partition 'gpu' names tg09, not in any node group"]
+
+
+def test_the_nfs_server_of_the_home_holds_it_the_others_are_warned(twogen):
+    """A server exporting /home itself (export path = mount point) has the homes; a login node
+    that is neither a client nor that server has none."""
+    text = edit(twogen, ("volumes: [/export], threads: 16}", "volumes: [/export, /home], threads: 16}"),
+                ("        path: /export/home\n", "        path: /home\n"),
+                ('clients: "tg[01-08],tg-login"}\n      - {export: sw', 'clients: "tg[01-08]"}\n      - {export: sw'))
+    model = checked(text)[0].model
+    assert model is not None
+    assert "tg-nfs" in model.hosts_mounting("/home") and "tg-login" not in model.hosts_mounting("/home")
+    warned = [f for f in checked(text)[1] if "mount no file system at /home" in f.message
+              or "mounts no file system at /home" in f.message]
+    assert [f.message.split(" of node group")[0] for f in warned] == ["tg-login"]
