@@ -1,8 +1,9 @@
 """A small, valid, commented starter cluster.yml for a new cluster (`hal-provision init`).
 
 Pure: a `Starter` (names, host lists, one compute hardware profile per distinct build) in, the
-file's text out. The required sections are live and filled from the Starter; every optional
-section follows, commented out, with what it brings in and what it needs. Each commented
+file's text out. The required sections are live and filled from the Starter, and so is an
+NFS /home from the management node (a login or compute node without a shared home is a
+warning); every other optional section follows, commented out, with what it brings in and what it needs. Each commented
 block is the file's own line behind "# ", so an editor's "uncomment" turns it into valid YAML;
 tests/unit/test_init.py uncomments each one (with what its "Needs:" names) and validates.
 """
@@ -226,7 +227,7 @@ def starter_text(s: Starter) -> str:
         "  # def_mem_per_cpu_mib left out: the hardware gives it (RealMemory / CPUs)",
         "  partitions:",
         "    - name: batch",
-        f"      nodes: {_scalar(s.compute)}",
+        "      nodes: \"@role:compute\"                # every compute group: new groups join by themselves",
         "      default: true",
         "      max_time: \"2-00:00:00\"",
         "",
@@ -235,6 +236,15 @@ def starter_text(s: Starter) -> str:
         "swsuite:",
         "  virtual_partitions:",
         *_virtual_partitions(s),
+        "",
+        "# Shared file systems. Here the management node serves /home over NFS to the login and",
+        "# compute nodes (a login or compute node without a shared home is a warning): point it at your",
+        "# file server, or describe Spectrum Scale instead (docs/cluster-yml.md, HAL's description).",
+        "storage:",
+        "  nfs:",
+        f"    servers: [{{host: {mgmt1}, volumes: [/export]}}]",
+        f"    exports: [{{name: home, server: {mgmt1}, path: /export/home, clients: \"@login,@role:compute\"}}]",
+        "    mounts: [{export: home, mount_point: /home, clients: \"@login,@role:compute\"}]",
         "",
         "# ---- optional sections ---------------------------------------------------------------------",
         "",
@@ -274,15 +284,6 @@ def _optional(s: Starter, mgmt1: str, gpus: bool) -> list[str]:
          "    - {name: ib-leaf1, tier: leaf, ports: 64}",
          "  links:",
          f"    - {{hosts: {_scalar(compute)}, port: 1, switch: ib-leaf1, first_switch_port: 1}}"])
-    out += _block(
-        "Shared file systems: NFS (and Spectrum Scale, see docs/cluster-yml.md and HAL's description).",
-        "/etc/exports on the server, the mounts on the clients, the health check's mount checks.",
-        "nothing else: here the management node serves /home to the login and compute nodes.",
-        ["storage:",
-         "  nfs:",
-         f"    servers: [{{host: {mgmt1}, volumes: [/export]}}]",
-         f"    exports: [{{name: home, server: {mgmt1}, path: /export/home, clients: {_scalar(compute + ',' + s.login)}}}]",
-         f"    mounts: [{{export: home, mount_point: /home, clients: {_scalar(compute + ',' + s.login)}}}]"])
     out += _block(
         "Environment modules (Lmod).",
         "one modulefile per module under software.modulefiles_root, Lmod on login and compute nodes.",
