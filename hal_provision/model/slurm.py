@@ -127,7 +127,9 @@ class Priority(Strict):
         "NONE", description="PriorityUsageResetPeriod: when recorded usage is cleared (NONE: never, usage only "
         "decays; NOW: at every slurmctld start and reconfigure).")
     calc_period_minutes: int = Field(
-        5, ge=1, description="PriorityCalcPeriod: minutes between recalculations of decayed usage and fair-share.")
+        5, ge=1, description="PriorityCalcPeriod: minutes between recalculations of decayed usage and fair-share "
+        "(also done at slurmctld's start). An account added or changed later, as a first deployment's accounts "
+        "are, has a fair-share factor of 0 (sshare, sprio) until the next recalculation.")
 
     @property
     def highest_priority(self) -> int:
