@@ -1,6 +1,6 @@
 """Turn a virtual-partition request into Slurm arguments.
 
-The rule (also in `swrun --help` and the README):
+The rule (also in `swrun --help` and docs/users-guide.md):
 
 * gpuxN, N GPUs. A job takes whole GPUs with their share of the node: each GPU brings
   CPUS_PER_GPU hardware threads (-c; default and maximum: the node's threads divided by its
