@@ -33,12 +33,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hal_provision.render import render_all
+from infra.deployed import retry  # tests/ is on sys.path: this package's own parent
 
 SLURM_DIR = "files/etc/slurm"
 HOSTS_FILE = "files/etc/hosts"
@@ -61,6 +61,7 @@ _SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 START_TIMEOUT = 15.0  # s: slurmctld answers `scontrol ping` in < 1 s on a 2-core VM
 COMMAND_TIMEOUT = 20.0  # s: any single command
 STOP_TIMEOUT = 5.0  # s: SIGTERM, then SIGKILL
+POLL = 0.05  # s: between looks at a socket or a log while a daemon starts
 
 
 class HarnessError(AssertionError):
@@ -379,15 +380,6 @@ class Namespace:
                 stream.close()
 
 
-def _wait_for(predicate, timeout: float, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
 class ServiceHost:
     """One service host of the description: its namespace and a private munged."""
 
@@ -419,7 +411,7 @@ class ServiceHost:
             output=self.scratch.root / "log/munged.out",
         )
         self.stack.callback(_stop, proc)
-        if not _wait_for(lambda: sock.exists() or proc.poll() is not None, START_TIMEOUT) or not sock.exists():
+        if not retry(lambda: sock.exists() or proc.poll() is not None, START_TIMEOUT, POLL) or not sock.exists():
             raise HarnessError(
                 "munged did not create its socket:\n"
                 + self.scratch.log("munged.out") + "\n" + self.scratch.log("munged.log")
@@ -446,7 +438,7 @@ class Controller:
             self.proc = self.service.spawn(
                 "slurmctld", _prog("slurmctld"), "-D", "-f", str(scratch.slurm_conf)
             )
-            _wait_for(lambda: self.proc.poll() is not None or self._up(), START_TIMEOUT, 0.1)
+            retry(lambda: self.proc.poll() is not None or self._up(), START_TIMEOUT, 0.1)
             if self.proc.poll() is not None or not self._up():
                 status = self.proc.poll()
                 what = (
@@ -489,10 +481,11 @@ def run_slurmdbd_until_storage(scratch: Scratch, host: str, wait_for: tuple[str,
         proc = service.spawn(
             "slurmdbd", _prog("slurmdbd"), "-D", env={"SLURM_CONF": str(scratch.slurm_conf)}
         )
-        _wait_for(
+        retry(
             lambda: proc.poll() is not None
             or any(s in scratch.log("slurmdbd.log") for s in wait_for),
             START_TIMEOUT,
+            POLL,
         )
     finally:
         service.close()

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,26 +227,43 @@ def retry(fn, timeout: float, interval: float = 1.0):
         time.sleep(interval)
 
 
-# ---- running site.yml against the inventory under test ----
+# ---- running playbooks against the inventory under test, through hal_provision.runner ----
 
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
 
 
-def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml") -> tuple[list[str], dict[str, str]]:
-    """ansible-playbook site.yml (or one of its tiers) for this inventory, exactly as the sandbox runs it."""
+def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml",
+             inventories: list[Path] | None = None) -> tuple[list[str], dict[str, str]]:
+    """ansible-playbook on playbooks/PLAYBOOK (site.yml or one of its tiers) and its environment,
+    as hal_provision.runner builds them. Its -i sources are `inventories`, by default those
+    `sandbox up` converges with (the inventory plugin's source in the tree of `inventory`, then
+    sandbox.yml)."""
     from types import SimpleNamespace
 
-    from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
+    from hal_provision import runner
+    from hal_provision.sandbox.lifecycle import inventories as sandbox_sources
 
+    sources = sandbox_sources(SimpleNamespace(inventory=inventory)) if inventories is None else inventories
     # The tests parse the output: no colour, even when the caller (molecule) asks for it.
-    env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-    return playbook_cmd(SimpleNamespace(inventory=inventory), playbook, *extra), env
+    env = runner.ansible_env(dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1"))
+    return runner.playbook_cmd(playbook, sources, *extra), env
 
 
-def run_site(inventory: Path, *extra: str, timeout: float = 1200, playbook: str = "site.yml") -> subprocess.CompletedProcess:
-    cmd, env = site_cmd(inventory, *extra, playbook=playbook)
-    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, check=False)
+def run_site(inventory: Path, *extra: str, timeout: float = 1200, playbook: str = "site.yml",
+             inventories: list[Path] | None = None) -> subprocess.CompletedProcess:
+    """Run site_cmd's command through hal_provision.runner (its events pipe, its timeout: the
+    run is killed after `timeout` seconds) with Ansible's output kept in a log: its exit status,
+    and that output (stderr included) as stdout, for the tests to parse."""
+    from hal_provision import runner
+
+    cmd, env = site_cmd(inventory, *extra, playbook=playbook, inventories=inventories)
+    with tempfile.TemporaryDirectory(prefix="hal-infra-") as tmp:
+        log = Path(tmp) / "ansible.log"
+        run = runner.run_playbook(cmd, env=env, log=log, timeout=timeout)
+        output = log.read_text(errors="replace") if log.is_file() else ""
+    if run.seconds > timeout:
+        output += f"\n[killed after {run.seconds:.0f} s: the timeout is {timeout:.0f} s]\n"
+    return subprocess.CompletedProcess(cmd, run.returncode, stdout=output)
 
 
 def parse_recap(output: str) -> dict[str, dict[str, int]]:
@@ -274,17 +292,12 @@ def changed_tasks(output: str) -> list[str]:
     return found
 
 
-def run_playbook(cmd: list[str], timeout: float = 900) -> str:
-    """An ansible-playbook command line, with the sandbox's Ansible settings and no colour (the
-    tests parse the output); asserts that it succeeded on every host, and returns its output."""
-    from hal_provision.sandbox.lifecycle import ansible_env
-
-    env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, check=False)
+def run_playbook(inventory: Path, playbook: str, *extra: str, timeout: float = 900,
+                 inventories: list[Path] | None = None) -> str:
+    """run_site for one playbook; asserts that it succeeded on every host, and returns its output."""
+    proc = run_site(inventory, *extra, timeout=timeout, playbook=playbook, inventories=inventories)
     recap = parse_recap(proc.stdout)
     ran = recap or "skipping: no hosts matched" in proc.stdout  # a tier this cluster has no hosts for
     assert proc.returncode == 0 and ran and not any(r["failed"] or r["unreachable"] for r in recap.values()), (
-        f"{Path(cmd[-1]).name if cmd else ''}: exit {proc.returncode}\n" + "\n".join(changed_tasks(proc.stdout))
-        + "\n" + tail(proc.stdout))
+        f"{playbook}: exit {proc.returncode}\n" + "\n".join(changed_tasks(proc.stdout)) + "\n" + tail(proc.stdout))
     return proc.stdout

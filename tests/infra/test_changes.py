@@ -32,7 +32,6 @@ from hal_provision.hostlist import expand
 D = deployed()
 HV = D.hostvars[D.login]
 WORKDIR = Path(HV["hal_sandbox_workdir"]) if HV.get("hal_sandbox_workdir") else None
-PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
 SLURM_TIERS = ("slurm-controller.yml", "slurm-compute.yml", "slurm-login.yml")
 # The plan's Slurm actions -> the slurm role's handlers that carry them out.
 HANDLERS = {
@@ -88,10 +87,10 @@ def slurm_actions(doc: dict) -> dict[str, set[str]]:
 
 
 def apply(rendered: Path) -> str:
-    """The Slurm tiers on `rendered`'s files, as the sandbox runs playbooks; their output."""
+    """The Slurm tiers on `rendered`'s files, as the sandbox runs playbooks; their output. Their
+    inventory is the deployed tree's inventory/ as it is (hosts.yml, then sandbox.yml)."""
     return "\n".join(
-        run_playbook([tools.find("ansible-playbook") or "ansible-playbook", "-i", str(D.inventory),
-                      "-e", f"hal_rendered_dir={rendered / 'files'}", str(PLAYBOOKS / playbook)])
+        run_playbook(D.inventory, playbook, "-e", f"hal_rendered_dir={rendered / 'files'}", inventories=[D.inventory])
         for playbook in SLURM_TIERS)
 
 
@@ -152,11 +151,7 @@ def sandbox_up(computes: int) -> str:
 
 def converge(playbook: str, *extra: str) -> str:
     """A playbook over the sandbox's current tree, exactly as `sandbox up` runs site.yml."""
-    from types import SimpleNamespace
-
-    from hal_provision.sandbox.lifecycle import playbook_cmd
-
-    return run_playbook(playbook_cmd(SimpleNamespace(inventory=D.inventory), playbook, *extra), timeout=1800)
+    return run_playbook(D.inventory, playbook, *extra, timeout=1800)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from deployed import deployed, retry, run_playbook, tail
-from hal_provision import tools
 
 D = deployed()
 DIRECTORY = json.loads(D.rendered("etc/hal-provision/ldap-directory.json") or "null")
@@ -223,9 +222,8 @@ def converge_with(rendered: Path) -> str:
     """The directory tier and the Slurm accounting of site.yml, on another rendered tree."""
     outputs = []
     for playbook, extra in (("directory.yml", []), ("slurm-controller.yml", ["--tags", "slurm_accounting"])):
-        outputs.append(run_playbook([tools.find("ansible-playbook") or "ansible-playbook", "-i", str(D.inventory),
-                                     *extra, "-e", f"hal_rendered_dir={rendered / 'files'}", "--diff",
-                                     str(Path(__file__).parents[2] / "playbooks" / playbook)], timeout=600))
+        outputs.append(run_playbook(D.inventory, playbook, *extra, "-e", f"hal_rendered_dir={rendered / 'files'}",
+                                    "--diff", timeout=600, inventories=[D.inventory]))
     return "\n".join(outputs)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision.checks import REGISTRY
 from hal_provision.findings import Level
 from hal_provision.health import healthcheck as hc
 from hal_provision.loader import load_text
@@ -45,11 +44,6 @@ ROWS = [
 @pytest.mark.parametrize(("mutation", "level", "path", "message"), [pytest.param(*r[1:], id=r[0]) for r in ROWS])
 def test_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
-
-
-def test_every_health_check_has_a_row():
-    names = {name for name, fn in REGISTRY.items() if fn.__module__.endswith("checks.health")}
-    assert names == {"health_checks_apply", "health_program"}
 
 
 @pytest.mark.parametrize(("old", "new", "dotted"), [

@@ -178,24 +178,6 @@ def test_valid_storage_variation_is_accepted(check_file, edited, mutation):
     assert [f.format() for f in loaded.findings if f.level is not Level.info and f.path[:1] == ("storage",)] == []
 
 
-def test_every_storage_check_has_a_row():
-    from hal_provision.checks import REGISTRY, storage  # noqa: F401
-
-    names = {name for name, fn in REGISTRY.items() if fn.__module__.endswith("checks.storage")}
-    hits = set()
-    for row in ROWS:
-        file_text = load_text(_apply_row(row[1]), "c.yml")
-        hits |= {f.check for f in run_all(file_text.model)} if file_text.model else set()
-        hits |= {f.check for f in file_text.findings}
-    assert names <= hits, f"storage checks without a table row: {sorted(names - hits)}"
-
-
-def _apply_row(steps) -> str:
-    from tests.conftest import HAL_TEXT, _apply
-
-    return _apply(HAL_TEXT, steps)
-
-
 def test_tiebreaker_count_message_is_plural_aware(edited):
     model = load_text(edited((QUORUM, '    quorum: "ddn1-a,ddn1-b"')), "c.yml").model
     [found] = [f for f in run_all(model) if f.check == "gpfs_quorum_odd"]
