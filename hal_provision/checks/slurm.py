@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..findings import error, warning
-from ..hostlist import nodeset, union
+from ..hostlist import nodeset, outside, overlap, union
 from ..model import Cluster, Role
 from ..model.slurm import PRIORITY_MAX, slurm_minutes
 from . import check
@@ -14,8 +14,6 @@ from .common import (
     hosts_by_profile,
     makeup,
     nearest_host,
-    outside,
-    overlap,
     shown,
     unique,
 )

@@ -11,13 +11,13 @@ import functools
 from ClusterShell.NodeSet import NodeSet
 
 from ..findings import dotted, error, warning
-from ..hostlist import nodeset, union, union_shared
+from ..hostlist import empty, nodeset, outside, overlap, union, union_shared
 from ..model import Cluster, Role
 from ..model.storage import Gpfs, GpfsFilesystem, lies_under, size_bytes
 from ..storage.gpfs import DEFAULTS, cache_memory, effective, member_memory, tuning_values
 from ..storage.naming import nsd_names
 from . import check
-from .common import did_you_mean, empty, nearest_host, outside, overlap, plural, repeated_hosts, shown, unique
+from .common import did_you_mean, nearest_host, plural, repeated_hosts, shown, unique
 
 GPFS = ("storage", "gpfs")
 NFS = ("storage", "nfs")
