@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..hostlist import nodeset, union_shared
+from ..hostlist import empty, nodeset, overlap, union_shared
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
 from .cluster import ClusterInfo
@@ -27,6 +27,14 @@ from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, Nf
                       NodeClass, Nsd, Storage, StorageArray, lies_under)
 
 SCHEMA_VERSION = 1
+
+
+class MountedFilesystem(NamedTuple):
+    """A shared file system where it is mounted, and the model nodes that mount it there."""
+
+    name: str  # the GPFS file system's, or the NFS export's
+    mount_point: str
+    hosts: NodeSet  # shared: never change it
 
 
 class Cluster(Strict):
@@ -120,23 +128,42 @@ class Cluster(Strict):
         """Where the users' home directories are: accounts.home_root, else /home."""
         return self.accounts.home_root if self.accounts is not None else "/home"
 
-    def hosts_mounting(self, path: str) -> NodeSet:
-        """Model hosts on which `path` lies on a shared file system: the GPFS cluster's model
-        nodes when a GPFS file system is mounted at or above it, the clients of NFS mounts at
-        or above it, and the NFS server of such a mount whose export is the mount point itself
-        (the server holds the same files at the same path). A new set: the caller may change it."""
-        hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+    @cached_property
+    def gpfs_nodes(self) -> NodeSet:
+        """The GPFS cluster's model nodes (its members but the appliance servers): each mounts
+        every GPFS file system. Empty without GPFS. Shared: never change it."""
         gpfs = self.storage.gpfs
-        if gpfs is not None and any(lies_under(path, fs.mount_point) for fs in gpfs.filesystems):
-            for node_class in gpfs.node_classes:
-                hosts.update(nodeset(node_class.hosts).intersection(self.all_hosts))
+        return empty() if gpfs is None else overlap(gpfs.members, self.all_hosts)
+
+    @cached_property
+    def shared_mounts(self) -> tuple[MountedFilesystem, ...]:
+        """Each shared file system's mount and who mounts it, in description order: every GPFS
+        file system on the GPFS cluster's model nodes, each NFS mount on its clients."""
+        out = []
+        if self.storage.gpfs is not None:
+            out += [MountedFilesystem(fs.name, fs.mount_point, self.gpfs_nodes) for fs in self.storage.gpfs.filesystems]
+        out += [MountedFilesystem(m.export, m.mount_point, nodeset(m.clients)) for m in self.storage.nfs.mounts]
+        return tuple(out)
+
+    def hosts_mounting(self, path: str) -> NodeSet:
+        """Model hosts on which `path` lies on a shared file system: the hosts of each shared
+        mount at or above it (shared_mounts), and the NFS server of such a mount whose export
+        is the mount point itself (the server holds the same files at the same path). A new
+        set: the caller may change it."""
+        hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+        for mount in self.shared_mounts:
+            if lies_under(path, mount.mount_point):
+                hosts.update(mount.hosts)
         for mount in self.storage.nfs.mounts:
             if lies_under(path, mount.mount_point):
-                hosts.update(nodeset(mount.clients))
                 export = self.storage.nfs.export(mount.export)
                 if export is not None and export.path == mount.mount_point:
                     hosts.update(nodeset(export.server))
         return hosts
+
+    def mount_points_on(self, hosts: NodeSet) -> list[str]:
+        """The mount points of the shared file systems every host of `hosts` mounts, sorted."""
+        return sorted({m.mount_point for m in self.shared_mounts if hosts.issubset(m.hosts)})
 
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
@@ -169,5 +196,5 @@ __all__ = [
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
-    "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
+    "Gpfs", "GpfsFilesystem", "GpfsTuning", "MountedFilesystem", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]
