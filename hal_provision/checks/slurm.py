@@ -11,7 +11,6 @@ from .common import (
     compute_hosts_outside,
     did_you_mean,
     duplicates,
-    hosts_by_profile,
     makeup,
     nearest_host,
     shown,
@@ -149,7 +148,7 @@ def slurm_ports_distinct(c: Cluster):
 @check
 def real_memory_positive(c: Cluster):
     reserve = c.slurm.memory_reserve_mib
-    for name in hosts_by_profile(c, Role.compute):
+    for name in c.compute_hosts_by_profile:
         profile = c.hardware[name]
         real = c.real_memory_mib(profile)
         if real <= 0:
@@ -164,7 +163,7 @@ def real_memory_positive(c: Cluster):
 def def_mem_per_cpu_fits(c: Cluster):
     """Warning, not error: Slurm accepts the setting and small jobs run, but a job that asks
     for every CPU of a node and no memory would ask for more than the node has."""
-    by_profile = hosts_by_profile(c, Role.compute)
+    by_profile = c.compute_hosts_by_profile
     for i, part, path in _partitions(c):
         if part.def_mem_per_cpu_mib is None:
             per_cpu, where = c.def_mem_per_cpu_mib, ("slurm", "def_mem_per_cpu_mib")

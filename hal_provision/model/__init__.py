@@ -8,7 +8,8 @@ from typing import Literal, NamedTuple
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..hostlist import empty, nodeset, overlap, union_shared
+from ..hostlist import common_count, empty, nodeset, overlap, overlaps, union_shared
+from ..swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
 from .cluster import ClusterInfo
@@ -35,6 +36,14 @@ class MountedFilesystem(NamedTuple):
     name: str  # the GPFS file system's, or the NFS export's
     mount_point: str
     hosts: NodeSet  # shared: never change it
+
+
+class PartitionBuild(NamedTuple):
+    """One node build (hardware profile) behind a Slurm partition."""
+
+    name: str  # the hardware profile's
+    profile: HardwareProfile
+    count: int  # the partition's compute nodes of this build
 
 
 class Cluster(Strict):
@@ -123,6 +132,74 @@ class Cluster(Strict):
         reports that)."""
         return self.hardware.get(group.hardware) if group.hardware is not None else None
 
+    @cached_property
+    def compute_hosts_by_profile(self) -> dict[str, NodeSet]:
+        """Compute hosts per known hardware profile, profiles in node-group order. The sets
+        are shared (hostlist.union_shared): read them, never change them."""
+        exprs: dict[str, list[str]] = {}
+        for group in self.groups_with_role(Role.compute):
+            if group.hardware in self.hardware:
+                exprs.setdefault(group.hardware, []).append(group.hosts)
+        return {name: union_shared(hostlists) for name, hostlists in exprs.items()}
+
+    @cached_property
+    def partition_builds(self) -> dict[str, list[PartitionBuild]]:
+        """Partition name (its first definition) -> the node builds behind it, each with how
+        many of its compute nodes have it, in the order of the first compute group that brings
+        one; empty for a partition without compute nodes."""
+        out: dict[str, list[PartitionBuild]] = {}
+        by_profile = self.compute_hosts_by_profile
+        for part in self.slurm.partitions:
+            if part.name in out:
+                continue
+            members = nodeset(part.nodes)
+            builds = out[part.name] = []
+            for group in self.groups_with_role(Role.compute):
+                name = group.hardware
+                if name in by_profile and all(b.name != name for b in builds) \
+                        and overlaps(nodeset(group.hosts), members):
+                    builds.append(PartitionBuild(name, self.hardware[name], common_count(by_profile[name], members)))
+        return out
+
+    def partition_hardware(self, partition: str) -> list[PartitionBuild]:
+        """partition_builds of one partition; empty for an unknown one."""
+        return self.partition_builds.get(partition, [])
+
+    def partition_build(self, partition: str) -> PartitionBuild | None:
+        """The build a virtual partition's jobs are shaped for: the partition's one offering the
+        most GPUs per node, then CPUs, then nodes (the first such on a tie)."""
+        return max(self.partition_hardware(partition), key=lambda b: (b.profile.gpu_count, b.profile.cpus, b.count),
+                   default=None)
+
+    def job_node(self, partition: str) -> dict | None:
+        """The partition_build as the wrapper suite's table gives it to swrun (translate's
+        `node`); None for a partition without compute nodes."""
+        build = self.partition_build(partition)
+        if build is None:
+            return None
+        p = build.profile
+        return {
+            "sockets": p.sockets,
+            "cores_per_socket": p.cores_per_socket,
+            "threads_per_core": p.threads_per_core,
+            "real_memory_mib": self.real_memory_mib(p),
+            "gpu_type": p.gpus.type if p.gpus else None,
+            "gpu_sockets": [d.socket for d in p.gpus.devices] if p.gpus else [],
+            "count": build.count,
+        }
+
+    def job_shape(self, vp: VirtualPartition) -> JobShape | None:
+        """The shape of a job of virtual partition `vp` with the defaults (swsuite's
+        translate.job_shape, the resolver swrun uses); None where swrun would have none: its
+        partition has no compute nodes, or no job can be shaped (translate says why)."""
+        node = self.job_node(vp.partition)
+        if node is None:
+            return None
+        try:
+            return job_shape(vp.name, vp.model_dump(include={"kind", "gpus", "nodes", "partition"}), node)
+        except SwError:
+            return None
+
     @property
     def home_root(self) -> str:
         """Where the users' home directories are: accounts.home_root, else /home."""
@@ -196,5 +273,5 @@ __all__ = [
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
-    "Gpfs", "GpfsFilesystem", "GpfsTuning", "MountedFilesystem", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
+    "Gpfs", "GpfsFilesystem", "GpfsTuning", "MountedFilesystem", "PartitionBuild", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]
