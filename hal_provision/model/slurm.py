@@ -150,6 +150,12 @@ class Slurm(Strict):
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
+    slurmctld_timeout_s: int = Field(
+        120, ge=1, description="SlurmctldTimeout: seconds a backup controller waits for the primary before "
+        "taking over.")
+    slurmd_timeout_s: int = Field(
+        300, ge=1, description="SlurmdTimeout: seconds slurmctld waits for a slurmd to answer before it sets "
+        "the node DOWN (a health check interval beyond it is reported).")
     accounting_database: Name = Field(
         "slurm_acct_db", description="MariaDB database for accounting (StorageLoc)."
     )

@@ -129,3 +129,22 @@ def test_hostlist_set_helpers():
     assert not len(outside(a, nodeset("n[1-9]"))) and not len(empty())
     assert str(a) == "n[1-4]" and str(b) == "n[3-6]"  # neither operand changes
     assert fold_or_dash(["n2", "n1", "n2"]) == "n[1-2]" and fold_or_dash([]) == "-"
+
+
+# ---- Slurm's daemon timeouts -----------------------------------------------------------------
+
+def test_slurm_daemon_timeouts_are_model_fields(hal, edited):
+    from hal_provision.render.slurm import slurm_conf
+
+    assert (hal.slurm.slurmctld_timeout_s, hal.slurm.slurmd_timeout_s) == (120, 300)  # the defaults: today's values
+    model = load_text(edited(("  memory_reserve_mib:", "  slurmd_timeout_s: 900\n  slurmctld_timeout_s: 60\n"
+                                                      "  memory_reserve_mib:")), "c.yml").model
+    conf = slurm_conf(model)
+    assert "\nSlurmctldTimeout=60\n" in conf and "\nSlurmdTimeout=900\n" in conf
+    # the health check compares its interval with the model's SlurmdTimeout, not a copy of it
+    model.health.interval_s = 600
+    assert not [f for f in run_all(model) if f.path == ("health", "interval_s")]
+    model.slurm.slurmd_timeout_s = 300
+    assert [f.message for f in run_all(model) if f.path == ("health", "interval_s")] == [
+        "every 600 s is longer than SlurmdTimeout (300 s): a node that fails a check keeps taking jobs for longer "
+        "than a node that stops answering"]
