@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..hostlist import nodeset, outside, overlap, union
 from ..model import Cluster, Role
-from ..model.slurm import PRIORITY_MAX, slurm_minutes
+from .. import slurmtime
+from ..model.slurm import PRIORITY_MAX
 from . import check
 from .common import (
     compute_hosts_outside,
@@ -47,7 +48,7 @@ def partition_qos_declared(c: Cluster):
 
 def _longer(time: str, limit: str) -> bool:
     """A Slurm time is longer than a limit (UNLIMITED is longer than any finite limit)."""
-    t, m = slurm_minutes(time), slurm_minutes(limit)
+    t, m = slurmtime.minutes(time), slurmtime.minutes(limit)
     return m is not None and (t is None or t > m)
 
 
@@ -250,7 +251,7 @@ def fair_share_usage_decays(c: Cluster):
     if c.priority_type != "multifactor" or not c.fair_share_groups():
         return
     p = c.slurm.priority
-    if slurm_minutes(p.decay_half_life) == 0 and p.usage_reset_period == "NONE":
+    if slurmtime.minutes(p.decay_half_life) == 0 and p.usage_reset_period == "NONE":
         yield warning(
             (*PRIORITY, "decay_half_life"),
             "decay_half_life 0 (no decay) with usage_reset_period NONE: recorded usage is never "

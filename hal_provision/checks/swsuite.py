@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..model import Cluster, Partition
 from . import check
-from ..model.slurm import slurm_minutes
+from .. import slurmtime
 from .common import did_you_mean, plural, unique
 
 
@@ -120,7 +120,7 @@ def virtual_partition_times_fit(c: Cluster):
                 "lower it or raise max_time_hours",
             )
     for _i, vp, path, part, _shape in _targets(c):
-        limit = slurm_minutes(part.max_time)
+        limit = slurmtime.minutes(part.max_time)
         if limit is not None and vp.max_time_hours * 60 > limit:
             yield warning(
                 (*path, "max_time_hours"),

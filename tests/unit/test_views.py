@@ -148,3 +148,24 @@ def test_slurm_daemon_timeouts_are_model_fields(hal, edited):
     assert [f.message for f in run_all(model) if f.path == ("health", "interval_s")] == [
         "every 600 s is longer than SlurmdTimeout (300 s): a node that fails a check keeps taking jobs for longer "
         "than a node that stops answering"]
+
+
+# ---- Slurm time strings ----------------------------------------------------------------------
+
+def test_slurm_times_read_and_written_in_one_module():
+    from hal_provision import slurmtime
+    from hal_provision.model.slurm import slurm_minutes
+    from hal_provision.plan.slurm import clock as plan_clock
+    from hal_provision.render.accounting import slurm_clock
+
+    assert slurm_minutes is slurmtime.minutes
+    assert [slurmtime.minutes(v) for v in ("30", "1:30", "02:00:00", "1-12", "1-00:00:01", "UNLIMITED")] == [
+        30, 1.5, 120, 2160, 1440 + 1 / 60, None]
+    assert [slurmtime.limit_minutes(v) for v in (None, "", "NONE", "20:00:00")] == [None, None, None, 1200]
+    assert slurmtime.clock(1440 + 1 / 60) == "1-00:01:00" and slurmtime.clock(1200) == "20:00:00"
+    assert slurm_clock("1-00:00:00") == "1-00:00:00" and slurm_clock(None) == "" and slurm_clock("INFINITE") == ""
+    assert plan_clock(None) == "UNLIMITED" and plan_clock(90.5) == "01:31:00"
+    with pytest.raises(ValueError, match="not a Slurm time"):
+        slurmtime.check("1:2:3:4")
+    with pytest.raises(ValueError, match="not unlimited"):
+        slurmtime.check_finite("infinite")
