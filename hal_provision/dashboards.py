@@ -28,7 +28,7 @@ from typing import Literal
 
 from ClusterShell.NodeSet import NodeSet
 
-from .hostlist import expand, fold, nodeset, union_shared
+from .hostlist import expand, fold, nodeset, pieces, union_shared
 from .model import Cluster, NodeGroup, Role
 
 Kind = Literal["stat", "timeseries", "table", "bargauge", "gauge"]
@@ -126,7 +126,7 @@ def _groups_regex(groups: list[NodeGroup]) -> str:
 @lru_cache(maxsize=64)
 def _expression_regex(expr: str) -> str:
     parts = []
-    for part in _top_level(expr):
+    for part in pieces(expr):
         if "[" not in part:  # one name
             parts.append(re.escape(part))
             continue
@@ -138,19 +138,6 @@ def _expression_regex(expr: str) -> str:
         alternatives = [alt for r in ranges.split(",") for alt in _range_regex(r)]
         parts.append(re.escape(prefix) + _alt(alternatives) + re.escape(suffix))
     return "^" + _alt(parts, group=True) + "$"
-
-
-def _top_level(folded: str) -> list[str]:
-    """Split a folded hostlist at the commas outside brackets."""
-    out, depth, start = [], 0, 0
-    for i, ch in enumerate(folded):
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append(folded[start:i])
-            start = i + 1
-    out.append(folded[start:])
-    return out
 
 
 def _range_regex(text: str) -> list[str]:

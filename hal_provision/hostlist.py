@@ -371,6 +371,27 @@ def union(exprs) -> NodeSet:
     return out
 
 
+def empty() -> NodeSet:
+    return NodeSet(resolver=RESOLVER_NOGROUP)
+
+
+def overlap(a: NodeSet, b: NodeSet) -> NodeSet:
+    """Hosts in both sets (a new set; neither operand changes), without copying the larger."""
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    return small.intersection(large)
+
+
+def outside(a: NodeSet, b: NodeSet) -> NodeSet:
+    """Hosts of `a` that `b` lacks (a new set; neither operand changes)."""
+    return empty() if a.issubset(b) else a.difference(b)
+
+
+def fold_or_dash(names) -> str:
+    """Host names as one folded hostlist expression; '-' for none (a report's empty cell)."""
+    names = sorted(set(names))
+    return fold(names) if names else "-"
+
+
 def _single_range(expr: str, constant_digits: bool = False) -> tuple[str, int, int, int, str] | None:
     """(prefix, first, last, padding, suffix) of a single-range expression ClusterShell accepts
     (with `constant_digits`, digits may stand outside the brackets too).

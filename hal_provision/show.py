@@ -30,7 +30,7 @@ def tables(c: Cluster) -> list[Table]:
         parts.add_column(col)
     for part in c.slurm.partitions:
         ns = nodeset(part.nodes)
-        gpus = sum(p.gpu_count * len(nodeset(g.hosts).intersection(ns)) for g in c.nodes if (p := c.profile_of(g)))
+        gpus = sum(b.profile.gpu_count * b.count for b in c.partition_hardware(part.name))
         written = c.written(part.nodes)
         nodes = part.nodes if written == part.nodes else f"{part.nodes} ({written})"
         parts.add_row(part.name, nodes, str(len(ns)), str(gpus), "yes" if part.default else "",

@@ -2,8 +2,8 @@
 
 Host sets stay compressed: a check combines NodeSets (and integer intervals for addresses and
 switch ports) and never walks host by host, so a 100,000-node description checks in
-milliseconds. Prefer `overlap`, `outside` and `shared_count` to NodeSet's own methods: they
-never copy the larger operand, which is what keeps them fast when one side is huge.
+milliseconds. Prefer hostlist's `overlap`, `outside` and `common_count` to NodeSet's own
+methods: they never copy the larger operand, which is what keeps them fast when one side is huge.
 """
 
 from __future__ import annotations
@@ -13,35 +13,15 @@ import re
 from ipaddress import IPv4Address
 from typing import Hashable, Iterable, Iterator, Sequence, TypeVar
 
-from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+from ClusterShell.NodeSet import NodeSet
 
 from ..findings import Finding, did_you_mean, dotted, error  # noqa: F401  (did_you_mean: the checks' import)
-from ..hostlist import common_count, expand, nodeset, union_shared
+from ..hostlist import common_count, empty, expand, nodeset, outside, overlap, union_shared
 from ..model import Cluster, Role
 
 K = TypeVar("K")
 
 _SHOWN_CHARS = 60
-
-
-def empty() -> NodeSet:
-    return NodeSet(resolver=RESOLVER_NOGROUP)
-
-
-def overlap(a: NodeSet, b: NodeSet) -> NodeSet:
-    """Hosts in both sets (a new set; neither operand changes)."""
-    small, large = (a, b) if len(a) <= len(b) else (b, a)
-    return small.intersection(large)
-
-
-def outside(a: NodeSet, b: NodeSet) -> NodeSet:
-    """Hosts of `a` that `b` lacks (a new set; neither operand changes)."""
-    return empty() if a.issubset(b) else a.difference(b)
-
-
-def shared_count(a: NodeSet, b: NodeSet) -> int:
-    """len(overlap(a, b)), cheaper: counted on the index sets, no NodeSet built."""
-    return common_count(a, b)
 
 
 def repeated_hosts(sets: Sequence[NodeSet]) -> Iterator[tuple[int, int, NodeSet]]:
@@ -177,6 +157,6 @@ def hosts_by_profile(cluster: Cluster, *roles: Role) -> dict[str, NodeSet]:
 
 def makeup(hosts: NodeSet, by_profile: dict[str, NodeSet]) -> list[tuple[str, int]]:
     """(profile name, how many of `hosts` have it) for each profile present in `hosts`."""
-    counts = [(name, shared_count(hosts, members)) for name, members in by_profile.items()]
+    counts = [(name, common_count(hosts, members)) for name, members in by_profile.items()]
     return [(name, n) for name, n in counts if n]
 

@@ -9,7 +9,7 @@ whole and its findings name the switches folded (leaf[01-56]), at the entry's ow
 from __future__ import annotations
 
 from ..findings import error, warning
-from ..hostlist import fold, nodeset, union
+from ..hostlist import fold, nodeset, outside, overlap, union
 from ..model import Cluster
 from . import check
 from .common import (
@@ -17,8 +17,6 @@ from .common import (
     did_you_mean,
     hosts_by_profile,
     nearest_host,
-    outside,
-    overlap,
     overlapping_intervals,
     plural,
     repeated_hosts,

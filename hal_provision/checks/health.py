@@ -8,7 +8,6 @@ from . import check
 from .common import duplicates
 
 HEALTH = ("health",)
-SLURMD_TIMEOUT_S = 300  # render/slurm.py's SlurmdTimeout
 
 
 @check
@@ -49,6 +48,6 @@ def health_program(c: Cluster):
         yield warning((*HEALTH, "checks", h.checks.index("gpu_model")),
                       "LBNL NHC has no stock GPU model check: nhc.conf checks the GPU device files only "
                       "(program: hal checks the model and memory through nvidia-smi)")
-    if h.interval_s > SLURMD_TIMEOUT_S:
-        yield info((*HEALTH, "interval_s"), f"every {h.interval_s} s is longer than SlurmdTimeout ({SLURMD_TIMEOUT_S} s): "
+    if h.interval_s > c.slurm.slurmd_timeout_s:
+        yield info((*HEALTH, "interval_s"), f"every {h.interval_s} s is longer than SlurmdTimeout ({c.slurm.slurmd_timeout_s} s): "
                    "a node that fails a check keeps taking jobs for longer than a node that stops answering")

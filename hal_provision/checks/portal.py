@@ -3,8 +3,6 @@ partitions)."""
 
 from __future__ import annotations
 
-import math
-
 from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
@@ -119,7 +117,6 @@ def portal_app_virtual_partitions(c: Cluster):
     if p is None:
         return
     vps = {vp.name: vp for vp in (c.swsuite.virtual_partitions if c.swsuite else [])}
-    gpus_per_node = _gpus_per_node(c)
     for i, app in enumerate(p.apps):
         for k, name in enumerate(app.virtual_partitions):
             where = (*APPS, i, "virtual_partitions", k)
@@ -128,9 +125,9 @@ def portal_app_virtual_partitions(c: Cluster):
                 yield error(where, f"app {app.name!r} offers virtual partition {name!r}, which is not in "
                                    "swsuite.virtual_partitions" + did_you_mean(name, vps))
                 continue
-            nodes = vp.nodes if vp.kind == "cpu" else math.ceil(vp.gpus / gpus_per_node.get(vp.partition, vp.gpus))
-            if nodes > 1:
-                yield error(where, f"app {app.name!r} offers {name}, which spans {nodes} nodes; a portal session "
+            job = c.job_shape(vp)  # None: swrun refuses its jobs, and a swsuite check says why
+            if job is not None and job.nodes > 1:
+                yield error(where, f"app {app.name!r} offers {name}, which spans {job.nodes} nodes; a portal session "
                                    "is one server on one node: offer one-node virtual partitions")
             if app.max_hours is not None and app.max_hours > vp.max_time_hours:
                 yield warning((*APPS, i, "max_hours"), f"app {app.name!r} allows {app.max_hours} hours, but {name} "
@@ -140,14 +137,3 @@ def portal_app_virtual_partitions(c: Cluster):
             yield error((*APPS, i, "default_hours"), f"app {app.name!r} presets {app.default_hours} hours, more "
                                                      f"than the {limit} it allows")
 
-
-def _gpus_per_node(c: Cluster) -> dict[str, int]:
-    """Partition -> the most GPUs one of its compute nodes has (how a gpuxN request is shaped)."""
-    out: dict[str, int] = {}
-    for part in c.slurm.partitions:
-        members = nodeset(part.nodes)
-        for g in c.groups_with_role(Role.compute):
-            if len(nodeset(g.hosts).intersection(members)):
-                profile = c.profile_of(g)
-                out[part.name] = max(out.get(part.name, 0), profile.gpu_count if profile else 0)
-    return {k: v for k, v in out.items() if v}

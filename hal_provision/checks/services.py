@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from ..findings import error, warning
-from ..hostlist import nodeset
+from ..hostlist import nodeset, outside, overlap
 from ..model import Cluster, Role
 from . import check
-from .common import nearest_host, outside, overlap, shown
+from .common import nearest_host, shown
 
 ALLOWED_ROLES: dict[str, tuple[Role, ...]] = {
     "slurmctld": (Role.management,),

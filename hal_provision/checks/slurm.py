@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from ..findings import error, warning
-from ..hostlist import nodeset, union
+from ..hostlist import nodeset, outside, overlap, union
 from ..model import Cluster, Role
-from ..model.slurm import PRIORITY_MAX, slurm_minutes
+from .. import slurmtime
+from ..model.slurm import PRIORITY_MAX
 from . import check
 from .common import (
     compute_hosts_outside,
     did_you_mean,
     duplicates,
-    hosts_by_profile,
     makeup,
     nearest_host,
-    outside,
-    overlap,
     shown,
     unique,
 )
@@ -50,7 +48,7 @@ def partition_qos_declared(c: Cluster):
 
 def _longer(time: str, limit: str) -> bool:
     """A Slurm time is longer than a limit (UNLIMITED is longer than any finite limit)."""
-    t, m = slurm_minutes(time), slurm_minutes(limit)
+    t, m = slurmtime.minutes(time), slurmtime.minutes(limit)
     return m is not None and (t is None or t > m)
 
 
@@ -151,7 +149,7 @@ def slurm_ports_distinct(c: Cluster):
 @check
 def real_memory_positive(c: Cluster):
     reserve = c.slurm.memory_reserve_mib
-    for name in hosts_by_profile(c, Role.compute):
+    for name in c.compute_hosts_by_profile:
         profile = c.hardware[name]
         real = c.real_memory_mib(profile)
         if real <= 0:
@@ -166,7 +164,7 @@ def real_memory_positive(c: Cluster):
 def def_mem_per_cpu_fits(c: Cluster):
     """Warning, not error: Slurm accepts the setting and small jobs run, but a job that asks
     for every CPU of a node and no memory would ask for more than the node has."""
-    by_profile = hosts_by_profile(c, Role.compute)
+    by_profile = c.compute_hosts_by_profile
     for i, part, path in _partitions(c):
         if part.def_mem_per_cpu_mib is None:
             per_cpu, where = c.def_mem_per_cpu_mib, ("slurm", "def_mem_per_cpu_mib")
@@ -253,7 +251,7 @@ def fair_share_usage_decays(c: Cluster):
     if c.priority_type != "multifactor" or not c.fair_share_groups():
         return
     p = c.slurm.priority
-    if slurm_minutes(p.decay_half_life) == 0 and p.usage_reset_period == "NONE":
+    if slurmtime.minutes(p.decay_half_life) == 0 and p.usage_reset_period == "NONE":
         yield warning(
             (*PRIORITY, "decay_half_life"),
             "decay_half_life 0 (no decay) with usage_reset_period NONE: recorded usage is never "

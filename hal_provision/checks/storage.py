@@ -11,13 +11,13 @@ import functools
 from ClusterShell.NodeSet import NodeSet
 
 from ..findings import dotted, error, warning
-from ..hostlist import nodeset, union, union_shared
+from ..hostlist import empty, nodeset, outside, overlap, union, union_shared
 from ..model import Cluster, Role
 from ..model.storage import Gpfs, GpfsFilesystem, lies_under, size_bytes
 from ..storage.gpfs import DEFAULTS, cache_memory, effective, member_memory, tuning_values
 from ..storage.naming import nsd_names
 from . import check
-from .common import did_you_mean, empty, nearest_host, outside, overlap, plural, repeated_hosts, shown, unique
+from .common import did_you_mean, nearest_host, plural, repeated_hosts, shown, unique
 
 GPFS = ("storage", "gpfs")
 NFS = ("storage", "nfs")
@@ -161,7 +161,7 @@ def gpfs_node_in_one_class(c: Cluster, g: Gpfs):
     known = _known(c)
     if any(len(outside(hosts, known)) for hosts in classes):
         return  # a class naming an unknown host is most likely a misspelt member: one error says so
-    in_a_class = union(classes)
+    in_a_class = g.members
     for path, hosts in _gpfs_members(g):
         orphans = outside(overlap(hosts, known), in_a_class)  # unknown ones have their error
         if len(orphans):
@@ -296,7 +296,7 @@ def nfs_export_path_and_clients(c: Cluster):
     nfs = c.storage.nfs
     servers = {srv.host: srv for srv in nfs.servers}
     g = c.storage.gpfs
-    gpfs_members = union(nc.hosts for nc in g.node_classes) if g else empty()
+    gpfs_members = g.members if g else empty()
     for i, e in enumerate(nfs.exports):
         path = (*NFS, "exports", i)
         server = servers.get(e.server)

@@ -1,30 +1,20 @@
 """Checks: the Slurm Wrapper Suite's virtual partitions (gpux<N>, cpun<N>).
 
 The suite shapes every job of a virtual partition for one node build of its real partition:
-the one offering the most (GPUs per node, then CPUs, then nodes); see render/swsuite.py. The
-checks judge each request against that same build, so what they accept the suite can run:
+the one offering the most (GPUs per node, then CPUs, then nodes): Cluster.partition_build. The
+checks judge each request against that same build, with the suite's own resolver
+(Cluster.job_shape: swsuite/translate.py's job_shape), so what they accept the suite can run:
 a number of GPUs up to one node's, or a multiple of it on whole nodes; memory per CPU times
 the CPUs a job takes on a node within the node's RealMemory.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from ..findings import error, warning
-from ..hostlist import nodeset
-from ..model import Cluster, HardwareProfile, Partition, Role
+from ..model import Cluster, Partition
 from . import check
-from ..model.slurm import slurm_minutes
-from .common import did_you_mean, hosts_by_profile, makeup, plural, unique
-
-
-class Shape(NamedTuple):
-    """The node build a virtual partition's jobs are shaped for."""
-
-    name: str
-    profile: HardwareProfile
-    count: int  # nodes of this build in the real partition
+from .. import slurmtime
+from .common import did_you_mean, plural, unique
 
 
 def _virtual(c: Cluster):
@@ -33,35 +23,16 @@ def _virtual(c: Cluster):
 
 
 def _targets(c: Cluster):
-    """(index, virtual partition, path, real partition, shape) for each virtual partition
-    whose real partition exists; shape is None when that partition has no compute node."""
-    by_profile = hosts_by_profile(c, Role.compute)
+    """(index, virtual partition, path, real partition, build) for each virtual partition
+    whose real partition exists; build (Cluster.partition_build) is None when that partition
+    has no compute node."""
     parts: dict[str, Partition] = {}
     for part in c.slurm.partitions:
         parts.setdefault(part.name, part)
-    shapes: dict[str, Shape | None] = {}  # once per real partition: a set operation per profile
     for i, vp, path in _virtual(c):
         part = parts.get(vp.partition)
-        if part is None:
-            continue
-        if part.name not in shapes:
-            shapes[part.name] = _shape(c, makeup(nodeset(part.nodes), by_profile))
-        yield i, vp, path, part, shapes[part.name]
-
-
-def _shape(c: Cluster, kinds: list[tuple[str, int]]) -> Shape | None:
-    shapes = [Shape(name, c.hardware[name], n) for name, n in kinds]
-    return max(shapes, key=lambda s: (s.profile.gpu_count, s.profile.cpus, s.count), default=None)
-
-
-def _on_node(vp, shape: Shape) -> tuple[int, int]:
-    """(nodes, CPUs per node) a job takes: whole nodes for cpu kinds; for gpu kinds the
-    GPUs it uses on a node times each GPU's share of the node's CPUs."""
-    p = shape.profile
-    if vp.kind == "cpu":
-        return vp.nodes, p.cpus
-    per_node = min(vp.gpus, p.gpu_count)
-    return -(-vp.gpus // p.gpu_count), per_node * (p.cpus // p.gpu_count)
+        if part is not None:
+            yield i, vp, path, part, c.partition_build(part.name)
 
 
 @check
@@ -107,7 +78,7 @@ def virtual_partitions_fit(c: Cluster):
                 f"{vp.name!r} asks for {vp.gpus} GPUs, more than one {shape.name!r} node has ({per_node}); "
                 f"spanning nodes takes whole nodes, so ask for a multiple of {per_node} (e.g. {lower} or {upper})",
             )
-        elif vp.kind == "gpu" and _on_node(vp, shape)[0] > shape.count:
+        elif vp.kind == "gpu" and (job := c.job_shape(vp)) is not None and job.nodes > shape.count:
             yield error(
                 (*path, "gpus"),
                 f"{vp.name!r} asks for {vp.gpus} GPUs; partition {part.name!r} offers at most "
@@ -125,9 +96,10 @@ def virtual_partitions_fit(c: Cluster):
 @check
 def virtual_partition_memory_fits(c: Cluster):
     for _i, vp, path, _part, shape in _targets(c):
-        if shape is None or (vp.kind == "gpu" and not shape.profile.gpu_count):
+        job = c.job_shape(vp)
+        if shape is None or job is None:
             continue  # virtual_partitions_fit reports it
-        _nodes, cpus = _on_node(vp, shape)
+        cpus = job.tasks_per_node
         real = c.real_memory_mib(shape.profile)
         if 0 < real < vp.mem_per_cpu_mib * cpus:
             yield error(
@@ -148,7 +120,7 @@ def virtual_partition_times_fit(c: Cluster):
                 "lower it or raise max_time_hours",
             )
     for _i, vp, path, part, _shape in _targets(c):
-        limit = slurm_minutes(part.max_time)
+        limit = slurmtime.minutes(part.max_time)
         if limit is not None and vp.max_time_hours * 60 > limit:
             yield warning(
                 (*path, "max_time_hours"),

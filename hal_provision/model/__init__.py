@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..hostlist import nodeset, union_shared
+from ..hostlist import common_count, empty, nodeset, overlap, overlaps, union_shared
+from ..swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
 from .cluster import ClusterInfo
@@ -27,6 +28,22 @@ from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, Nf
                       NodeClass, Nsd, Storage, StorageArray, lies_under)
 
 SCHEMA_VERSION = 1
+
+
+class MountedFilesystem(NamedTuple):
+    """A shared file system where it is mounted, and the model nodes that mount it there."""
+
+    name: str  # the GPFS file system's, or the NFS export's
+    mount_point: str
+    hosts: NodeSet  # shared: never change it
+
+
+class PartitionBuild(NamedTuple):
+    """One node build (hardware profile) behind a Slurm partition."""
+
+    name: str  # the hardware profile's
+    profile: HardwareProfile
+    count: int  # the partition's compute nodes of this build
 
 
 class Cluster(Strict):
@@ -115,28 +132,115 @@ class Cluster(Strict):
         reports that)."""
         return self.hardware.get(group.hardware) if group.hardware is not None else None
 
+    @cached_property
+    def compute_hosts_by_profile(self) -> dict[str, NodeSet]:
+        """Compute hosts per known hardware profile, profiles in node-group order. The sets
+        are shared (hostlist.union_shared): read them, never change them."""
+        exprs: dict[str, list[str]] = {}
+        for group in self.groups_with_role(Role.compute):
+            if group.hardware in self.hardware:
+                exprs.setdefault(group.hardware, []).append(group.hosts)
+        return {name: union_shared(hostlists) for name, hostlists in exprs.items()}
+
+    @cached_property
+    def partition_builds(self) -> dict[str, list[PartitionBuild]]:
+        """Partition name (its first definition) -> the node builds behind it, each with how
+        many of its compute nodes have it, in the order of the first compute group that brings
+        one; empty for a partition without compute nodes."""
+        out: dict[str, list[PartitionBuild]] = {}
+        by_profile = self.compute_hosts_by_profile
+        for part in self.slurm.partitions:
+            if part.name in out:
+                continue
+            members = nodeset(part.nodes)
+            builds = out[part.name] = []
+            for group in self.groups_with_role(Role.compute):
+                name = group.hardware
+                if name in by_profile and all(b.name != name for b in builds) \
+                        and overlaps(nodeset(group.hosts), members):
+                    builds.append(PartitionBuild(name, self.hardware[name], common_count(by_profile[name], members)))
+        return out
+
+    def partition_hardware(self, partition: str) -> list[PartitionBuild]:
+        """partition_builds of one partition; empty for an unknown one."""
+        return self.partition_builds.get(partition, [])
+
+    def partition_build(self, partition: str) -> PartitionBuild | None:
+        """The build a virtual partition's jobs are shaped for: the partition's one offering the
+        most GPUs per node, then CPUs, then nodes (the first such on a tie)."""
+        return max(self.partition_hardware(partition), key=lambda b: (b.profile.gpu_count, b.profile.cpus, b.count),
+                   default=None)
+
+    def job_node(self, partition: str) -> dict | None:
+        """The partition_build as the wrapper suite's table gives it to swrun (translate's
+        `node`); None for a partition without compute nodes."""
+        build = self.partition_build(partition)
+        if build is None:
+            return None
+        p = build.profile
+        return {
+            "sockets": p.sockets,
+            "cores_per_socket": p.cores_per_socket,
+            "threads_per_core": p.threads_per_core,
+            "real_memory_mib": self.real_memory_mib(p),
+            "gpu_type": p.gpus.type if p.gpus else None,
+            "gpu_sockets": [d.socket for d in p.gpus.devices] if p.gpus else [],
+            "count": build.count,
+        }
+
+    def job_shape(self, vp: VirtualPartition) -> JobShape | None:
+        """The shape of a job of virtual partition `vp` with the defaults (swsuite's
+        translate.job_shape, the resolver swrun uses); None where swrun would have none: its
+        partition has no compute nodes, or no job can be shaped (translate says why)."""
+        node = self.job_node(vp.partition)
+        if node is None:
+            return None
+        try:
+            return job_shape(vp.name, vp.model_dump(include={"kind", "gpus", "nodes", "partition"}), node)
+        except SwError:
+            return None
+
     @property
     def home_root(self) -> str:
         """Where the users' home directories are: accounts.home_root, else /home."""
         return self.accounts.home_root if self.accounts is not None else "/home"
 
-    def hosts_mounting(self, path: str) -> NodeSet:
-        """Model hosts on which `path` lies on a shared file system: the GPFS cluster's model
-        nodes when a GPFS file system is mounted at or above it, the clients of NFS mounts at
-        or above it, and the NFS server of such a mount whose export is the mount point itself
-        (the server holds the same files at the same path). A new set: the caller may change it."""
-        hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+    @cached_property
+    def gpfs_nodes(self) -> NodeSet:
+        """The GPFS cluster's model nodes (its members but the appliance servers): each mounts
+        every GPFS file system. Empty without GPFS. Shared: never change it."""
         gpfs = self.storage.gpfs
-        if gpfs is not None and any(lies_under(path, fs.mount_point) for fs in gpfs.filesystems):
-            for node_class in gpfs.node_classes:
-                hosts.update(nodeset(node_class.hosts).intersection(self.all_hosts))
+        return empty() if gpfs is None else overlap(gpfs.members, self.all_hosts)
+
+    @cached_property
+    def shared_mounts(self) -> tuple[MountedFilesystem, ...]:
+        """Each shared file system's mount and who mounts it, in description order: every GPFS
+        file system on the GPFS cluster's model nodes, each NFS mount on its clients."""
+        out = []
+        if self.storage.gpfs is not None:
+            out += [MountedFilesystem(fs.name, fs.mount_point, self.gpfs_nodes) for fs in self.storage.gpfs.filesystems]
+        out += [MountedFilesystem(m.export, m.mount_point, nodeset(m.clients)) for m in self.storage.nfs.mounts]
+        return tuple(out)
+
+    def hosts_mounting(self, path: str) -> NodeSet:
+        """Model hosts on which `path` lies on a shared file system: the hosts of each shared
+        mount at or above it (shared_mounts), and the NFS server of such a mount whose export
+        is the mount point itself (the server holds the same files at the same path). A new
+        set: the caller may change it."""
+        hosts = NodeSet(resolver=RESOLVER_NOGROUP)
+        for mount in self.shared_mounts:
+            if lies_under(path, mount.mount_point):
+                hosts.update(mount.hosts)
         for mount in self.storage.nfs.mounts:
             if lies_under(path, mount.mount_point):
-                hosts.update(nodeset(mount.clients))
                 export = self.storage.nfs.export(mount.export)
                 if export is not None and export.path == mount.mount_point:
                     hosts.update(nodeset(export.server))
         return hosts
+
+    def mount_points_on(self, hosts: NodeSet) -> list[str]:
+        """The mount points of the shared file systems every host of `hosts` mounts, sorted."""
+        return sorted({m.mount_point for m in self.shared_mounts if hosts.issubset(m.hosts)})
 
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
@@ -169,5 +273,5 @@ __all__ = [
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
-    "Gpfs", "GpfsFilesystem", "GpfsTuning", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
+    "Gpfs", "GpfsFilesystem", "GpfsTuning", "MountedFilesystem", "PartitionBuild", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
 ]

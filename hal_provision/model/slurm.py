@@ -2,50 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
+from .. import slurmtime
 from .base import Name, Strict
 from .placement import PLACED, Placement
 
-_TIME = re.compile(r"^(UNLIMITED|INFINITE|(\d+-)?\d{1,2}(:\d{2}){0,2}|\d+)$")
-
-
-def _check_time(value: str) -> str:
-    if not _TIME.match(value):
-        raise ValueError(
-            f"{value!r} is not a Slurm time (use MM, HH:MM:SS, D-HH:MM:SS or UNLIMITED)"
-        )
-    return value
-
-
-SlurmTime = Annotated[str, AfterValidator(_check_time)]
-
-
-def _check_finite(value: str) -> str:
-    if value.upper() in ("UNLIMITED", "INFINITE"):
-        raise ValueError(f"{value!r}: give a length of time (MM, HH:MM:SS or D-HH:MM:SS), not unlimited")
-    return value
-
-
-FiniteSlurmTime = Annotated[str, AfterValidator(_check_time), AfterValidator(_check_finite)]
-
-
-def slurm_minutes(value: str) -> float | None:
-    """Minutes of a Slurm time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]); None: unlimited."""
-    if value.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    days, _, clock = value.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
-        hours, minutes, seconds = (parts + [0, 0])[:3]
-    elif len(parts) == 3:  # HH:MM:SS
-        hours, minutes, seconds = parts
-    else:  # MM, MM:SS
-        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
-    return (int(days or 0) * 24 + hours) * 60 + minutes + seconds / 60
+SlurmTime = Annotated[str, AfterValidator(slurmtime.check)]
+FiniteSlurmTime = Annotated[str, AfterValidator(slurmtime.check), AfterValidator(slurmtime.check_finite)]
+slurm_minutes = slurmtime.minutes  # the checks' and the tests' name for it
 
 
 class Partition(Strict):
@@ -150,6 +117,12 @@ class Slurm(Strict):
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
+    slurmctld_timeout_s: int = Field(
+        120, ge=1, description="SlurmctldTimeout: seconds a backup controller waits for the primary before "
+        "taking over.")
+    slurmd_timeout_s: int = Field(
+        300, ge=1, description="SlurmdTimeout: seconds slurmctld waits for a slurmd to answer before it sets "
+        "the node DOWN (a health check interval beyond it is reported).")
     accounting_database: Name = Field(
         "slurm_acct_db", description="MariaDB database for accounting (StorageLoc)."
     )

@@ -14,9 +14,13 @@ mmcrfs take them: an integer with K, M, G or T (binary units), e.g. 1M, 32G.
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Annotated, Literal
 
+from ClusterShell.NodeSet import NodeSet
 from pydantic import AfterValidator, Field
+
+from ..hostlist import union_shared
 
 from .base import Name, Strict
 from .placement import PLACED, Placement
@@ -171,6 +175,12 @@ class Gpfs(Strict):
     tuning: GpfsTuning = Field(default_factory=GpfsTuning, description="Cluster-wide settings (mmchconfig without -N).")
     filesystems: list[GpfsFilesystem] = Field(default_factory=list, description="GPFS file systems.")
 
+    @cached_property
+    def members(self) -> NodeSet:
+        """Every member of the GPFS cluster, model nodes and appliance servers: the union of its
+        node classes. Shared: never change it."""
+        return union_shared(nc.hosts for nc in self.node_classes)
+
 
 # ---- NFS ------------------------------------------------------------------------------------
 class NfsServer(Strict):
@@ -234,3 +244,9 @@ class Storage(Strict):
         for mount in self.nfs.mounts:
             out.setdefault(mount.export, mount.mount_point)
         return out
+
+    def filesystem_names(self) -> set[str]:
+        """Names other sections use for shared file systems: GPFS file systems, NFS exports
+        (mounted or not)."""
+        names = {fs.name for fs in self.gpfs.filesystems} if self.gpfs is not None else set()
+        return names | {e.name for e in self.nfs.exports}

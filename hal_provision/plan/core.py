@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .. import update_policy
 from .effects import Consequence, Effect, FileChange, Sides, SlurmEffect, effect
 from .impact import Impact, assess
-from .inventory import hostlist
+from ..hostlist import fold_or_dash
 from .jobs import Job, NodeState
 from .sources import compared
 
@@ -102,7 +102,7 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
             components.append(ComponentPlan(component.name, files, result.consequences, result.notes))
     if sides.new_hosts:  # first, as they are the largest change: everything, not a restart
         components.insert(0, ComponentPlan(NEW_HOSTS, [], [Consequence(
-            FIRST_DEPLOYMENT, hostlist(sides.new_hosts), "nothing runs there yet: every tier of site.yml")]))
+            FIRST_DEPLOYMENT, fold_or_dash(sides.new_hosts), "nothing runs there yet: every tier of site.yml")]))
     if unowned:  # only a tree from elsewhere (a hand-edited record) can hold such files
         components.append(ComponentPlan("unknown", unowned,
                                         [Consequence("unknown", "-", "no update-policy entry names these files")]))
@@ -142,10 +142,10 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: li
     redefined = sorted({h for i in plan.blocking for h in i.hosts if h not in lost})
     for hosts, why in ((lost, "leaving the cluster"), (redefined, "redefined")):
         if hosts:
-            out.append(f"drain: scontrol update nodename={hostlist(hosts)} state=drain "
+            out.append(f"drain: scontrol update nodename={fold_or_dash(hosts)} state=drain "
                        f"reason=\"hal-provision plan: {why}\"")
     if lost or redefined:
-        drained = hostlist(lost + redefined)
+        drained = fold_or_dash(lost + redefined)
         out.append(f"wait: until `squeue -w {drained}` lists no job, then {site}")
         out.append(f"or roll: {ROLLING.format(inventory=inventory, hosts=drained)} "
                    "(drains, waits for their jobs without cancelling any, converges, resumes)")
@@ -159,7 +159,7 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: li
                        "within the new limits")
     if not plan.blocking:
         if removed:
-            out.append(f"roll: {ROLLING.format(inventory=inventory, hosts=hostlist(removed))} "
+            out.append(f"roll: {ROLLING.format(inventory=inventory, hosts=fold_or_dash(removed))} "
                        "(drains the leaving nodes and waits for their jobs before the converge)")
         else:
             out.append(f"apply: {site}")
@@ -167,7 +167,7 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: li
         out.append(f"{FIRST_DEPLOYMENT}: {site} --limit {','.join(new_hosts)} "
                    "(the new hosts alone; the whole-cluster converge includes them)")
     if removed:
-        out.append(f"after the converge: stop slurmd on {hostlist(removed)} (site.yml no longer manages them)")
+        out.append(f"after the converge: stop slurmd on {fold_or_dash(removed)} (site.yml no longer manages them)")
     if plan.impacts is None:
         out.append("jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY")
     elif not plan.blocking and slurm and slurm.restart:

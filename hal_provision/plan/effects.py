@@ -12,7 +12,8 @@ from functools import cached_property
 
 from ..update_policy import Component
 from .accounting import sacctmgr_changes
-from .inventory import Inventory, hostlist
+from ..hostlist import fold_or_dash
+from .inventory import Inventory
 from .slurm import SlurmConf, changed_keys, definition_changes, restart_required
 from .tuning import tuning_changes
 
@@ -86,7 +87,7 @@ def effect(component: Component, files: list[FileChange], sides: Sides) -> Effec
     special = {"slurm": _slurm, "sacctmgr": _accounting, "mmchconfig": _tuning}.get(component.action)
     if special is not None:
         return special(component, files, sides)
-    return Effect([Consequence(_simple_action(component), hostlist(_hosts(component, files, sides)), component.detail)])
+    return Effect([Consequence(_simple_action(component), fold_or_dash(_hosts(component, files, sides)), component.detail)])
 
 
 def _simple_action(component: Component) -> str:
@@ -129,14 +130,14 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
             f"{', '.join(others)} changed: read only at start" if others else "",
             f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
         ]))
-        out = [Consequence("restart slurmctld", hostlist(controller), why),
-               Consequence("restart slurmd", hostlist(computes), "running jobs survive a slurmd restart")]
+        out = [Consequence("restart slurmctld", fold_or_dash(controller), why),
+               Consequence("restart slurmd", fold_or_dash(computes), "running jobs survive a slurmd restart")]
     else:
-        out = [Consequence("scontrol reconfigure", hostlist(controller),
+        out = [Consequence("scontrol reconfigure", fold_or_dash(controller),
                            f"reconfigurable keys only: {', '.join(keys) or '(comments)'}"),
-               Consequence("reload slurmd", hostlist(computes), "SIGHUP: slurmd re-reads slurm.conf")]
+               Consequence("reload slurmd", fold_or_dash(computes), "SIGHUP: slurmd re-reads slurm.conf")]
     if clients:
-        out.append(Consequence("file only", hostlist(clients), component.detail))
+        out.append(Consequence("file only", fold_or_dash(clients), component.detail))
 
     old_conf, new_conf = SlurmConf.parse(sides.old.get(conf_path, "")), SlurmConf.parse(sides.new.get(conf_path, ""))
     slurm = SlurmEffect(restart, (controller | computes) if restart else set(), old_conf, new_conf,
@@ -149,14 +150,14 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
 def _slurm_notes(s: SlurmEffect) -> list[str]:
     notes = []
     if s.added:
-        notes.append(f"nodes added: {hostlist(s.added)} (Slurm 22.05: slurmctld and every slurmd restart to learn them)")
+        notes.append(f"nodes added: {fold_or_dash(s.added)} (Slurm 22.05: slurmctld and every slurmd restart to learn them)")
     if s.removed:
-        notes.append(f"nodes removed: {hostlist(s.removed)} (site.yml no longer manages them: "
+        notes.append(f"nodes removed: {fold_or_dash(s.removed)} (site.yml no longer manages them: "
                      "drain them, then stop their slurmd)")
     by_change: dict[str, set[str]] = {}
     for host, diffs in s.redefined.items():
         by_change.setdefault(", ".join(diffs), set()).add(host)
-    notes += [f"node definition of {hostlist(hosts)}: {change}" for change, hosts in sorted(by_change.items())]
+    notes += [f"node definition of {fold_or_dash(hosts)}: {change}" for change, hosts in sorted(by_change.items())]
     for name in sorted(s.old.partitions.keys() | s.new.partitions.keys()):
         a, b = s.old.partitions.get(name), s.new.partitions.get(name)
         if a is None or b is None:
@@ -176,10 +177,10 @@ def _accounting(component: Component, files: list[FileChange], sides: Sides) -> 
     if not changes.commands:
         out = [Consequence(NOTHING, "-", "no sacctmgr command: Slurm's listings already match")]
     else:
-        out = [Consequence("sacctmgr", hostlist([dbd] if dbd else []), f"first {component.hosts[0]} host",
+        out = [Consequence("sacctmgr", fold_or_dash([dbd] if dbd else []), f"first {component.hosts[0]} host",
                            tuple(changes.lines()))]
     if changes.reconfigure:
-        out.append(Consequence("scontrol reconfigure", hostlist(sides.new_inventory.hosts("service_slurmctld")),
+        out.append(Consequence("scontrol reconfigure", fold_or_dash(sides.new_inventory.hosts("service_slurmctld")),
                                "a QOS was added: partitions find it after a reconfigure"))
     return Effect(out, changes.notes)
 
@@ -189,11 +190,11 @@ def _tuning(component: Component, files: list[FileChange], sides: Sides) -> Effe
     admin = sides.new_inventory.first(component.hosts[0]) if component.hosts else None
     out = []
     if changes.commands:
-        out.append(Consequence("mmchconfig", hostlist([admin] if admin else []), component.detail,
+        out.append(Consequence("mmchconfig", fold_or_dash([admin] if admin else []), component.detail,
                                tuple(" ".join(argv) for argv in changes.commands)))
     for scope, hosts in changes.restart.items():
         where = "every node" if scope == "cluster" else f"node class {scope}"
-        out.append(Consequence("restart GPFS", hostlist(hosts),
+        out.append(Consequence("restart GPFS", fold_or_dash(hosts),
                                f"{where}: mmshutdown, mmstartup, one class at a time (the role only names it)"))
     if not out:
         out.append(Consequence(NOTHING, "-", "no mmchconfig: the settings already match"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .accounting import QosLimits, qos_limits
 from .effects import SlurmEffect
-from .inventory import hostlist
+from ..hostlist import fold_or_dash
 from .jobs import Job
 from .slurm import SlurmConf, clock, megabytes
 
@@ -54,16 +54,16 @@ def _running(job: Job, s: SlurmEffect) -> Impact | None:
     hosts = job.hosts()
     removed = sorted(set(hosts) & s.removed)
     if removed:
-        return Impact(job, True, f"runs on {hostlist(removed)}, which leaves the cluster: the job would be lost",
+        return Impact(job, True, f"runs on {fold_or_dash(removed)}, which leaves the cluster: the job would be lost",
                       "removed-node", tuple(removed))
     redefined = sorted(h for h in hosts if h in s.redefined)
     if redefined and s.restart:
         change = ", ".join(s.redefined[redefined[0]])
-        return Impact(job, True, f"runs on {hostlist(redefined)}, whose slurmd restarts with a new definition ({change})",
+        return Impact(job, True, f"runs on {fold_or_dash(redefined)}, whose slurmd restarts with a new definition ({change})",
                       "redefined-node", tuple(redefined))
     restarting = sorted(set(hosts) & s.restarting)
     if restarting:
-        return Impact(job, False, f"slurmd restarts on {hostlist(restarting)}; the job keeps running", "restart")
+        return Impact(job, False, f"slurmd restarts on {fold_or_dash(restarting)}; the job keeps running", "restart")
     return None
 
 

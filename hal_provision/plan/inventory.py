@@ -64,8 +64,3 @@ class Inventory:
             if child not in seen:
                 yield from self._ordered(child, seen | {name})
 
-
-def hostlist(hosts) -> str:
-    """Hosts as one folded hostlist expression; '-' for none."""
-    hosts = sorted(set(hosts))
-    return fold(hosts) if hosts else "-"

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .core import ComponentPlan, Plan
-from .inventory import hostlist
+from ..hostlist import fold_or_dash
 
 
 def to_json(plan: Plan) -> dict:
@@ -173,7 +173,7 @@ def _jobs(plan: Plan) -> list[RenderableType]:
             j = i.job
             table.add_row(Text("BLOCKS", style="bold red") if i.blocking else Text("note", style="dim"),
                           str(j.job_id), j.user, f"{j.state} ({j.reason})" if j.reason and j.reason != "None" else j.state,
-                          j.partition, hostlist(j.hosts()), i.why)
+                          j.partition, fold_or_dash(j.hosts()), i.why)
         out.append(table)
     if plan.node_states:
         out.append(Group(Text("Node states (sinfo):"), *(Text(f"  {s}") for s in plan.node_states)))

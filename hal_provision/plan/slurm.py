@@ -10,13 +10,12 @@ slurmd; otherwise `scontrol reconfigure` and a slurmd reload apply it.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
-from ..hostlist import expand, nodeset
-from ..model.slurm import slurm_minutes
-from ..render.accounting import slurm_clock
+from ..hostlist import expand, nodeset, pieces
+from .. import slurmtime
+from ..slurmtime import limit_minutes
 
 
 def conf_lines(text: str) -> list[str]:
@@ -93,7 +92,7 @@ class SlurmConf:
     def _partition_hosts(self, name: str) -> set[str]:
         nodes = self.partitions.get(name, {}).get("Nodes", "")
         hosts: set[str] = set()
-        for part in re.split(r",(?![^\[]*\])", nodes) if nodes else []:
+        for part in pieces(nodes) if nodes else []:
             if part.upper() == "ALL":
                 hosts |= set(self.nodes)
             elif part in self.nodesets:
@@ -154,16 +153,9 @@ def definition_changes(old: SlurmConf, new: SlurmConf) -> dict[str, list[str]]:
 
 
 # ---- units --------------------------------------------------------------------------------------
-def limit_minutes(value: str | None) -> float | None:
-    """A Slurm time limit in minutes; None for no limit (unset, UNLIMITED, NONE)."""
-    if not value or value.upper() == "NONE":
-        return None
-    return slurm_minutes(value)
-
-
 def clock(minutes: float | None) -> str:
-    """Minutes as Slurm prints a limit: 1-00:00:00, 20:00:00; UNLIMITED for None."""
-    return "UNLIMITED" if minutes is None else slurm_clock(f"{math.ceil(minutes)}")
+    """Minutes as Slurm prints a limit (slurmtime.clock); UNLIMITED for None."""
+    return "UNLIMITED" if minutes is None else slurmtime.clock(minutes)
 
 
 def megabytes(mb: int) -> str:

@@ -13,11 +13,11 @@ longer has (a removed or disabled user). It is not copied to the nodes.
 from __future__ import annotations
 
 import json
-import math
 
 from ..model import Cluster
 from ..model.accounts import Accounts, ResearchGroup, User
-from ..model.slurm import Qos, slurm_minutes
+from .. import slurmtime
+from ..model.slurm import Qos
 from .common import json_comment
 
 PLAN = "files/etc/hal-provision/slurm-accounting.json"
@@ -40,15 +40,9 @@ def render(cluster: Cluster) -> dict[str, str]:
 
 
 def slurm_clock(value: str | None) -> str:
-    """A time limit as sacctmgr prints it: whole minutes (Slurm rounds seconds up), then
-    D-HH:MM:SS from one day on, HH:MM:SS below; empty for no limit."""
-    minutes = slurm_minutes(value) if value is not None else None
-    if minutes is None:
-        return ""
-    total = math.ceil(minutes)
-    days, rest = divmod(total, 24 * 60)
-    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
-    return f"{days}-{clock}" if days else clock
+    """A time limit as sacctmgr prints it (slurmtime.clock); empty for no limit."""
+    minutes = slurmtime.minutes(value) if value is not None else None
+    return "" if minutes is None else slurmtime.clock(minutes)
 
 
 def qos_plan(q: Qos) -> dict:

@@ -361,7 +361,7 @@ def _storage(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes
     gpfs = storage.gpfs
     if gpfs is not None:
         # Every model node of the GPFS cluster mounts its file systems; appliance servers serve them.
-        clients = fold(union(c.hosts for c in gpfs.node_classes) & cluster.all_hosts)
+        clients = fold(cluster.gpfs_nodes)
         release = f"Spectrum Scale {gpfs.release}" if gpfs.release else "Spectrum Scale"
         ends = _fabric_ends(cluster)
         net = cluster.networks.get(gpfs.daemon_network or "")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from ..hostlist import nodeset, overlaps, union_shared
+from ..hostlist import nodeset, overlaps
 from ..model import Cluster, NodeGroup, Role
 from .common import header, json_comment
 
@@ -49,20 +49,6 @@ def slurm_conf_lines(cluster: Cluster) -> str:
     )
 
 
-def _mounts(cluster: Cluster, hosts) -> list[str]:
-    """Shared file systems mounted on every host of `hosts` (GPFS members, NFS clients)."""
-    st = cluster.storage
-    points: set[str] = set()
-    if st.gpfs is not None:
-        members = union_shared(nc.hosts for nc in st.gpfs.node_classes)
-        if hosts.issubset(members):
-            points.update(fs.mount_point for fs in st.gpfs.filesystems)
-    for mount in st.nfs.mounts:
-        if hosts.issubset(nodeset(mount.clients)):
-            points.add(mount.mount_point)
-    return sorted(points)
-
-
 def _ib_ports(port_hosts: dict, hosts) -> list[int]:
     """The adapter ports cabled on some of `hosts` (`port_hosts`: Fabric.hosts_by_port())."""
     return sorted(port for port, cabled in port_hosts.items() if overlaps(hosts, cabled))
@@ -92,7 +78,7 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
         elif name == "gpu_model" and p.gpus:
             checks[name] = {"count": p.gpu_count, "model": p.gpus.model, "memory_gib": p.gpus.memory_gib}
         elif name == "mounts":
-            points = _mounts(cluster, hosts)
+            points = cluster.mount_points_on(hosts)
             if points:
                 checks[name] = {"mount_points": points}
         elif name == "services":

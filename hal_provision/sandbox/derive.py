@@ -14,7 +14,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
-from ..storage.sandbox import narrow_storage, shared_filesystem_names
+from ..storage.sandbox import narrow_storage
 
 DEFAULT_SUBNET = "10.89.77.0/24"
 
@@ -108,10 +108,11 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["swsuite"]["virtual_partitions"] = vps
 
     if "storage" in data:
-        data["storage"] = narrow_storage(data["storage"], keep)
+        storage = narrow_storage(cluster.storage, keep)
+        data["storage"] = storage.model_dump(mode="json", exclude_none=True)
         binds = (data.get("containers") or {}).get("bind_filesystems")
         if binds is not None:  # containers bind only the shared file systems the sandbox keeps
-            shared = shared_filesystem_names(data["storage"])
+            shared = storage.filesystem_names()
             data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
     kept_roles = {g["role"] for g in data["nodes"]}
     if "monitoring" in data:

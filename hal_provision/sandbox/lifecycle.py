@@ -102,9 +102,8 @@ def sandbox_name(cluster: Cluster) -> str:
 def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True) -> Sandbox:
     cluster = derive_sandbox(full, computes=computes, subnet=subnet)
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
-    storage = full.model_dump(mode="json", exclude_none=True).get("storage") or {}
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
-                   for (name, mount_point), hosts in shared_mounts(storage, keep).items())
+                   for (name, mount_point), hosts in shared_mounts(full, keep).items())
     return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches)
 
 

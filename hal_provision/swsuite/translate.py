@@ -75,6 +75,54 @@ class Request:
     slurm_args: list[str] = field(default_factory=list)  # passed through, after ours
 
 
+@dataclass(frozen=True)
+class JobShape:
+    """What one job of a virtual partition takes: its nodes, and on each of them."""
+
+    nodes: int
+    tasks_per_node: int  # hardware threads (CPUs) on each node
+    sockets_per_node: int
+    cores_per_socket: int
+    gpus_per_node: int  # 0 for cpu kinds
+
+
+def job_shape(name: str, vp: dict, node: dict, cpus_per_gpu: int | None = None) -> JobShape:
+    """The shape of a job of virtual partition `name` (the rule above): `vp` its table entry
+    (kind, gpus, nodes, partition), `node` the node build it is shaped for (the table's
+    "node"). SwError when no job can have it: no GPUs, -c out of range, GPUs that span
+    nodes other than as whole nodes. Whether the partition has that many nodes and the
+    memory is resolve's to say.
+
+    The one resolver: swrun/swbatch, the checks of swsuite.virtual_partitions and the
+    portal's ask it (through Cluster.job_shape on the controller), so they agree.
+    """
+    threads = node["threads_per_core"]
+    node_threads = node["sockets"] * node["cores_per_socket"] * threads
+    if vp["kind"] != "gpu":
+        if cpus_per_gpu is not None:
+            raise SwError(f"{name} has no GPUs: -c/--cpus-per-gpu applies to gpux partitions")
+        return JobShape(vp["nodes"], node_threads, node["sockets"], node["cores_per_socket"], 0)
+    per_node = len(node["gpu_sockets"])
+    if per_node == 0:
+        raise SwError(f"partition {vp['partition']} has no GPUs")
+    share = node_threads // per_node
+    cpg = share if cpus_per_gpu is None else cpus_per_gpu
+    if not 1 <= cpg <= share:
+        raise SwError(f"-c/--cpus-per-gpu must be 1..{share} (hardware threads per GPU on this node); got {cpg}")
+    if cpg % threads:
+        raise SwError(f"-c/--cpus-per-gpu must be a multiple of {threads} (whole cores, SMT{threads}); got {cpg}")
+    gpus = vp["gpus"]
+    if gpus <= per_node:
+        nodes, on_node = 1, gpus
+    else:
+        if gpus % per_node:
+            raise SwError(f"{name}: {gpus} GPUs span nodes only as whole nodes of {per_node} GPUs")
+        nodes, on_node = gpus // per_node, per_node
+    sockets = len(set(sorted(node["gpu_sockets"])[:on_node]))
+    tasks = on_node * cpg
+    return JobShape(nodes, tasks, sockets, math.ceil(tasks / threads / sockets), on_node)
+
+
 def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[str]:
     """Slurm options (without the command) for a request; SwError when it cannot be met.
 
@@ -89,22 +137,10 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
             f"unknown virtual partition {req.virtual_partition!r}; valid: {', '.join(sorted_names(vps))}"
         )
     node = vp["node"]
-    threads = node["threads_per_core"]
-    node_threads = node["sockets"] * node["cores_per_socket"] * threads
-    if vp["kind"] == "gpu":
-        opts = _gpu_job(req, vp, node, threads, node_threads)
-    else:
-        if req.cpus_per_gpu is not None:
-            raise SwError(f"{req.virtual_partition} has no GPUs: -c/--cpus-per-gpu applies to gpux partitions")
-        if vp["nodes"] > node["count"]:
-            raise SwError(f"{req.virtual_partition} needs {vp['nodes']} nodes; partition {vp['partition']} has {node['count']}")
-        opts = {
-            "nodes": vp["nodes"],
-            "ntasks-per-node": node_threads,
-            "sockets-per-node": node["sockets"],
-            "cores-per-socket": node["cores_per_socket"],
-        }
-    tasks = opts["ntasks-per-node"]
+    shape = job_shape(req.virtual_partition, vp, node, req.cpus_per_gpu)
+    if shape.nodes > node["count"]:
+        raise SwError(f"{req.virtual_partition} needs {shape.nodes} nodes; partition {vp['partition']} has {node['count']}")
+    tasks = shape.tasks_per_node
     if tasks * vp["mem_per_cpu_mib"] > node["real_memory_mib"]:
         raise SwError(
             f"{tasks} CPUs x {vp['mem_per_cpu_mib']} MiB exceed a node's {node['real_memory_mib']} MiB"
@@ -117,50 +153,20 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
     args = [
         f"--partition={vp['partition']}",
         f"--time={slurm_time(minutes)}",
-        f"--nodes={opts['nodes']}",
+        f"--nodes={shape.nodes}",
         # --ntasks too: without it srun derives the task count from sockets x cores x threads
         # (40 tasks of 40 CPUs for gpux1) and refuses: "Requested node configuration is not
         # available" (seen with Slurm 22.05 on the sandbox; sbatch does not do this).
-        *([f"--ntasks-per-node=1", f"--ntasks={opts['nodes']}", f"--cpus-per-task={tasks}"]
+        *([f"--ntasks-per-node=1", f"--ntasks={shape.nodes}", f"--cpus-per-task={tasks}"]
           if one_task_per_node else [f"--ntasks-per-node={tasks}"]),
-        f"--sockets-per-node={opts['sockets-per-node']}",
-        f"--cores-per-socket={opts['cores-per-socket']}",
-        f"--threads-per-core={threads}",
+        f"--sockets-per-node={shape.sockets_per_node}",
+        f"--cores-per-socket={shape.cores_per_socket}",
+        f"--threads-per-core={node['threads_per_core']}",
         f"--mem-per-cpu={vp['mem_per_cpu_mib']}",
     ]
-    if "gres" in opts:
-        args.append(f"--gres={opts['gres']}")
+    if shape.gpus_per_node:
+        args.append(f"--gres=gpu:{node['gpu_type']}:{shape.gpus_per_node}")
     return args + list(req.slurm_args)
-
-
-def _gpu_job(req: Request, vp: dict, node: dict, threads: int, node_threads: int) -> dict:
-    per_node = len(node["gpu_sockets"])
-    if per_node == 0:
-        raise SwError(f"partition {vp['partition']} has no GPUs")
-    share = node_threads // per_node
-    cpg = share if req.cpus_per_gpu is None else req.cpus_per_gpu
-    if not 1 <= cpg <= share:
-        raise SwError(f"-c/--cpus-per-gpu must be 1..{share} (hardware threads per GPU on this node); got {cpg}")
-    if cpg % threads:
-        raise SwError(f"-c/--cpus-per-gpu must be a multiple of {threads} (whole cores, SMT{threads}); got {cpg}")
-    gpus = vp["gpus"]
-    if gpus <= per_node:
-        nodes, on_node = 1, gpus
-    else:
-        if gpus % per_node:
-            raise SwError(f"{req.virtual_partition}: {gpus} GPUs span nodes only as whole nodes of {per_node} GPUs")
-        nodes, on_node = gpus // per_node, per_node
-    if nodes > node["count"]:
-        raise SwError(f"{req.virtual_partition} needs {nodes} nodes; partition {vp['partition']} has {node['count']}")
-    sockets = len(set(sorted(node["gpu_sockets"])[:on_node]))
-    tasks = on_node * cpg
-    return {
-        "nodes": nodes,
-        "ntasks-per-node": tasks,
-        "sockets-per-node": sockets,
-        "cores-per-socket": math.ceil(tasks / threads / sockets),
-        "gres": f"gpu:{node['gpu_type']}:{on_node}",
-    }
 
 
 def sorted_names(vps: dict) -> list[str]:

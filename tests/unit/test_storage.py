@@ -331,13 +331,14 @@ def test_storage_renders_100000_nodes_quickly(edited):
 # ---- the sandbox ----------------------------------------------------------------------------
 
 def test_sandbox_keeps_only_what_its_hosts_can_carry(hal):
-    data = hal.model_dump(mode="json", exclude_none=True)["storage"]
+    before = hal.storage.model_dump(mode="json", exclude_none=True)
     keep = nodeset("hal-data,hal01,hal-login")
-    narrowed = narrow_storage(data, keep)
-    assert "gpfs" not in narrowed and narrowed["arrays"] == data["arrays"]
-    assert narrowed["nfs"]["exports"][0]["clients"] == "hal01,hal-login"
-    assert narrowed["nfs"]["mounts"][0]["clients"] == "hal01,hal-login"
-    assert narrow_storage(data, nodeset("hal01"))["nfs"] == {"servers": [], "exports": [], "mounts": []}
+    narrowed = narrow_storage(hal.storage, keep)
+    assert narrowed.gpfs is None and narrowed.arrays == hal.storage.arrays
+    assert narrowed.nfs.exports[0].clients == "hal01,hal-login" and narrowed.nfs.exports[0].networks == []
+    assert narrowed.nfs.mounts[0].clients == "hal01,hal-login"
+    assert narrow_storage(hal.storage, nodeset("hal01")).nfs.model_dump() == {"servers": [], "exports": [], "mounts": []}
+    assert hal.storage.model_dump(mode="json", exclude_none=True) == before  # the model narrowed is a new one
 
 
 # ---- benchmark ------------------------------------------------------------------------------
