@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hal_provision import tools
 from hal_provision.render.common import ansible_name
-from hal_provision.verify import VerifyError, check_inventory
+from hal_provision.cli.verify import VerifyError, check_inventory
 
 INVENTORY_ENV = "HAL_INVENTORY"
 TEST_USER = os.environ.get("HAL_TEST_USER", "haltest")
@@ -233,13 +233,12 @@ RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
 
 def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml") -> tuple[list[str], dict[str, str]]:
     """ansible-playbook site.yml (or one of its tiers) for this inventory, exactly as the sandbox runs it."""
-    from types import SimpleNamespace
-
-    from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
+    from hal_provision.cli.runner import ansible_env, playbook_cmd
+    from hal_provision.sandbox.lifecycle import inventories
 
     # The tests parse the output: no colour, even when the caller (molecule) asks for it.
     env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
-    return playbook_cmd(SimpleNamespace(inventory=inventory), playbook, *extra), env
+    return playbook_cmd(playbook, inventories(inventory), *extra), env
 
 
 def run_site(inventory: Path, *extra: str, timeout: float = 1200, playbook: str = "site.yml") -> subprocess.CompletedProcess:
@@ -277,7 +276,7 @@ def changed_tasks(output: str) -> list[str]:
 def run_playbook(cmd: list[str], timeout: float = 900) -> str:
     """An ansible-playbook command line, with the sandbox's Ansible settings and no colour (the
     tests parse the output); asserts that it succeeded on every host, and returns its output."""
-    from hal_provision.sandbox.lifecycle import ansible_env
+    from hal_provision.cli.runner import ansible_env
 
     env = dict(ansible_env(), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

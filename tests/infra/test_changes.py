@@ -152,11 +152,10 @@ def sandbox_up(computes: int) -> str:
 
 def converge(playbook: str, *extra: str) -> str:
     """A playbook over the sandbox's current tree, exactly as `sandbox up` runs site.yml."""
-    from types import SimpleNamespace
+    from hal_provision.cli.runner import playbook_cmd
+    from hal_provision.sandbox.lifecycle import inventories
 
-    from hal_provision.sandbox.lifecycle import playbook_cmd
-
-    return run_playbook(playbook_cmd(SimpleNamespace(inventory=D.inventory), playbook, *extra), timeout=1800)
+    return run_playbook(playbook_cmd(playbook, inventories(D.inventory), *extra), timeout=1800)
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +228,7 @@ def can_scale_out() -> bool:
     """The description has a compute node the sandbox does not run yet (a workstation has none)."""
     if WORKDIR is None or not (WORKDIR / "sandbox.json").is_file():
         return False
-    from hal_provision.validate import validate
+    from hal_provision.cli.validate import validate
 
     src = source()
     loaded = validate(Path(src["file"]) if src["file"] else None)

@@ -132,14 +132,14 @@ def test_discover_playbook_reads_every_slurm_node(tmp_path):
     the model's hardware, so the last task, "matches the model", fails there: expected.)"""
     import subprocess
     import xml.etree.ElementTree as ET
-    from types import SimpleNamespace
 
-    from hal_provision.sandbox.lifecycle import ansible_env, playbook_cmd
+    from hal_provision.cli.runner import ansible_env, playbook_cmd
+    from hal_provision.sandbox.lifecycle import inventories
 
     workdir = D.hostvars[NODES[0]].get("hal_sandbox_workdir") if NODES else None
     if not workdir:
         pytest.skip("needs the description the cluster was rendered from (the sandbox's model.json)")
-    cmd = playbook_cmd(SimpleNamespace(inventory=D.inventory), "discover.yml", "-e", "discover_hosts=slurm_nodes",
+    cmd = playbook_cmd("discover.yml", inventories(D.inventory), "-e", "discover_hosts=slurm_nodes",
                        "-e", f"discover_dir={tmp_path}", "-e", f"discover_cluster_file={workdir}/model.json")
     run = subprocess.run(cmd, env=dict(ansible_env(), ANSIBLE_NOCOLOR="1"), capture_output=True, text=True, timeout=600)
     assert "unreachable=1" not in run.stdout, run.stdout[-3000:]

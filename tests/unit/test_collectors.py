@@ -31,7 +31,7 @@ import pytest
 
 from hal_provision.model.monitoring import INPUTS
 from hal_provision.render import monitoring as render_monitoring
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 from hal_provision.monitoring import bmc, gpu, host, lineprotocol as lp, probe, slurm, standin
 from hal_provision.monitoring.commands import CollectorError
 

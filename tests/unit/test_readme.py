@@ -31,7 +31,7 @@ def test_quick_start_runs_command_by_command(tmp_path):
     for command in commands:
         words = shlex.split(command, comments=True)
         assert words[0] == CLI, command  # every step runs without hosts; deploying is after the block
-        done = subprocess.run([sys.executable, "-c", "from hal_provision.cli import main; main()", *words[1:]],
+        done = subprocess.run([sys.executable, "-c", "from hal_provision.cli.main import main; main()", *words[1:]],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     assert (tmp_path / "rendered" / "mylab" / "files" / "etc" / "slurm" / "slurm.conf").is_file()

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hal_provision.cli import app
+from hal_provision.cli.main import app
 from hal_provision.findings import has_errors
 from hal_provision.hostlist import expand, fold, nodeset
 from hal_provision.render import render_all
 from hal_provision.render.common import dotted_quads, header
 from hal_provision.render.writer import MARKER, WriteError, write_tree
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = sorted((REPO / "tests" / "data" / "clusters").glob("*.yml"))
