@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from .common import checked, out
-from ..dashboards import dashboards
+from ..model.dashboards import dashboards
 
 
 def panels(
