@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
@@ -46,6 +47,18 @@ def slurm_minutes(value: str) -> float | None:
     else:  # MM, MM:SS
         hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
     return (int(days or 0) * 24 + hours) * 60 + minutes + seconds / 60
+
+
+def slurm_clock(value: str | None) -> str:
+    """A time limit as sacctmgr prints it: whole minutes (Slurm rounds seconds up), then
+    D-HH:MM:SS from one day on, HH:MM:SS below; empty for no limit."""
+    minutes = slurm_minutes(value) if value is not None else None
+    if minutes is None:
+        return ""
+    total = math.ceil(minutes)
+    days, rest = divmod(total, 24 * 60)
+    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
 
 
 class Partition(Strict):

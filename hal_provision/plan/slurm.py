@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..hostlist import expand, nodeset
-from ..model.slurm import slurm_minutes
-from ..render.accounting import slurm_clock
+from ..model.slurm import slurm_clock, slurm_minutes
 
 
 def conf_lines(text: str) -> list[str]:

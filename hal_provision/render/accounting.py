@@ -13,11 +13,10 @@ longer has (a removed or disabled user). It is not copied to the nodes.
 from __future__ import annotations
 
 import json
-import math
 
 from ..model import Cluster
 from ..model.accounts import Accounts, ResearchGroup, User
-from ..model.slurm import Qos, slurm_minutes
+from ..model.slurm import Qos, slurm_clock
 from .common import json_comment
 
 PLAN = "files/etc/hal-provision/slurm-accounting.json"
@@ -37,18 +36,6 @@ def render(cluster: Cluster) -> dict[str, str]:
         **association_plan(cluster.accounts, cluster.cluster.name),
     }
     return {PLAN: json.dumps(body, indent=2, sort_keys=True) + "\n"}
-
-
-def slurm_clock(value: str | None) -> str:
-    """A time limit as sacctmgr prints it: whole minutes (Slurm rounds seconds up), then
-    D-HH:MM:SS from one day on, HH:MM:SS below; empty for no limit."""
-    minutes = slurm_minutes(value) if value is not None else None
-    if minutes is None:
-        return ""
-    total = math.ceil(minutes)
-    days, rest = divmod(total, 24 * 60)
-    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
-    return f"{days}-{clock}" if days else clock
 
 
 def qos_plan(q: Qos) -> dict:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hal_provision import tools
-from hal_provision.render.common import ansible_name
 from hal_provision.cli.verify import VerifyError, check_inventory
+from hal_provision.hostlist import ansible_name
 
 INVENTORY_ENV = "HAL_INVENTORY"
 TEST_USER = os.environ.get("HAL_TEST_USER", "haltest")

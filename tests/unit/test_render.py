@@ -395,7 +395,7 @@ def test_scale_generator_writes_a_valid_model(tmp_path, scale, n):
 def test_qos_wall_time_is_written_as_sacctmgr_lists_it(limit, listed):
     """The role compares the plan's line with `sacctmgr list qos`: a limit written any other
     way than Slurm prints it would be 'modified' on every converge."""
-    from hal_provision.render.accounting import slurm_clock
+    from hal_provision.model.slurm import slurm_clock
 
     assert slurm_clock(limit) == listed
 
