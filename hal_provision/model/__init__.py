@@ -11,7 +11,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from ..hostlist import nodeset, union_shared
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
-from .cluster import ClusterInfo
+from .identity import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
 from .network import Fabric, FabricLink, Network, Switch
