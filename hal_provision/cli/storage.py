@@ -14,7 +14,7 @@ from . import runner
 from .common import checked, err, out
 from ..storage import bench as bench_lib
 from ..storage import gpfs
-from ..storage import probe as probe_lib
+from ..monitoring import probe as probe_lib
 
 app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmark, the "
                                              "responsiveness probe.")

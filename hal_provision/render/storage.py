@@ -24,7 +24,7 @@ from ..hostlist import ansible_name, expand, nodeset
 from ..model import Cluster, Gpfs
 from ..model.storage import GpfsFilesystem, NfsMount
 from ..storage import gpfs as tuning
-from ..storage.naming import mount_unit_name, nsd_records
+from ..model.naming import mount_unit_name, nsd_records
 from .common import header, json_comment
 
 GPFS_DIR = "files/gpfs"

@@ -16,11 +16,11 @@ from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
 from .. import tools
-from ..storage.sandbox import shared_mounts
 from . import image as image_mod
 from . import wheelhouse
 from .derive import DEFAULT_SUBNET, derive_sandbox
 from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
+from .storage import shared_mounts
 
 LABEL = "io.hal-provision.sandbox"
 MODEL = "model.json"  # the derived model, beside the rendered tree

@@ -450,10 +450,10 @@ def test_the_package_imports_only_the_standard_library_and_itself(path):
             assert top == "__future__" or top in sys.stdlib_module_names, f"{path.name} imports {name}"
 
 
-def test_the_old_probe_module_is_the_same_module():
-    from hal_provision.storage import probe as old_name
+def test_the_storage_probe_command_runs_the_collectors_module():
+    from hal_provision.cli import storage
 
-    assert old_name is probe and Path(old_name.__file__).parent == PACKAGE
+    assert storage.probe_lib is probe and Path(storage.probe_lib.__file__).parent == PACKAGE
 
 
 NODE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable

@@ -23,9 +23,10 @@ from hal_provision.hostlist import expand, nodeset
 from hal_provision.loader import load_text
 from hal_provision.render import render_all
 from hal_provision.render import storage as render_storage
-from hal_provision.storage import bench, gpfs, probe
-from hal_provision.storage.naming import mount_unit_name, nsd_records
-from hal_provision.storage.sandbox import narrow_storage
+from hal_provision.model.naming import mount_unit_name, nsd_records
+from hal_provision.monitoring import probe
+from hal_provision.sandbox.storage import narrow_storage
+from hal_provision.storage import bench, gpfs
 from hal_provision.cli.validate import validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
