@@ -49,8 +49,8 @@ def report(
 ) -> None:
     """The scaling table (GPUs, nodes, images/s, per GPU, efficiency) and the throughput plot
     from the jobs' RESULT lines."""
-    from ..recipes.scaling import load_runs, render_table
-    from ..recipes.scaling import plot as draw
+    from ..node.recipes.scaling import load_runs, render_table
+    from ..node.recipes.scaling import plot as draw
 
     if not directory.is_dir():
         err.print(f"error: {directory}: not a directory", style="bold red", markup=False)
