@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from .common import checked, out
 from ..model.dashboards import dashboards
+from .common import checked, out
 
 
 def panels(

@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from .common import EXIT_FINDINGS, EXIT_UNUSABLE, err, print_findings
 from ..discovery import DiscoveryError, discover, read_records
 from ..discovery.gpu import gres_type
 from ..hostlist import HostlistError, fold, nodeset
+from .common import EXIT_FINDINGS, EXIT_UNUSABLE, err, print_findings
 from .starter import DEFAULT_CIDR, Build, Starter, gpu_profile, starter_text
 
 # Profile keys a starter cannot do without; `model` gets a stand-in (discovery often cannot read it).

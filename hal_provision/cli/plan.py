@@ -15,10 +15,10 @@ from typing import Optional
 
 import typer
 
-from .common import print_findings
 from ..findings import has_errors
 from ..loader import Loaded
 from ..model import Cluster
+from .common import print_findings
 
 EXIT_ERROR = 1
 

@@ -11,14 +11,14 @@ from typing import Optional
 import typer
 
 from .. import tools
-from . import runner
-from .common import checked, err, out
 from ..model import Role
 from ..render.writer import WriteError
 from ..sandbox import lifecycle
 from ..sandbox.derive import DEFAULT_SUBNET, SandboxError
 from ..sandbox.image import ImageError
 from ..sandbox.wheelhouse import WheelhouseError
+from . import runner
+from .common import checked, err, out
 
 app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster in podman containers, on this machine.")
 

@@ -10,11 +10,11 @@ from typing import List, Optional
 
 import typer
 
+from ..node import storage_bench as bench_lib
+from ..node.monitoring import probe as probe_lib
+from ..storage import gpfs
 from . import runner
 from .common import checked, err, out
-from ..node import storage_bench as bench_lib
-from ..storage import gpfs
-from ..node.monitoring import probe as probe_lib
 
 app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmark, the "
                                              "responsiveness probe.")

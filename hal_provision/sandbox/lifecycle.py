@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from pathlib import Path
 
+from .. import tools
 from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
-from .. import tools
 from . import image as image_mod
 from . import wheelhouse
 from .derive import DEFAULT_SUBNET, derive_sandbox
