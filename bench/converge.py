@@ -28,8 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hal_provision import runner  # noqa: E402
+from hal_provision.cli import runner  # noqa: E402
 from hal_provision.loader import load  # noqa: E402
+from hal_provision.cli.sandbox import converge_sandbox  # noqa: E402
 from hal_provision.sandbox import lifecycle  # noqa: E402
 
 STRATEGIES = {"mitogen": None, "linear": "linear"}  # None: ansible.cfg's (hal.provision.mitogen_linear)
@@ -38,7 +39,7 @@ STRATEGIES = {"mitogen": None, "linear": "linear"}  # None: ansible.cfg's (hal.p
 def converge(sb: lifecycle.Sandbox, log: Path, strategy: str | None) -> runner.Run:
     if strategy is not None:
         os.environ["ANSIBLE_STRATEGY"] = strategy
-    run = lifecycle.converge(sb, log=log, progress=runner.Progress("  site.yml", live=sys.stderr.isatty()))
+    run = converge_sandbox(sb, log=log, progress=runner.Progress("  site.yml", live=sys.stderr.isatty()))
     if run.returncode != 0:
         runner.report(run, "site.yml")
     return run

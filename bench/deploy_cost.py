@@ -36,15 +36,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hal_provision.cli import runner  # noqa: E402
 from hal_provision.sandbox import lifecycle  # noqa: E402
 
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)", re.M)
 
 
 def run(sb: lifecycle.Sandbox, *extra: str) -> dict:
-    cmd = lifecycle.playbook_cmd(sb, "site.yml", *extra)
+    cmd = runner.playbook_cmd("site.yml", lifecycle.inventories(sb.inventory), *extra)
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=dict(lifecycle.ansible_env(), ANSIBLE_NOCOLOR="1"),
+    proc = subprocess.Popen(cmd, env=dict(runner.ansible_env(), ANSIBLE_NOCOLOR="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read()
     _pid, status, usage = os.wait4(proc.pid, 0)

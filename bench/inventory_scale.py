@@ -99,7 +99,7 @@ def prepare(n: int, work: Path) -> tuple[Path, Path, Path]:
     """(model, rendered inventory directory, plugin source) for n compute nodes."""
     from hal_provision import inventory_source
     from hal_provision.render.writer import write_tree
-    from hal_provision.validate import validate
+    from hal_provision.cli.validate import validate
 
     model = _scale().write_model(n, work)
     rendered = work / f"rendered-{n}"

@@ -532,3 +532,8 @@ def _fold_one_width(ns: NodeSet) -> str | None:
         ranges = _runs(texts)
         parts.append(pattern % (f"[{ranges}]" if len(texts) > 1 else ranges))
     return ",".join(parts)
+
+
+def ansible_name(name: str) -> str:
+    """A name as an Ansible group name part (identifiers only): 'x86-aux' -> 'x86_aux'."""
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)

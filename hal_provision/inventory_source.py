@@ -96,7 +96,7 @@ def cycle_collection_paused():
 
 def build(cluster_file: str | os.PathLike) -> InventoryData:
     """Load and check the description, render its inventory and parse it (no cache)."""
-    from .validate import validate
+    from .cli.validate import validate
 
     loaded = validate(cluster_file)
     if loaded.model is None or any(f.level is Level.error for f in loaded.findings):

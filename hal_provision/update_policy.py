@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .render.common import ansible_name
+from .hostlist import ansible_name
 
 POLICY_FILE = Path(__file__).resolve().with_name("update_policy.yml")
 

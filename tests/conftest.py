@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 
 from hal_provision.loader import REPO_DEFAULT, Loaded
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 HAL_TEXT = REPO_DEFAULT.read_text(encoding="utf-8")
 
@@ -86,7 +86,7 @@ def render_rejects(tmp_path: Path) -> Callable[[str, str], None]:
     writes nothing."""
     from typer.testing import CliRunner
 
-    from hal_provision.cli import app
+    from hal_provision.cli.main import app
 
     def run(text: str, dotted: str) -> None:
         bad = tmp_path / "cluster.yml"

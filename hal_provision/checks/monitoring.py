@@ -118,7 +118,7 @@ def monitoring_panels_have_inputs(c: Cluster):
     m = c.monitoring
     if m is None or m.grafana is None:
         return
-    from ..dashboards import dashboards
+    from ..model.dashboards import dashboards
 
     written = measurements(running_inputs(c))
     for board in dashboards(c):

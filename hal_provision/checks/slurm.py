@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..hostlist import nodeset, outside, overlap, union
 from ..model import Cluster, Role
-from .. import slurmtime
+from ..model import slurmtime
 from ..model.slurm import PRIORITY_MAX
 from . import check
 from .common import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..model import Cluster, Partition
 from . import check
-from .. import slurmtime
+from ..model import slurmtime
 from .common import did_you_mean, plural, unique
 
 

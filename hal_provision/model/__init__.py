@@ -9,10 +9,10 @@ from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
 from ..hostlist import common_count, empty, nodeset, overlap, overlaps, union_shared
-from ..swsuite.translate import JobShape, SwError, job_shape
+from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .base import Strict
-from .cluster import ClusterInfo
+from .identity import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
 from .network import Fabric, FabricLink, Network, Switch

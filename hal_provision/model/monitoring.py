@@ -3,7 +3,7 @@
 Which inputs run on which node role or group, how often, where the database and Grafana live, and
 which dashboards are wanted. INPUTS is the catalogue every part agrees on: for each input,
 the measurements and fields it writes. Telegraf's own inputs are listed with the fields of
-their documented schema that the dashboards use; the custom collectors (hal_provision.monitoring,
+their documented schema that the dashboards use; the custom collectors (hal_provision.node.monitoring,
 run by Telegraf's exec input) with what they print. The checks compare dashboard panels with
 this catalogue; the collectors' tests compare their output with it.
 
@@ -60,7 +60,7 @@ INPUTS: dict[str, InputSpec] = {
     "infiniband": InputSpec("builtin", {"infiniband": ("port_rcv_data", "port_xmit_data")},
                             {"infiniband": ("device", "port")}, 1, needs="fabric",
                             description="InfiniBand port counters (/sys/class/infiniband)"),
-    # ---- HAL's collectors (hal_provision.monitoring), run by inputs.exec ----
+    # ---- HAL's collectors (hal_provision.node.monitoring), run by inputs.exec ----
     "slurm": InputSpec("exec", {
         "slurm_jobs": ("jobs", "gpus", "cpus", "nodes"),
         "slurm_job": ("gpus", "cpus", "nodes", "run_seconds"),

@@ -3,7 +3,7 @@
 HAL's paper proves the system by training ResNet-50 on ImageNet from 4 GPUs on one node to 64
 GPUs on 16 nodes (PyTorch DDP, per-GPU batch 256, mixed precision, learning-rate scaling with
 warm-up), and its users got recipes because multi-node training "is non-trivial even for
-advanced users". This section places the recipe (the programs in hal_provision.recipes and
+advanced users". This section places the recipe (the programs in hal_provision.node.recipes and
 the job scripts rendered for this cluster) on every login, development and compute node, and
 says how jobs start: through the wrapper suite's virtual partitions, one srun task per GPU.
 """

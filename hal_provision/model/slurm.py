@@ -6,13 +6,20 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from .. import slurmtime
+from . import slurmtime
 from .base import Name, Strict
 from .placement import PLACED, Placement
 
 SlurmTime = Annotated[str, AfterValidator(slurmtime.check)]
 FiniteSlurmTime = Annotated[str, AfterValidator(slurmtime.check), AfterValidator(slurmtime.check_finite)]
 slurm_minutes = slurmtime.minutes  # the checks' and the tests' name for it
+
+
+def slurm_clock(value: str | None) -> str:
+    """A time limit as sacctmgr prints it (slurmtime.clock: whole minutes, D-HH:MM:SS from one
+    day on); empty for no limit."""
+    minutes = slurmtime.minutes(value) if value is not None else None
+    return "" if minutes is None else slurmtime.clock(minutes)
 
 
 class Partition(Strict):

@@ -13,7 +13,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from ..slurmtime import limit_minutes
+from ..model.slurmtime import limit_minutes
 
 
 def _plan(text: str | None) -> dict:

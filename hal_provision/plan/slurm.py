@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 from ..hostlist import expand, nodeset, pieces
-from .. import slurmtime
-from ..slurmtime import limit_minutes
+from ..model import slurmtime
+from ..model.slurmtime import limit_minutes
 
 
 def conf_lines(text: str) -> list[str]:

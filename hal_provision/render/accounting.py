@@ -16,8 +16,7 @@ import json
 
 from ..model import Cluster
 from ..model.accounts import Accounts, ResearchGroup, User
-from .. import slurmtime
-from ..model.slurm import Qos
+from ..model.slurm import Qos, slurm_clock
 from .common import json_comment
 
 PLAN = "files/etc/hal-provision/slurm-accounting.json"
@@ -37,12 +36,6 @@ def render(cluster: Cluster) -> dict[str, str]:
         **association_plan(cluster.accounts, cluster.cluster.name),
     }
     return {PLAN: json.dumps(body, indent=2, sort_keys=True) + "\n"}
-
-
-def slurm_clock(value: str | None) -> str:
-    """A time limit as sacctmgr prints it (slurmtime.clock); empty for no limit."""
-    minutes = slurmtime.minutes(value) if value is not None else None
-    return "" if minutes is None else slurmtime.clock(minutes)
 
 
 def qos_plan(q: Qos) -> dict:

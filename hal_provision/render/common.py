@@ -56,8 +56,3 @@ def dotted_quads(first: int, count: int) -> list[str]:
         quads.extend([head + octet for octet in _OCTETS[first & 0xFF : (block_end - 1 & 0xFF) + 1]])
         first = block_end
     return quads
-
-
-def ansible_name(name: str) -> str:
-    """Ansible group names must be identifiers: 'x86-aux' -> 'x86_aux'."""
-    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)

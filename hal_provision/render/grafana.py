@@ -1,4 +1,4 @@
-"""Grafana: the cluster's dashboards (hal_provision.dashboards) as dashboard JSON, and the provisioning
+"""Grafana: the cluster's dashboards (hal_provision.model.dashboards) as dashboard JSON, and the provisioning
 that loads them and the InfluxDB datasource they read.
 
 * ``files/var/lib/grafana/dashboards/hal/<uid>.json``: one dashboard per entry of
@@ -28,7 +28,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from ..dashboards import Dashboard, Panel, Query, dashboards
+from ..model.dashboards import Dashboard, Panel, Query, dashboards
 from ..hostlist import nodeset
 from ..model import Cluster
 from .common import header, json_comment

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 
-from ..hostlist import expand
+from ..hostlist import ansible_name, expand
 from ..model import Cluster, HardwareProfile
-from .common import ansible_name, group_addresses, header
+from .common import group_addresses, header
 
 PATH = "inventory/hosts.yml"
 

@@ -28,7 +28,7 @@ from ..hostlist import nodeset
 from ..model import Cluster
 from ..model.accounts import base_dn
 from ..model.portal import Portal, PortalApp
-from ..swsuite.translate import Request, SwError, resolve
+from ..node.swsuite.translate import Request, SwError, resolve
 from . import swsuite
 from .accounts import CA_CERT
 from .common import header, json_comment

@@ -5,14 +5,14 @@ Under recipes.prefix (default <cluster.prefix>/recipes, /opt/hal/recipes on HAL)
 * ``resnet50/resnet50.swbatch``: the job script. `swbatch [-p gpuxN] resnet50.swbatch [OPTIONS]`
   starts one srun task per GPU of the job on every node (the virtual partition decides nodes
   and GPUs); each task derives its rank, local rank, world size and rendezvous address from
-  Slurm's environment (hal_provision.recipes.slurmenv) and runs train_resnet50.py. With
+  Slurm's environment (hal_provision.node.recipes.slurmenv) and runs train_resnet50.py. With
   ``--wiring-probe`` first, the same launch runs wiring_probe.py instead: no PyTorch, the same
   rendezvous settings, a check that every rank joined one world with its own GPU.
 * ``resnet50/recipe.env``: NCCL's settings for the model's fabric and the framework module.
 * ``resnet50/scaling.sh``: the scaling benchmark over the model's virtual partitions.
 * ``files/etc/hal-provision/recipes.json``: the prefix and file list for the recipes role.
 
-The programs themselves (hal_provision/recipes/*.py) are copied beside these by the role.
+The programs themselves (hal_provision/node/recipes/*.py) are copied beside these by the role.
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 
-from ..hostlist import expand, nodeset
+from ..hostlist import ansible_name, expand, nodeset
 from ..model import Cluster, Gpfs
 from ..model.storage import GpfsFilesystem, NfsMount
 from ..storage import gpfs as tuning
-from ..storage.naming import mount_unit_name, nsd_records
-from .common import ansible_name, header, json_comment
+from ..model.naming import mount_unit_name, nsd_records
+from .common import header, json_comment
 
 GPFS_DIR = "files/gpfs"
 NFS_DIR = "files/nfs"

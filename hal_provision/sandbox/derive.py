@@ -14,7 +14,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
-from ..storage.sandbox import narrow_storage
+from .storage import narrow_storage
 
 DEFAULT_SUBNET = "10.89.77.0/24"
 

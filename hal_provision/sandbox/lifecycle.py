@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address
 from pathlib import Path
 
+from .. import tools
 from ..hostlist import nodeset
 from ..model import Cluster
 from ..render.writer import write_tree
-from .. import runner, tools
-from ..storage.sandbox import shared_mounts
 from . import image as image_mod
 from . import wheelhouse
 from .derive import DEFAULT_SUBNET, derive_sandbox
 from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
+from .storage import shared_mounts
 
 LABEL = "io.hal-provision.sandbox"
 MODEL = "model.json"  # the derived model, beside the rendered tree
@@ -306,27 +306,11 @@ def _wait_ssh(host: str, ip: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def ansible_env() -> dict[str, str]:
-    return runner.ansible_env()
-
-
-def inventories(sb: Sandbox) -> list[Path]:
-    """The inventory sources every sandbox converge reads: the plugin's, then sandbox.yml."""
-    rendered = Path(sb.inventory).parent  # the rendered tree (sb.inventory is its inventory/)
+def inventories(inventory: Path | str) -> list[Path]:
+    """The inventory sources every sandbox playbook reads, given the rendered tree's inventory/
+    directory: the plugin's, then sandbox.yml (hal_provision.cli.runner runs the playbooks)."""
+    rendered = Path(inventory).parent
     return [rendered / PLUGIN_SOURCE, rendered / SANDBOX_INVENTORY]
-
-
-def playbook_cmd(sb: Sandbox, playbook: str = "site.yml", *extra: str) -> list[str]:
-    try:
-        return runner.playbook_cmd(playbook, inventories(sb), *extra)
-    except runner.RunnerError as exc:
-        raise LifecycleError(str(exc)) from None
-
-
-def converge(sb: Sandbox, *extra: str, log: Path | None = None,
-             progress: runner.Progress | None = None) -> runner.Run:
-    """site.yml on the sandbox; Ansible's output into `log` (None: on this process's stdout)."""
-    return runner.run_playbook(playbook_cmd(sb, "site.yml", *extra), log=log, progress=progress)
 
 
 def containers(name: str) -> list[dict]:

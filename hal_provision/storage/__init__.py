@@ -1,5 +1,3 @@
-"""Storage logic that is neither a check nor a renderer: the GPFS tuning plan (what mmchconfig
-must change, and which changes need a daemon restart), the DL-style fio benchmark and the
-responsiveness probe. Pure functions over the model and over command output; the CLI and the
-gpfs role's action plugin call them.
+"""Spectrum Scale (GPFS) rules on the controller: the tuning the model asks for and the mmchconfig
+plan that reaches it from `mmlsconfig -Y` (gpfs.py; the gpfs role's action plugin runs it too).
 """

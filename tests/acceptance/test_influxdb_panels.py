@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision.dashboards import concrete, dashboards, reporting_hosts
+from hal_provision.model.dashboards import concrete, dashboards, reporting_hosts
 from hal_provision.hostlist import nodeset
 from hal_provision.loader import REPO_DEFAULT, load_text
 from hal_provision.model import Role

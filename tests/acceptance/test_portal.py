@@ -19,7 +19,7 @@ from hal_provision.render import portal, render_all
 
 pytestmark = pytest.mark.acceptance
 
-SPAWNER = Path(__file__).resolve().parents[2] / "hal_provision" / "portal" / "spawner.py"
+SPAWNER = Path(__file__).resolve().parents[2] / "hal_provision" / "node" / "portal" / "spawner.py"
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hal_provision import tools
-from hal_provision.render.common import ansible_name
-from hal_provision.verify import VerifyError, check_inventory
+from hal_provision.cli.verify import VerifyError, check_inventory
+from hal_provision.hostlist import ansible_name
 
 INVENTORY_ENV = "HAL_INVENTORY"
 TEST_USER = os.environ.get("HAL_TEST_USER", "haltest")
@@ -227,7 +227,7 @@ def retry(fn, timeout: float, interval: float = 1.0):
         time.sleep(interval)
 
 
-# ---- running playbooks against the inventory under test, through hal_provision.runner ----
+# ---- running playbooks against the inventory under test, through hal_provision.cli.runner ----
 
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
 
@@ -235,15 +235,13 @@ RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
 def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml",
              inventories: list[Path] | None = None) -> tuple[list[str], dict[str, str]]:
     """ansible-playbook on playbooks/PLAYBOOK (site.yml or one of its tiers) and its environment,
-    as hal_provision.runner builds them. Its -i sources are `inventories`, by default those
+    as hal_provision.cli.runner builds them. Its -i sources are `inventories`, by default those
     `sandbox up` converges with (the inventory plugin's source in the tree of `inventory`, then
     sandbox.yml)."""
-    from types import SimpleNamespace
-
-    from hal_provision import runner
+    from hal_provision.cli import runner
     from hal_provision.sandbox.lifecycle import inventories as sandbox_sources
 
-    sources = sandbox_sources(SimpleNamespace(inventory=inventory)) if inventories is None else inventories
+    sources = sandbox_sources(inventory) if inventories is None else inventories
     # The tests parse the output: no colour, even when the caller (molecule) asks for it.
     env = runner.ansible_env(dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1"))
     return runner.playbook_cmd(playbook, sources, *extra), env
@@ -251,10 +249,10 @@ def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml",
 
 def run_site(inventory: Path, *extra: str, timeout: float = 1200, playbook: str = "site.yml",
              inventories: list[Path] | None = None) -> subprocess.CompletedProcess:
-    """Run site_cmd's command through hal_provision.runner (its events pipe, its timeout: the
+    """Run site_cmd's command through hal_provision.cli.runner (its events pipe, its timeout: the
     run is killed after `timeout` seconds) with Ansible's output kept in a log: its exit status,
     and that output (stderr included) as stdout, for the tests to parse."""
-    from hal_provision import runner
+    from hal_provision.cli import runner
 
     cmd, env = site_cmd(inventory, *extra, playbook=playbook, inventories=inventories)
     with tempfile.TemporaryDirectory(prefix="hal-infra-") as tmp:

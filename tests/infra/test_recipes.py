@@ -23,7 +23,7 @@ from deployed import deployed
 D = deployed()
 FACTS = json.loads(D.rendered("etc/hal-provision/recipes.json") or "null")
 pytestmark = pytest.mark.skipif(FACTS is None, reason="the model has no recipes section")
-PROGRAMS = Path(__file__).resolve().parents[2] / "hal_provision" / "recipes"
+PROGRAMS = Path(__file__).resolve().parents[2] / "hal_provision" / "node" / "recipes"
 HOSTS = D.hosts_in("role_login", "role_development", "role_compute")
 TABLE = json.loads(D.rendered("etc/swsuite/virtual-partitions.json") or '{"virtual_partitions": {}}')["virtual_partitions"]
 

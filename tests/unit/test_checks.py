@@ -352,7 +352,7 @@ def test_valid_variation_is_accepted(check_file, edited, mutation):
 def test_checks_accept_exactly_what_the_suite_can_run(edited, mutation, refused):
     """A virtual partition has an error finding if and only if swrun would refuse its jobs."""
     from hal_provision.render.swsuite import table
-    from hal_provision.swsuite.translate import Request, SwError, resolve
+    from hal_provision.node.swsuite.translate import Request, SwError, resolve
 
     model = load_text(edited(*mutation), "c.yml").model
     flagged = {

@@ -158,7 +158,7 @@ def test_show_prints_hal_totals(tmp_path):
 
 def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
     """Rich reads ':100:' as an emoji code; a finding at line 100 must print 'file:100:5'."""
-    from hal_provision.clitools import print_findings
+    from hal_provision.cli.common import print_findings
     from hal_provision.findings import error
 
     print_findings([error(("nodes", 3), "bad").located("cluster.yml", 100, 5)])
@@ -171,13 +171,13 @@ def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
 
 SUB_COMMAND_LIBRARIES = ("grafana_foundation_sdk", "ldap3", "matplotlib", "graphviz", "pynvml", "ansible",
                          "hal_provision.render", "hal_provision.sandbox", "hal_provision.plan",
-                         "hal_provision.discovery", "hal_provision.recipes", "hal_provision.storage.cli",
-                         "hal_provision.storage.bench", "hal_provision.show")
+                         "hal_provision.discovery", "hal_provision.node.recipes", "hal_provision.cli.storage",
+                         "hal_provision.node.storage_bench", "hal_provision.cli.show")
 
 
 MODULES_AFTER = """
 import json, sys
-from hal_provision.cli import main
+from hal_provision.cli.main import main
 out, sys.argv = sys.argv[1], ["hal-provision", *sys.argv[2:]]
 try:
     main()
@@ -201,16 +201,16 @@ def loaded(modules: set[str], names) -> set[str]:
 
 
 def test_importing_the_cli_imports_no_sub_command(tmp_path):
-    from hal_provision.cli import LAZY
+    from hal_provision.cli.main import LAZY
 
     modules = modules_after("version", cwd=tmp_path)
     assert loaded(modules, SUB_COMMAND_LIBRARIES) == set()
     assert loaded(modules, [module for module, _attribute, _line in LAZY.values()]) == set()
-    assert loaded(modules, ["hal_provision.model", "hal_provision.clitools"]) == set()  # `version` needs neither
+    assert loaded(modules, ["hal_provision.model", "hal_provision.cli.common"]) == set()  # `version` needs neither
 
 
 def test_help_lists_every_command_without_importing_one(tmp_path):
-    from hal_provision.cli import LAZY
+    from hal_provision.cli.main import LAZY
 
     result = hal_provision("--help", cwd=tmp_path)
     assert result.returncode == EXIT_OK
@@ -239,7 +239,7 @@ def test_each_lazy_sub_command_is_listed_with_its_own_help():
     of the help that the loaded command shows (whitespace aside: the listing wraps it)."""
     import inspect
 
-    from hal_provision.cli import LAZY, import_command
+    from hal_provision.cli.main import LAZY, import_command
 
     for name, (_module, _attribute, line) in LAZY.items():
         command = import_command(name)
@@ -249,7 +249,7 @@ def test_each_lazy_sub_command_is_listed_with_its_own_help():
 
 
 def test_verify_runs_only_the_read_only_tests_unless_asked():
-    from hal_provision.verify import marker_expression
+    from hal_provision.cli.verify import marker_expression
 
     assert marker_expression() == "not changes and not faults"
     assert marker_expression(changes=True) == "not faults"
@@ -258,7 +258,7 @@ def test_verify_runs_only_the_read_only_tests_unless_asked():
 
 
 def test_render_summarises_the_tree_by_where_its_files_go():
-    from hal_provision.cli import areas
+    from hal_provision.cli.main import areas
 
     files = {"inventory/hosts.yml": "", "inventory/storage.yml": "", "files/etc/hosts": "",
              "files/etc/slurm/slurm.conf": "", "files/etc/slurm/gres.conf": "",

@@ -1,4 +1,4 @@
-"""HAL's monitoring collectors and the Telegraf stand-in (hal_provision/monitoring).
+"""HAL's monitoring collectors and the Telegraf stand-in (hal_provision/node/monitoring).
 
 Parsers run on the command output under tests/data: slurm/ and ipmi/ are written from the
 tools' documented formats (see their READMEs; recordings added there later are picked up),
@@ -31,9 +31,9 @@ import pytest
 
 from hal_provision.model.monitoring import INPUTS
 from hal_provision.render import monitoring as render_monitoring
-from hal_provision.validate import validate
-from hal_provision.monitoring import bmc, gpu, host, lineprotocol as lp, probe, slurm, standin
-from hal_provision.monitoring.commands import CollectorError
+from hal_provision.cli.validate import validate
+from hal_provision.node.monitoring import bmc, gpu, host, lineprotocol as lp, probe, slurm, standin
+from hal_provision.node.monitoring.commands import CollectorError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SLURM = DATA / "slurm"
@@ -450,10 +450,10 @@ def test_the_package_imports_only_the_standard_library_and_itself(path):
             assert top == "__future__" or top in sys.stdlib_module_names, f"{path.name} imports {name}"
 
 
-def test_the_old_probe_module_is_the_same_module():
-    from hal_provision.storage import probe as old_name
+def test_the_storage_probe_command_runs_the_collectors_module():
+    from hal_provision.cli import storage
 
-    assert old_name is probe and Path(old_name.__file__).parent == PACKAGE
+    assert storage.probe_lib is probe and Path(storage.probe_lib.__file__).parent == PACKAGE
 
 
 NODE_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
@@ -676,13 +676,13 @@ def test_check_mode_validates_a_lone_file(tmp_path):
     conf = write_conf(tmp_path / "a")
     lone = tmp_path / "copy.tmp"
     lone.write_text(conf.read_text())
-    done = subprocess.run([sys.executable, "-m", "hal_provision.monitoring", "standin", "--check", "--config",
+    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--check", "--config",
                            str(lone)], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0, done.stderr
     assert "inputs: mem, infiniband, exec (" in done.stdout and "hal-slurm" not in done.stdout
     assert "${HAL_INFLUX_PASSWORD} is not set" in done.stderr
     lone.write_text("[agent\n")
-    done = subprocess.run([sys.executable, "-m", "hal_provision.monitoring", "standin", "--check", "--config",
+    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--check", "--config",
                            str(lone)], capture_output=True, text=True)
     assert done.returncode == 1 and "not valid TOML" in done.stderr and "Traceback" not in done.stderr
 
@@ -812,7 +812,7 @@ bind-address = "127.0.0.1:{rpc}"
 
 def test_standin_once_writes_to_influxdb(influxdb, tmp_path):
     conf = write_conf(tmp_path, url=influxdb)
-    done = subprocess.run([sys.executable, "-m", "hal_provision.monitoring", "standin", "--config", str(conf),
+    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf),
                            "--once"], capture_output=True, text=True, timeout=60,
                           env={"PATH": os.environ["PATH"], "HAL_INFLUX_PASSWORD": "unused-without-auth"})
     assert done.returncode == 0, done.stderr
@@ -838,7 +838,7 @@ def test_influxdb_refusal_is_logged_with_its_message(influxdb, tmp_path):
 
 def test_connection_refused_fails_once(tmp_path):
     conf = write_conf(tmp_path, url=f"http://127.0.0.1:{free_port()}")
-    done = subprocess.run([sys.executable, "-m", "hal_provision.monitoring", "standin", "--config", str(conf),
+    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf),
                            "--once"], capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 1
     assert "Connection refused" in done.stderr and "points kept for the next round" in done.stderr
@@ -848,7 +848,7 @@ def test_connection_refused_fails_once(tmp_path):
 def test_standin_loops_on_the_interval_until_sigterm(tmp_path):
     conf = write_conf(tmp_path, url=f"http://127.0.0.1:{free_port()}")
     conf.write_text(conf.read_text().replace('interval = "60s"', 'interval = "1s"'))
-    process = subprocess.Popen([sys.executable, "-m", "hal_provision.monitoring", "standin", "--config", str(conf)],
+    process = subprocess.Popen([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf)],
                                stderr=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
     try:
         rounds, deadline = 0, time.monotonic() + 15

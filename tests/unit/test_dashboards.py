@@ -14,9 +14,9 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from hal_provision import dashboards as dash
-from hal_provision.dashboards import concrete, dashboards, host_regex
-from hal_provision.dashboards_cli import panels as panels_command
+from hal_provision.model import dashboards as dash
+from hal_provision.model.dashboards import concrete, dashboards, host_regex
+from hal_provision.cli.dashboards import panels as panels_command
 from hal_provision.hostlist import nodeset
 from hal_provision.model import Cluster, Role
 from hal_provision.model.monitoring import INPUTS

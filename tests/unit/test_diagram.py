@@ -16,11 +16,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from hal_provision.diagram_cli import diagram
+from hal_provision.cli.diagram import diagram
 from hal_provision.loader import load_text
 from hal_provision.model import Storage, Switch
 from hal_provision.render.diagram import MAX_SWITCHES, PATH, render
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 TWOGEN_FILE = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

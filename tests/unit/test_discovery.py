@@ -20,7 +20,7 @@ import typer
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from hal_provision.discover_cli import discover as discover_command
+from hal_provision.cli.discover import discover as discover_command
 from hal_provision.discovery import DiscoveryError, discover, read_live, read_records, to_yaml
 from hal_provision.discovery.compare import UnknownHost, compare, same_text
 from hal_provision.discovery.cpu import (cpu_list, parse_hwloc_xml, parse_lscpu_json, parse_lscpu_p,

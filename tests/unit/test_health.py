@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hal_provision.findings import Level
-from hal_provision.health import healthcheck as hc
+from hal_provision.node.health import healthcheck as hc
 from hal_provision.loader import load_text
 from hal_provision.render import health, render_all
 from hal_provision.sandbox.derive import derive_sandbox
@@ -268,7 +268,7 @@ def slurm(tmp_path, monkeypatch):
 def run_program(exp: dict, root: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     path = tmp_path / "expectation.json"
     path.write_text(json.dumps(exp))
-    return subprocess.run([sys.executable, "-c", "import sys; from hal_provision.health import healthcheck as h; "
+    return subprocess.run([sys.executable, "-c", "import sys; from hal_provision.node.health import healthcheck as h; "
                            f"h.STATE_DIR = {str(tmp_path / 'run')!r}; sys.exit(h.main(sys.argv[1:]))",
                            "--expectation", str(path), "--root", str(root), "--host", "hal16", *extra],
                           capture_output=True, text=True, env=os.environ)

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hal_provision.cli import app
+from hal_provision.cli.main import app
 from hal_provision.findings import Level
 from hal_provision.model import Role
 from hal_provision.render import render_all
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 H100 = Path(__file__).resolve().parents[2] / "tests" / "data" / "hardware" / "h100-x1"
 

@@ -23,7 +23,7 @@ from hal_provision import inventory_source
 from hal_provision.loader import default_path
 from hal_provision.render import render_all
 from hal_provision.render.writer import write_tree
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

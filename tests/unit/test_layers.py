@@ -1,7 +1,10 @@
-"""The one-way data flow, checked on the imports themselves: checks never import renderers,
-renderers never import the CLI, the sandbox or the plan, the plan never imports the CLI or the
-sandbox, and no module imports `hal_provision.cli` (shared command-line helpers live in
-`hal_provision.clitools`)."""
+"""The one-way data flow, checked on the imports themselves. Checks import only the model and
+hostlists; renderers never import checks, the plan, the CLI or the sandbox; the plan never imports
+the CLI or the sandbox; no module imports the entry point `hal_provision.cli.main` (shared
+command-line helpers live in `hal_provision.cli.common`) and nothing below the CLI imports it;
+the programs the roles copy onto nodes (`hal_provision.node`) import nothing of the controller;
+and the rooms of the house (each package or module directly under hal_provision) import each
+other without a cycle."""
 
 from __future__ import annotations
 
@@ -40,9 +43,10 @@ def _under(names: set[str], prefix: str) -> set[str]:
     return {n for n in names if n == prefix or n.startswith(prefix + ".")}
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p != PKG / "cli.py"], ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize("path", [p for p in FILES if p not in (PKG / "cli" / "main.py", PKG / "cli" / "__main__.py")],
+                         ids=lambda p: str(p.relative_to(PKG)))
 def test_nothing_imports_the_cli_entry_point(path):
-    assert not _under(_imports(path), "hal_provision.cli"), f"{path.name} imports hal_provision.cli: use clitools"
+    assert not _under(_imports(path), "hal_provision.cli.main"), f"{path.name} imports hal_provision.cli.main: use cli.common"
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "checks").rglob("*.py")), ids=lambda p: p.name)
@@ -50,7 +54,7 @@ def test_checks_never_import_renderers(path):
     assert not _under(_imports(path), "hal_provision.render")
 
 
-CLI_MODULES = ("hal_provision.cli", "hal_provision.clitools", "hal_provision.plan_cli", "hal_provision.sandbox")
+CLI_MODULES = ("hal_provision.cli", "hal_provision.sandbox")
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "render").rglob("*.py")), ids=lambda p: p.name)
@@ -63,3 +67,73 @@ def test_renderers_never_import_the_cli_the_sandbox_or_the_plan(path):
 def test_the_plan_never_imports_the_cli_or_the_sandbox(path):
     names = _imports(path)
     assert not set().union(*(_under(names, m) for m in CLI_MODULES))
+
+
+# ---- the rules of the reshaped house (issue 28) ----------------------------------------------
+
+def _room(name: str) -> str | None:
+    """The room of an imported name: the package or module directly under hal_provision."""
+    parts = name.split(".")
+    if len(parts) < 2 or parts[0] != "hal_provision":
+        return None
+    return parts[1] if (PKG / parts[1]).is_dir() or (PKG / f"{parts[1]}.py").is_file() else None
+
+
+def _room_of(path: Path) -> str:
+    rel = path.relative_to(PKG)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+# What a check may read besides the model, hostlists and findings: the GPFS tuning rules, which
+# must stay at hal_provision/storage/gpfs.py (the rendered update policy names that file).
+CHECKS_MAY_ALSO_READ = ("hal_provision.storage.gpfs",)
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "checks").rglob("*.py")), ids=lambda p: p.name)
+def test_checks_import_only_the_model_and_hostlists(path):
+    allowed = ("hal_provision.model", "hal_provision.hostlist", "hal_provision.findings", "hal_provision.checks",
+               *CHECKS_MAY_ALSO_READ)
+    names = {n for n in _imports(path) if n != "hal_provision"}
+    assert names == set().union(*(_under(names, m) for m in allowed)), sorted(names)
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "render").rglob("*.py")), ids=lambda p: p.name)
+def test_renderers_never_import_checks(path):
+    assert not _under(_imports(path), "hal_provision.checks")
+
+
+BELOW_THE_CLI = ("model", "checks", "render", "plan", "sandbox", "storage", "discovery", "node", "hostlist",
+                 "findings", "loader", "tools", "update_policy")
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if _room_of(p) in BELOW_THE_CLI],
+                         ids=lambda p: str(p.relative_to(PKG)))
+def test_nothing_below_the_cli_imports_it(path):
+    assert not _under(_imports(path), "hal_provision.cli")
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "node").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_node_programs_import_nothing_of_the_controller(path):
+    names = {n for n in _imports(path) if n != "hal_provision"}
+    assert names == _under(names, "hal_provision.node"), sorted(names - _under(names, "hal_provision.node"))
+
+
+def test_no_import_cycle_between_rooms():
+    edges: dict[str, set[str]] = {}
+    for path in FILES:
+        here = _room_of(path)
+        targets = {r for r in map(_room, _imports(path)) if r is not None and r != here}
+        edges.setdefault(here, set()).update(targets)
+    state: dict[str, str] = {}
+
+    def visit(room: str, trail: list[str]) -> None:
+        state[room] = "open"
+        for nxt in sorted(edges.get(room, ())):
+            assert state.get(nxt) != "open", "import cycle: " + " -> ".join([*trail[trail.index(nxt):], nxt])
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[room] = "done"
+
+    for room in sorted(edges):
+        if room not in state:
+            visit(room, [room])

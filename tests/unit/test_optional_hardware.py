@@ -8,13 +8,13 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from hal_provision.discover_cli import discover
+from hal_provision.cli.discover import discover
 from hal_provision.discovery import discover as read, read_records
 from hal_provision.discovery.compare import compare
 from hal_provision.findings import Level
 from hal_provision.render import render_all
 from hal_provision.render.diagram import diagram
-from hal_provision.show import tables
+from hal_provision.cli.show import tables
 
 H100 = Path(__file__).resolve().parents[2] / "tests" / "data" / "hardware" / "h100-x1"
 

@@ -20,7 +20,7 @@ from hal_provision.findings import Level
 from hal_provision.model import Cluster, Partition
 from hal_provision.model.placement import NodeGroups
 from hal_provision.render import render_all
-from hal_provision.validate import validate_text
+from hal_provision.cli.validate import validate_text
 
 TWOGEN = Path(__file__).resolve().parent.parent / "data" / "clusters" / "x86-twogen.yml"
 

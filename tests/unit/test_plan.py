@@ -25,15 +25,15 @@ import yaml
 from typer.testing import CliRunner
 
 from hal_provision import tools, update_policy
-from hal_provision.cli import app
-from hal_provision.clitools import console
+from hal_provision.cli.main import app
+from hal_provision.cli.common import console
 from hal_provision.loader import REPO_DEFAULT
 from hal_provision.plan import build
 from hal_provision.plan.jobs import Job, parse_jobs, parse_nodes
 from hal_provision.plan.slurm import changed_keys, restart_required
 from hal_provision.render import render_all
 from hal_provision.render.policy import POLICY_JSON
-from hal_provision.validate import validate_text
+from hal_provision.cli.validate import validate_text
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -592,7 +592,7 @@ def test_file_paths_are_never_broken(in_tmp, case, columns) -> None:
 def test_file_paths_are_never_broken_in_an_80_column_terminal(in_tmp) -> None:
     """The same as a person runs it: the command in a process of its own, COLUMNS=80."""
     (in_tmp / "new.yml").write_text(edit(ADD_NODE))
-    command = [sys.executable, "-c", "from hal_provision.cli import main; main()", "plan", "new.yml", "--from", "old.yml"]
+    command = [sys.executable, "-c", "from hal_provision.cli.main import main; main()", "plan", "new.yml", "--from", "old.yml"]
     env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -13,7 +13,7 @@ from hal_provision.checks import run_all
 from hal_provision.findings import Level
 from hal_provision.loader import load_text
 from hal_provision.render import portal, render_all, swsuite
-from hal_provision.swsuite.translate import Request, resolve
+from hal_provision.node.swsuite.translate import Request, resolve
 
 E, W = Level.error, Level.warning
 
@@ -204,7 +204,7 @@ def _hub_apps(files) -> dict:
 
 @pytest.fixture()
 def spawner(files):
-    from hal_provision.portal.spawner import CatalogueSpawner
+    from hal_provision.node.portal.spawner import CatalogueSpawner
 
     return CatalogueSpawner(apps=_hub_apps(files))
 

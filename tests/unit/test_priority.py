@@ -13,7 +13,7 @@ import pytest
 from hal_provision.model import Cluster, Priority
 from hal_provision.model.slurm import PRIORITY_MAX
 from hal_provision.render.slurm import slurm_conf
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 CLUSTERS = Path(__file__).resolve().parents[1] / "data" / "clusters"
 

@@ -40,7 +40,7 @@ def test_quick_start_runs_command_by_command(tmp_path):
     for command in commands:
         words = shlex.split(command, comments=True)
         assert words[0] == CLI, command  # every step runs without hosts; deploying is after the block
-        done = subprocess.run([sys.executable, "-c", "from hal_provision.cli import main; main()", *words[1:]],
+        done = subprocess.run([sys.executable, "-c", "from hal_provision.cli.main import main; main()", *words[1:]],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     assert (tmp_path / "rendered" / "mylab" / "files" / "etc" / "slurm" / "slurm.conf").is_file()
@@ -101,8 +101,8 @@ def run_documented(words: list[str], cwd: Path) -> subprocess.CompletedProcess:
         at = words.index(">")
         words, stdout_to = words[:at], words[at + 1]
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120", SWSUITE_TABLE=str(SWSUITE_TABLE))
-    entry = {"hal-provision": "from hal_provision.cli import main; main()", CLI: "from hal_provision.cli import main; main()",
-             "swrun": "import sys; from hal_provision.swsuite.cli import swrun; sys.exit(swrun())"}
+    entry = {"hal-provision": "from hal_provision.cli.main import main; main()", CLI: "from hal_provision.cli.main import main; main()",
+             "swrun": "import sys; from hal_provision.node.swsuite.cli import swrun; sys.exit(swrun())"}
     assert words[0] in entry, f"{words[0]}: a tested block holds only commands that need no hosts"
     done = subprocess.run([sys.executable, "-c", entry[words[0]], *words[1:]], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -151,7 +151,7 @@ def command_line_block() -> list[list[str]]:
 def test_command_line_block_names_every_command():
     import typer
 
-    from hal_provision.cli import app, import_command
+    from hal_provision.cli.main import app, import_command
 
     listed: dict[str, set[str]] = {}
     for words in command_line_block():
@@ -169,7 +169,7 @@ def test_command_line_block_names_every_command():
 def test_help_of_every_documented_command_runs(words):
     from typer.testing import CliRunner
 
-    from hal_provision.cli import app
+    from hal_provision.cli.main import app
 
     done = CliRunner().invoke(app, [*words, "--help"])
     assert done.exit_code == 0, done.output

@@ -1,4 +1,4 @@
-"""The programs of the ResNet-50 recipe (hal_provision/recipes), as the cluster runs them.
+"""The programs of the ResNet-50 recipe (hal_provision/node/recipes), as the cluster runs them.
 
 slurmenv is fed Slurm's environment as slurmstepd sets it for one srun task. The wiring probe
 runs as real processes, copied alone into a directory as the recipes role installs them, with
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision.recipes import scaling, slurmenv, train_resnet50, wiring_probe
-from hal_provision.recipes.slurmenv import SlurmEnvError
+from hal_provision.node.recipes import scaling, slurmenv, train_resnet50, wiring_probe
+from hal_provision.node.recipes.slurmenv import SlurmEnvError
 
 PACKAGE = Path(slurmenv.__file__).parent
 PROGRAMS = ("slurmenv.py", "wiring_probe.py", "train_resnet50.py", "scaling.py")

@@ -15,7 +15,7 @@ from hal_provision.findings import Level
 from hal_provision.loader import load_text
 from hal_provision.model.recipes import scaling_partitions
 from hal_provision.render import recipes
-from hal_provision.swsuite.cli import script_directives
+from hal_provision.node.swsuite.cli import script_directives
 
 E, W = Level.error, Level.warning
 VP = "  virtual_partition: gpux4 "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hal_provision.model import Cluster
-from hal_provision.reference import REGENERATE, check_words, reference_markdown
+from hal_provision.cli.reference import REGENERATE, check_words, reference_markdown
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster-yml.md"
 

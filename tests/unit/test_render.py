@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hal_provision.cli import app
+from hal_provision.cli.main import app
 from hal_provision.findings import has_errors
 from hal_provision.hostlist import expand, fold, nodeset
 from hal_provision.render import render_all
 from hal_provision.render.common import dotted_quads, header
 from hal_provision.render.writer import MARKER, WriteError, write_tree
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = sorted((REPO / "tests" / "data" / "clusters").glob("*.yml"))
@@ -395,7 +395,7 @@ def test_scale_generator_writes_a_valid_model(tmp_path, scale, n):
 def test_qos_wall_time_is_written_as_sacctmgr_lists_it(limit, listed):
     """The role compares the plan's line with `sacctmgr list qos`: a limit written any other
     way than Slurm prints it would be 'modified' on every converge."""
-    from hal_provision.render.accounting import slurm_clock
+    from hal_provision.model.slurm import slurm_clock
 
     assert slurm_clock(limit) == listed
 

@@ -1,4 +1,4 @@
-"""hal_provision.runner with a real ansible-playbook (the repository's ansible.cfg, its strategy
+"""hal_provision.cli.runner with a real ansible-playbook (the repository's ansible.cfg, its strategy
 and the hal.provision.events callback) on this machine over the local connection: the events
 it reads, the progress it draws, the failure it names and where the time went."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision import runner, tools
+from hal_provision import tools
+from hal_provision.cli import runner
 
 pytestmark = pytest.mark.skipif(tools.find("ansible-playbook") is None, reason="Ansible is not installed")
 

@@ -24,7 +24,7 @@ from hal_provision.sandbox.overlay import (
     CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, SshAccess, _replace_once, privileged_hosts,
     sandbox_files,
 )
-from hal_provision.validate import validate
+from hal_provision.cli.validate import validate
 
 TWOGEN = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
 

@@ -18,15 +18,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hal_provision.cli import app
+from hal_provision.cli.main import app
 from hal_provision.hostlist import expand, nodeset
 from hal_provision.loader import load_text
 from hal_provision.render import render_all
 from hal_provision.render import storage as render_storage
-from hal_provision.storage import bench, gpfs, probe
-from hal_provision.storage.naming import mount_unit_name, nsd_records
-from hal_provision.storage.sandbox import narrow_storage
-from hal_provision.validate import validate
+from hal_provision.model.naming import mount_unit_name, nsd_records
+from hal_provision.node.monitoring import probe
+from hal_provision.sandbox.storage import narrow_storage
+from hal_provision.node import storage_bench as bench
+from hal_provision.storage import gpfs
+from hal_provision.cli.validate import validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MMLSCONFIG = DATA / "mmlsconfig"

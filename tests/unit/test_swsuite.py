@@ -11,8 +11,8 @@ import pytest
 
 from hal_provision.loader import load
 from hal_provision.render.swsuite import table as vp_table
-from hal_provision.swsuite.cli import script_directives, swbatch, swrun
-from hal_provision.swsuite.translate import Request, SwError, parse_time, resolve
+from hal_provision.node.swsuite.cli import script_directives, swbatch, swrun
+from hal_provision.node.swsuite.translate import Request, SwError, parse_time, resolve
 
 PUBLISHED = (
     "srun --partition=gpu --time=24:00:00 --nodes=1 --ntasks-per-node=160 "
@@ -171,7 +171,7 @@ def test_swbatch_reads_directives_and_cli_wins(table_file, tmp_path, capsys):
 
 
 def test_console_scripts_help_lists_the_table(table_file):
-    out = subprocess.run([sys.executable, "-c", "from hal_provision.swsuite.cli import swrun; raise SystemExit(swrun(['--help']))"],
+    out = subprocess.run([sys.executable, "-c", "from hal_provision.node.swsuite.cli import swrun; raise SystemExit(swrun(['--help']))"],
                          capture_output=True, text=True, check=True).stdout
     assert "gpux4        4      1        160" in out
     assert "swrun -p gpux4 -c 40 -t 24" in out
@@ -187,6 +187,6 @@ def test_swsuite_runs_without_third_party_packages():
         "        raise ImportError(name)\n"
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = guard\n"
-        "import hal_provision.swsuite.cli, hal_provision.swsuite.translate, hal_provision.swsuite.queue\n"
+        "import hal_provision.node.swsuite.cli, hal_provision.node.swsuite.translate, hal_provision.node.swsuite.queue\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -14,8 +14,8 @@ from hal_provision.findings import Level
 from hal_provision.hostlist import empty, fold_or_dash, nodeset, outside, overlap
 from hal_provision.loader import load, load_text
 from hal_provision.render.swsuite import table
-from hal_provision.storage.sandbox import shared_mounts
-from hal_provision.swsuite.translate import Request, SwError, resolve
+from hal_provision.sandbox.storage import shared_mounts
+from hal_provision.node.swsuite.translate import Request, SwError, resolve
 
 TWOGEN = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
 
@@ -153,7 +153,7 @@ def test_slurm_daemon_timeouts_are_model_fields(hal, edited):
 # ---- Slurm time strings ----------------------------------------------------------------------
 
 def test_slurm_times_read_and_written_in_one_module():
-    from hal_provision import slurmtime
+    from hal_provision.model import slurmtime
     from hal_provision.model.slurm import slurm_minutes
     from hal_provision.plan.slurm import clock as plan_clock
     from hal_provision.render.accounting import slurm_clock

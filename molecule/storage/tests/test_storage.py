@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import testinfra
 
-from hal_provision.storage import bench, gpfs
+from hal_provision.node import storage_bench as bench
+from hal_provision.storage import gpfs
 
 INVENTORY = Path(os.environ["HAL_INVENTORY"])
 FILES = INVENTORY.parent / "files"

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """One JSON line per playbook event, for the program that runs ansible-playbook.
 
-`hal_provision.runner` enables this callback and names where the lines go (HAL_EVENTS_FD, a
+`hal_provision.cli.runner` enables this callback and names where the lines go (HAL_EVENTS_FD, a
 pipe it reads, or HAL_EVENTS_FILE, a file appended to). From them it draws a live progress
 line (plays and tasks done, the current task and host, elapsed time), names the failing task
 and its message when a run fails, and sums where the time went (bench/converge.py). Ansible's
@@ -31,7 +31,7 @@ description:
   - Writes to the file descriptor in HAL_EVENTS_FD, else appends to the file HAL_EVENTS_FILE;
     does nothing when neither is set.
 requirements:
-  - enabled in callbacks_enabled (hal_provision.runner does so)
+  - enabled in callbacks_enabled (hal_provision.cli.runner does so)
 author: hal-provision
 """
 

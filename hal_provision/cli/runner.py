@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from . import tools
+from .. import tools
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
 
 

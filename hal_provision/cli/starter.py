@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
-from .hostlist import expand, fold_hostlists, nodeset
+from ..hostlist import expand, fold_hostlists, nodeset
 
 DEFAULT_CIDR = "10.10.0.0/16"
 RESERVE_MIB = 8192  # slurm.memory_reserve_mib of the starter: the OS and slurmd

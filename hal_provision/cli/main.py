@@ -19,36 +19,36 @@ from typing import Optional
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from . import __version__
+from .. import __version__
 
 # Sub-commands kept in their own modules: name -> (module, attribute: a command function or a
 # Typer app, the line `hal-provision --help` shows for it). The line stands in for the
 # command's own help so that listing the commands imports none of them;
 # tests/unit/test_cli.py holds each line to the first paragraph of the loaded command's help.
 LAZY: dict[str, tuple[str, str, str]] = {
-    "init": ("hal_provision.init_cli", "init",
+    "init": ("hal_provision.cli.init", "init",
              "Write a starter cluster.yml: the required sections filled from the options (or from `discover` "
              "records), every optional section commented out with what it brings in and what it needs."),
-    "verify": ("hal_provision.verify", "command",
+    "verify": ("hal_provision.cli.verify", "command",
                "Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."),
-    "dashboards": ("hal_provision.dashboards_cli", "panels",
+    "dashboards": ("hal_provision.cli.dashboards", "panels",
                    "List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros "
                    "$timeFilter and $__interval left in)."),
-    "discover": ("hal_provision.discover_cli", "discover",
+    "discover": ("hal_provision.cli.discover", "discover",
                  "Print this node's (or a records directory's) hardware as a profile ready to paste under "
                  "`hardware:`, then every difference from the host's profile in the model, located in the file."),
-    "diagram": ("hal_provision.diagram_cli", "diagram",
+    "diagram": ("hal_provision.cli.diagram", "diagram",
                 "Draw the cluster's architecture: users, login, compute, the InfiniBand fabric and storage "
                 "top down, management, services and networks on the side."),
-    "plan": ("hal_provision.plan_cli", "plan",
+    "plan": ("hal_provision.cli.plan", "plan",
              "Compare NEW with what is deployed: each changed file, what its change does on which hosts "
              "(restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or "
              "strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."),
-    "sandbox": ("hal_provision.sandbox.cli", "app",
+    "sandbox": ("hal_provision.cli.sandbox", "app",
                 "A scaled-down copy of the cluster in podman containers, on this machine."),
-    "storage": ("hal_provision.storage.cli", "app",
+    "storage": ("hal_provision.cli.storage", "app",
                 "Spectrum Scale tuning plans, the DL-style storage benchmark, the responsiveness probe."),
-    "recipes": ("hal_provision.recipes_cli", "app",
+    "recipes": ("hal_provision.cli.recipes", "app",
                 "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
 }
 
@@ -105,7 +105,7 @@ FileArg = typer.Argument(None, help="cluster.yml to use; the embedded HAL descri
 @app.command()
 def validate(file: Optional[Path] = FileArg) -> None:
     """Check the description; list every finding with file, line and column."""
-    from .clitools import checked
+    from .common import checked
 
     loaded, model = checked(file)
     print(f"{loaded.file}: cluster '{model.cluster.name}' is valid")  # plain: no rich to import
@@ -117,9 +117,9 @@ def render(
     output: Path = typer.Option(Path("rendered"), "-o", "--output", help="Directory to write (replaced as a whole)."),
 ) -> None:
     """Render the inventory and every config into DIR, atomically."""
-    from .clitools import EXIT_UNUSABLE, checked, err, out
-    from .render import render_all
-    from .render.writer import WriteError, write_tree
+    from .common import EXIT_UNUSABLE, checked, err, out
+    from ..render import render_all
+    from ..render.writer import WriteError, write_tree
 
     _loaded, model = checked(file)
     files = render_all(model)
@@ -150,7 +150,7 @@ def areas(files: dict[str, str]) -> dict[str, int]:
 @app.command()
 def show(file: Optional[Path] = FileArg) -> None:
     """Print the cluster as tables: node groups, hardware, partitions, totals."""
-    from .clitools import checked, out
+    from .common import checked, out
     from .show import tables
 
     _loaded, model = checked(file)
@@ -171,7 +171,7 @@ def schema(
         return
     import json
 
-    from .model import Cluster
+    from ..model import Cluster
 
     doc = Cluster.model_json_schema()
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from .clitools import EXIT_UNUSABLE, checked, err, out
+from .common import EXIT_UNUSABLE, checked, err, out
 
 app = typer.Typer(no_args_is_help=True, help="Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark.")
 
@@ -18,8 +18,8 @@ def list_recipes(
                                           show_default=False),
 ) -> None:
     """Where each recipe is installed, how to submit it, and the benchmark's virtual partitions."""
-    from .model.recipes import gpu_partitions, scaling_partitions
-    from .render.recipes import recipe_dir
+    from ..model.recipes import gpu_partitions, scaling_partitions
+    from ..render.recipes import recipe_dir
 
     _loaded, model = checked(file)
     r = model.recipes
@@ -49,8 +49,8 @@ def report(
 ) -> None:
     """The scaling table (GPUs, nodes, images/s, per GPU, efficiency) and the throughput plot
     from the jobs' RESULT lines."""
-    from .recipes.scaling import load_runs, render_table
-    from .recipes.scaling import plot as draw
+    from ..node.recipes.scaling import load_runs, render_table
+    from ..node.recipes.scaling import plot as draw
 
     if not directory.is_dir():
         err.print(f"error: {directory}: not a directory", style="bold red", markup=False)

@@ -15,10 +15,10 @@ from typing import List, Optional
 
 import typer
 
-from . import tools
-from .clitools import EXIT_UNUSABLE, err
+from .. import tools
+from .common import EXIT_UNUSABLE, err
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "tests" / "infra"
 
 

@@ -16,8 +16,8 @@ from typing import NoReturn, Optional
 import graphviz
 import typer
 
-from .clitools import EXIT_UNUSABLE, checked, err, out
-from .render.diagram import PATH, render
+from ..render.diagram import PATH, render
+from .common import EXIT_UNUSABLE, checked, err, out
 
 
 class Format(str, Enum):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .checks import run_all
-from .findings import Level
-from .loader import Loaded, load, load_text
+from ..checks import run_all
+from ..findings import Level
+from ..loader import Loaded, load, load_text
 
 
 def validate(path: str | Path | None = None) -> Loaded:

@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from .clitools import EXIT_FINDINGS, EXIT_UNUSABLE, err, print_findings
-from .discovery import DiscoveryError, discover, read_records
-from .discovery.gpu import gres_type
-from .hostlist import HostlistError, fold, nodeset
+from ..discovery import DiscoveryError, discover, read_records
+from ..discovery.gpu import gres_type
+from ..hostlist import HostlistError, fold, nodeset
+from .common import EXIT_FINDINGS, EXIT_UNUSABLE, err, print_findings
 from .starter import DEFAULT_CIDR, Build, Starter, gpu_profile, starter_text
 
 # Profile keys a starter cannot do without; `model` gets a stand-in (discovery often cannot read it).
@@ -92,7 +92,7 @@ def _hosts(expr: str, option: str) -> str:
 def _check(text: str, output: Path) -> None:
     """The starter must validate: options that contradict each other (hosts in two groups, a
     subnet too small) are reported as the checks word them, and nothing is written."""
-    from .findings import has_errors
+    from ..findings import has_errors
     from .validate import validate_text
 
     loaded = validate_text(text, str(output))

@@ -28,8 +28,8 @@ from typing import Literal
 
 from ClusterShell.NodeSet import NodeSet
 
-from .hostlist import expand, fold, nodeset, pieces, union_shared
-from .model import Cluster, NodeGroup, Role
+from ..hostlist import expand, fold, nodeset, pieces, union_shared
+from . import Cluster, NodeGroup, Role
 
 Kind = Literal["stat", "timeseries", "table", "bargauge", "gauge"]
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from .model import Cluster
+from ..model import Cluster
 
-CHECKS_DIR = Path(__file__).with_name("checks")
+CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
 REGENERATE = "hal-provision schema --markdown > docs/cluster-yml.md"
 GENERIC = {"name", "description", "kind", "model", "default"}  # in too many checks to tell anything
 
@@ -141,7 +141,7 @@ def reference_markdown() -> str:
         "`inventory/hal/cluster.yml` is a complete one.",
         "",
         "Checks: the semantic checks (`hal_provision/checks/`) that report on or read the key, found by",
-        "reading their source (see `hal_provision/reference.py`); structural errors (a missing key, a",
+        "reading their source (see `hal_provision/cli/reference.py`); structural errors (a missing key, a",
         "wrong type, an unknown key) come from the model itself and are not listed.",
         "",
         "## Sections",

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from .findings import Finding, Level, has_errors
-from .loader import Loaded
-from .model import Cluster
+from ..findings import Finding, Level, has_errors
+from ..loader import Loaded
+from ..model import Cluster
 from .validate import validate as load_and_check
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ Telegraf's `[[inputs.exec]]` runs them through `/usr/local/bin/hal-collect <coll
 
     PYTHONPATH=/usr/local/lib/hal-monitoring python3 -m hal_monitoring <collector> [options]
 
-In this repository the same package runs as `python -m hal_provision.monitoring <collector>`.
+In this repository the same package runs as `python -m hal_provision.node.monitoring <collector>`.
 
 Collectors (each prints InfluxDB line protocol on stdout and exits 0, or prints one line on
 stderr and exits 1; the names they write are INPUTS in hal_provision/model/monitoring.py):

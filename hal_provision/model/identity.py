@@ -1,4 +1,4 @@
-"""Cluster identity."""
+"""Cluster identity (the `cluster:` section): name, DNS domain, primary network, install prefix."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .hostlist import nodeset, union
-from .model import Cluster, Role
+from ..hostlist import nodeset, union
+from ..model import Cluster, Role
 
 
 def tables(c: Cluster) -> list[Table]:

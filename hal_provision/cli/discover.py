@@ -15,11 +15,11 @@ from typing import Optional
 
 import typer
 
-from .clitools import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, checked, err, out, print_findings
-from .discovery import DiscoveryError, discover as discover_hardware, profile_name, read_live, read_records
-from .discovery import to_json, to_yaml
-from .discovery.compare import UnknownHost, compare, group_of
-from .findings import Level
+from ..discovery import DiscoveryError, discover as discover_hardware, profile_name, read_live, read_records
+from ..discovery import to_json, to_yaml
+from ..discovery.compare import UnknownHost, compare, group_of
+from ..findings import Level
+from .common import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, checked, err, out, print_findings
 
 
 def discover(

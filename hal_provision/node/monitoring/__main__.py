@@ -1,5 +1,5 @@
 """`python3 -m hal_monitoring <collector> [options]` (on a node) or
-`python -m hal_provision.monitoring <collector> [options]` (here)."""
+`python -m hal_provision.node.monitoring <collector> [options]` (here)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ srun task, where hal-provision is not installed:
     python3 PREFIX/resnet50/train_resnet50.py --data synthetic --steps-per-epoch 100
     python3 PREFIX/resnet50/scaling.py report ~/resnet50-scaling
 
-so every module imports its siblings both ways (as `hal_provision.recipes.x` here, as `x` from
+so every module imports its siblings both ways (as `hal_provision.node.recipes.x` here, as `x` from
 the script's own directory there).
 
 - slurmenv: one srun task's rank, local rank, world, rendezvous address and GPU, from Slurm's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..model.storage import Nsd
+from .storage import Nsd
 
 
 def numbered(prefix: str, count: int) -> list[str]:

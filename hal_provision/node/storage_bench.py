@@ -69,7 +69,7 @@ def job_file(directory: str, size: Size) -> str:
     """
     files = size.files_per_rank
     return (
-        "; DL-style storage benchmark, written by hal_provision.storage.bench\n"
+        "; DL-style storage benchmark, written by hal_provision.node.storage_bench\n"
         "[global]\n"
         f"directory={directory}\n"
         "ioengine=psync\n"

@@ -10,14 +10,15 @@ from typing import Optional
 
 import typer
 
-from .. import runner, tools
-from ..clitools import checked, err, out
+from .. import tools
 from ..model import Role
 from ..render.writer import WriteError
-from . import lifecycle
-from .derive import DEFAULT_SUBNET, SandboxError
-from .image import ImageError
-from .wheelhouse import WheelhouseError
+from ..sandbox import lifecycle
+from ..sandbox.derive import DEFAULT_SUBNET, SandboxError
+from ..sandbox.image import ImageError
+from ..sandbox.wheelhouse import WheelhouseError
+from . import runner
+from .common import checked, err, out
 
 app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster in podman containers, on this machine.")
 
@@ -31,6 +32,13 @@ def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, cache
     except SandboxError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
+
+
+def converge_sandbox(sb: lifecycle.Sandbox, *extra: str, log: Path | None = None,
+                     progress: runner.Progress | None = None) -> runner.Run:
+    """site.yml on the sandbox; Ansible's output into `log` (None: on this process's stdout)."""
+    cmd = runner.playbook_cmd("site.yml", lifecycle.inventories(sb.inventory), *extra)
+    return runner.run_playbook(cmd, log=log, progress=progress)
 
 
 @app.command()
@@ -60,8 +68,8 @@ def up(
     if converge:
         log = None if verbose else _log_path(sb)
         try:
-            run = lifecycle.converge(sb, log=log, progress=None if verbose else runner.Progress("site.yml"))
-        except (lifecycle.LifecycleError, runner.RunnerError) as exc:  # no ansible-playbook: say so, no traceback
+            run = converge_sandbox(sb, log=log, progress=None if verbose else runner.Progress("site.yml"))
+        except runner.RunnerError as exc:  # no ansible-playbook: say so, no traceback
             err.print(f"error: {exc}", style="bold red", markup=False)
             raise typer.Exit(2) from None
         runner.report(run, "site.yml", sys.stdout if run.returncode == 0 else sys.stderr)

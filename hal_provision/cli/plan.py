@@ -15,10 +15,10 @@ from typing import Optional
 
 import typer
 
-from .clitools import print_findings
-from .findings import has_errors
-from .loader import Loaded
-from .model import Cluster
+from ..findings import has_errors
+from ..loader import Loaded
+from ..model import Cluster
+from .common import print_findings
 
 EXIT_ERROR = 1
 
@@ -44,12 +44,12 @@ def plan(
     """Compare NEW with what is deployed: each changed file, what its change does on which hosts
     (restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or
     strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."""
-    from .clitools import err, out  # asked for per call: a console keeps the width it was made with
-    from .plan import PlanError, build
-    from .plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
-    from .plan.sources import holds
-    from .plan.report import diffs, renderables, to_json
-    from .render import render_all
+    from .common import err, out  # asked for per call: a console keeps the width it was made with
+    from ..plan import PlanError, build
+    from ..plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
+    from ..plan.sources import holds
+    from ..plan.report import diffs, renderables, to_json
+    from ..render import render_all
 
     try:
         new_loaded, new_model = _checked(_load(file), "NEW")
@@ -98,7 +98,7 @@ def _load(file: Optional[Path]) -> Loaded:
 def _checked(loaded: Loaded, side: str, *, findings: bool = True) -> tuple[Loaded, Cluster]:
     """The description's findings on stderr (with `findings=False` only when they end the plan);
     an unusable or invalid one ends the plan."""
-    from .plan import PlanError
+    from ..plan import PlanError
 
     invalid = loaded.model is None or has_errors(loaded.findings)
     if findings or invalid:
@@ -110,9 +110,9 @@ def _checked(loaded: Loaded, side: str, *, findings: bool = True) -> tuple[Loade
 
 def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster) -> tuple[dict[str, str], str]:
     """OLD's rendered tree and where it came from: --from FILE, --from REV:PATH, or the record."""
-    from .plan import PlanError
-    from .plan.sources import git_show, is_git_spec, read_record, record_dir
-    from .render import render_all
+    from ..plan import PlanError
+    from ..plan.sources import git_show, is_git_spec, read_record, record_dir
+    from ..render import render_all
     from .validate import validate_text
 
     if spec is None:

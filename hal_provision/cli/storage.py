@@ -10,11 +10,11 @@ from typing import List, Optional
 
 import typer
 
-from .. import tools
-from ..clitools import checked, err, out
-from . import bench as bench_lib
-from . import gpfs
-from . import probe as probe_lib
+from ..node import storage_bench as bench_lib
+from ..node.monitoring import probe as probe_lib
+from ..storage import gpfs
+from . import runner
+from .common import checked, err, out
 
 app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmark, the "
                                              "responsiveness probe.")
@@ -91,10 +91,13 @@ def bench(
     else:
         if inventory is None:
             _fail("give --inventory (the rendered inventory directory) or --local")
-        argv = [tools.find("ansible-playbook") or "ansible-playbook", "-i", str(inventory), str(BENCH_PLAYBOOK),
-                "-e", json.dumps({"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size,
-                                  "bench_results": str(results.resolve()), "bench_report": False})]
-        rc = subprocess.run(argv, cwd=REPO, check=False, env=dict(tools.child_env(), ANSIBLE_FORCE_COLOR="0")).returncode
+        try:
+            argv = runner.playbook_cmd(BENCH_PLAYBOOK.name, [inventory], "-e", json.dumps(
+                {"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size,
+                 "bench_results": str(results.resolve()), "bench_report": False}))
+        except runner.RunnerError as exc:
+            _fail(str(exc))
+        rc = subprocess.run(argv, cwd=REPO, check=False, env=runner.ansible_env()).returncode
         if rc != 0:
             _fail(f"{BENCH_PLAYBOOK.name} failed (exit {rc})", 1)
     report(results)

@@ -7,8 +7,8 @@ from typing import Optional
 
 import typer
 
-from .clitools import checked, out
-from .dashboards import dashboards
+from ..model.dashboards import dashboards
+from .common import checked, out
 
 
 def panels(
