@@ -14,7 +14,7 @@ from ..findings import dotted, error, warning
 from ..hostlist import empty, nodeset, outside, overlap, union, union_shared
 from ..model import Cluster, Role
 from ..model.storage import Gpfs, GpfsFilesystem, lies_under, size_bytes
-from ..storage.gpfs import DEFAULTS, cache_memory, effective, member_memory, tuning_values
+from ..model.gpfs_tuning import DEFAULTS, cache_memory, effective, member_memory, tuning_values
 from ..model.naming import nsd_names
 from . import check
 from .common import did_you_mean, nearest_host, plural, repeated_hosts, shown, unique

@@ -12,6 +12,7 @@ import typer
 
 from ..node import storage_bench as bench_lib
 from ..node.monitoring import probe as probe_lib
+from ..model import gpfs_tuning
 from ..storage import gpfs
 from . import runner
 from .common import checked, err, out
@@ -45,7 +46,7 @@ def plan(
         settings = gpfs.parse_mmlsconfig(current.read_text())
     except gpfs.MmlsconfigError as exc:
         _fail(f"{current}: {exc}")
-    result = gpfs.plan(gpfs.desired_state(model.storage.gpfs), settings)
+    result = gpfs.plan(gpfs_tuning.desired_state(model.storage.gpfs), settings)
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
         return
@@ -63,7 +64,7 @@ def plan(
     for deferred in result.deferred:
         out.print(f"  (needs GPFS down on every node) {deferred}", markup=False)
     if result.restart():
-        scopes = ", ".join("all nodes" if s == gpfs.CLUSTER else s for s in result.restart())
+        scopes = ", ".join("all nodes" if s == gpfs_tuning.CLUSTER else s for s in result.restart())
         out.print(f"restart GPFS for the changes to take effect on: {scopes}", markup=False)
 
 

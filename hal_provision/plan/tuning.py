@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ..model import gpfs_tuning
 from ..storage import gpfs
 
 TUNING = "files/gpfs/tuning.json"
@@ -27,7 +28,7 @@ def _scopes(text: str | None) -> dict[str, dict[str, str]] | None:
 
 def settings(scopes: dict[str, dict[str, str]]) -> list[gpfs.Setting]:
     """A tuning's scopes as mmlsconfig would list them once applied."""
-    return [gpfs.Setting(attribute, value, () if scope == gpfs.CLUSTER else (scope,))
+    return [gpfs.Setting(attribute, value, () if scope == gpfs_tuning.CLUSTER else (scope,))
             for scope, values in scopes.items() for attribute, value in values.items()]
 
 
@@ -63,7 +64,7 @@ def tuning_changes(old: dict[str, str], new: dict[str, str]) -> TuningChanges:
     out.commands = plan.commands()
     members = class_members(new.get(NODE_FILE))
     for scope in plan.restart():
-        hosts = sorted({h for m in members.values() for h in m}) if scope == gpfs.CLUSTER else members.get(scope, [])
+        hosts = sorted({h for m in members.values() for h in m}) if scope == gpfs_tuning.CLUSTER else members.get(scope, [])
         out.restart[scope] = hosts
     out.notes += [f"not applied, needs GPFS down everywhere: {c.describe()}" for c in plan.deferred]
     return out

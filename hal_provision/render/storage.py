@@ -23,6 +23,7 @@ import json
 from ..hostlist import ansible_name, expand, nodeset
 from ..model import Cluster, Gpfs
 from ..model.storage import GpfsFilesystem, NfsMount
+from ..model import gpfs_tuning as desired
 from ..storage import gpfs as tuning
 from ..model.naming import mount_unit_name, nsd_records
 from .common import header, json_comment
@@ -144,7 +145,7 @@ def tuning_json(cluster: Cluster, gpfs: Gpfs) -> str:
     doc = {
         "_comment": json_comment(cluster),
         "cluster_name": gpfs.cluster_name,
-        "scopes": tuning.desired_state(gpfs),
+        "scopes": desired.desired_state(gpfs),
     }
     # Not sort_keys: scopes stay in model order (cluster-wide first), the order of the commands.
     return json.dumps(doc, indent=2) + "\n"
@@ -163,17 +164,17 @@ def tuning_plan(cluster: Cluster, gpfs: Gpfs) -> str:
         "# applies only what `mmlsconfig -Y` shows to differ.\n",
     ]
     for nc in gpfs.node_classes:
-        values = tuning.effective(gpfs, nc)
-        managed = sorted(set(tuning.tuning_values(gpfs.tuning)) | set(tuning.tuning_values(nc.tuning))
+        values = desired.effective(gpfs, nc)
+        managed = sorted(set(desired.tuning_values(gpfs.tuning)) | set(desired.tuning_values(nc.tuning))
                          | {"pagepool", "maxFilesToCache", "maxStatCache"})
         out.append(f"\n[{nc.name}] {nc.hosts} ({len(nodeset(nc.hosts))} nodes)\n")
         width = max(len(a) for a in managed)
         for attribute in managed:
             value, source = values[attribute]
-            note = "" if attribute in tuning.IMMEDIATE else "  (restart)"
+            note = "" if attribute in desired.IMMEDIATE else "  (restart)"
             out.append(f"  {attribute:<{width}}  {value:<10} {source}{note}\n")
-        mem = tuning.cache_memory({k: v for k, (v, _s) in values.items()})
-        members = tuning.member_memory(cluster, nodeset(nc.hosts))
+        mem = desired.cache_memory({k: v for k, (v, _s) in values.items()})
+        members = desired.member_memory(cluster, nodeset(nc.hosts))
         fit = ""
         if members:
             gib, what, hosts = min(members, key=lambda m: m[0])
@@ -181,12 +182,12 @@ def tuning_plan(cluster: Cluster, gpfs: Gpfs) -> str:
             fit = f" of {gib} GiB ({what} {who})"
         out.append(f"  cache memory: pagepool {_gib(mem.pagepool)} + files {_gib(mem.files)} + stat {_gib(mem.stats)}"
                    f" = {_gib(mem.total)}{fit}\n")
-    fresh = tuning.plan(tuning.desired_state(gpfs), [])
+    fresh = tuning.plan(desired.desired_state(gpfs), [])
     out.append("\n# On a new cluster (nothing set yet):\n")
     out.extend(" ".join(argv) + "\n" for argv in fresh.commands())
     restart = fresh.restart()
     if restart:
-        out.append(f"# then restart GPFS on: {', '.join('all nodes' if s == tuning.CLUSTER else s for s in restart)}\n")
+        out.append(f"# then restart GPFS on: {', '.join('all nodes' if s == desired.CLUSTER else s for s in restart)}\n")
     return "".join(out)
 
 

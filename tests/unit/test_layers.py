@@ -84,15 +84,9 @@ def _room_of(path: Path) -> str:
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 
 
-# What a check may read besides the model, hostlists and findings: the GPFS tuning rules, which
-# must stay at hal_provision/storage/gpfs.py (the rendered update policy names that file).
-CHECKS_MAY_ALSO_READ = ("hal_provision.storage.gpfs",)
-
-
 @pytest.mark.parametrize("path", sorted((PKG / "checks").rglob("*.py")), ids=lambda p: p.name)
 def test_checks_import_only_the_model_and_hostlists(path):
-    allowed = ("hal_provision.model", "hal_provision.hostlist", "hal_provision.findings", "hal_provision.checks",
-               *CHECKS_MAY_ALSO_READ)
+    allowed = ("hal_provision.model", "hal_provision.hostlist", "hal_provision.findings", "hal_provision.checks")
     names = {n for n in _imports(path) if n != "hal_provision"}
     assert names == set().union(*(_under(names, m) for m in allowed)), sorted(names)
 

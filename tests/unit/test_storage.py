@@ -27,6 +27,7 @@ from hal_provision.model.naming import mount_unit_name, nsd_records
 from hal_provision.node.monitoring import probe
 from hal_provision.sandbox.storage import narrow_storage
 from hal_provision.node import storage_bench as bench
+from hal_provision.model import gpfs_tuning
 from hal_provision.storage import gpfs
 from hal_provision.cli.validate import validate
 
@@ -80,7 +81,7 @@ def test_parse_refuses_what_is_not_mmlsconfig_y(text):
 # ---- the plan -------------------------------------------------------------------------------
 
 def test_new_cluster_gets_every_setting_and_two_restarts(hal):
-    plan = gpfs.plan(gpfs.desired_state(hal.storage.gpfs), current("hal-new-cluster.txt"))
+    plan = gpfs.plan(gpfs_tuning.desired_state(hal.storage.gpfs), current("hal-new-cluster.txt"))
     assert plan.commands() == [
         ["mmchconfig", "maxFilesToCache=100000,maxStatCache=100000,verbsPorts=mlx5_0/1,verbsRdma=enable"],
         ["mmchconfig", "pagepool=64G,nsdBufSpace=70", "-i", "-N", "nsdNodes"],
@@ -88,19 +89,19 @@ def test_new_cluster_gets_every_setting_and_two_restarts(hal):
         ["mmchconfig", "pagepool=4G", "-i", "-N", "computeNodes"],
         ["mmchconfig", "pagepool=16G", "-i", "-N", "serviceNodes"],
     ]
-    assert plan.restart() == [gpfs.CLUSTER, "nsdNodes"]
+    assert plan.restart() == [gpfs_tuning.CLUSTER, "nsdNodes"]
     assert plan.overrides == []
 
 
 def test_tuned_cluster_needs_nothing_even_where_values_are_spelt_differently(hal):
-    plan = gpfs.plan(gpfs.desired_state(hal.storage.gpfs), current("hal-tuned.txt"))
+    plan = gpfs.plan(gpfs_tuning.desired_state(hal.storage.gpfs), current("hal-tuned.txt"))
     assert plan.changes == [] and plan.commands() == [] and plan.restart() == []
     assert plan.to_json()["changed"] is False
     assert plan.view("before") == plan.view("after")
 
 
 def test_drifted_cluster_gets_only_the_differences(hal):
-    plan = gpfs.plan(gpfs.desired_state(hal.storage.gpfs), current("hal-drifted.txt"))
+    plan = gpfs.plan(gpfs_tuning.desired_state(hal.storage.gpfs), current("hal-drifted.txt"))
     assert [c.describe() for c in plan.changes] == [
         "cluster: maxFilesToCache 50000 -> 100000 [after a restart]",
         "nsdNodes: nsdMinWorkerThreads 16 (GPFS default) -> 1024 [after a restart]",
@@ -113,7 +114,7 @@ def test_drifted_cluster_gets_only_the_differences(hal):
         ["mmchconfig", "pagepool=4G", "-i", "-N", "computeNodes"],
         ["mmchconfig", "pagepool=16G", "-i", "-N", "serviceNodes"],
     ]
-    assert plan.restart() == [gpfs.CLUSTER, "nsdNodes"]
+    assert plan.restart() == [gpfs_tuning.CLUSTER, "nsdNodes"]
     # The administrator's per-node override is reported, never touched.
     assert plan.to_json()["overrides"] == ["pagepool 32G on hal-login-ib"]
     before, after = plan.view("before"), plan.view("after")
@@ -136,7 +137,7 @@ def test_plan_compares_effective_values(listed, desired, changes):
     text = "mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
     if listed:
         text += f"mmlsconfig::0:1:::{listed}:\n"
-    plan = gpfs.plan({gpfs.CLUSTER: {}, **desired}, gpfs.parse_mmlsconfig(text))
+    plan = gpfs.plan({gpfs_tuning.CLUSTER: {}, **desired}, gpfs.parse_mmlsconfig(text))
     assert [(c.scope, c.attribute, c.current) for c in plan.changes] == changes
 
 
@@ -144,14 +145,14 @@ def test_class_compares_with_the_cluster_value_this_plan_sets():
     """A class that wants what the cluster-wide change will give it still needs nothing."""
     text = ("mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
             "mmlsconfig::0:1:::maxMBpS:2048::\n")
-    plan = gpfs.plan({gpfs.CLUSTER: {"maxMBpS": "8000"}, "computeNodes": {"maxMBpS": "8000"}}, gpfs.parse_mmlsconfig(text))
-    assert [(c.scope, c.attribute) for c in plan.changes] == [(gpfs.CLUSTER, "maxMBpS")]
+    plan = gpfs.plan({gpfs_tuning.CLUSTER: {"maxMBpS": "8000"}, "computeNodes": {"maxMBpS": "8000"}}, gpfs.parse_mmlsconfig(text))
+    assert [(c.scope, c.attribute) for c in plan.changes] == [(gpfs_tuning.CLUSTER, "maxMBpS")]
     assert plan.commands() == [["mmchconfig", "maxMBpS=8000", "-i"]]
     assert plan.restart() == []
 
 
 def test_offline_attribute_is_planned_but_never_in_a_command():
-    plan = gpfs.plan({gpfs.CLUSTER: {"maxblocksize": "16M"}}, [])
+    plan = gpfs.plan({gpfs_tuning.CLUSTER: {"maxblocksize": "16M"}}, [])
     assert plan.commands() == [] and plan.to_json()["changed"] is False
     assert plan.to_json()["deferred"] == ["cluster: maxblocksize 4M (GPFS default) -> 16M [offline only]"]
 
@@ -163,7 +164,7 @@ def test_pagepool_goes_first_in_a_command():
 
 def test_rendered_tuning_plan_lists_the_new_cluster_commands(hal, hal_files):
     text = hal_files["files/gpfs/tuning-plan.txt"]
-    plan = gpfs.plan(gpfs.desired_state(hal.storage.gpfs), current("hal-new-cluster.txt"))
+    plan = gpfs.plan(gpfs_tuning.desired_state(hal.storage.gpfs), current("hal-new-cluster.txt"))
     for argv in plan.commands():
         assert "\n" + " ".join(argv) + "\n" in text
     assert "# then restart GPFS on: all nodes, nsdNodes\n" in text
@@ -172,8 +173,8 @@ def test_rendered_tuning_plan_lists_the_new_cluster_commands(hal, hal_files):
 
 def test_tuning_json_is_the_desired_state_the_role_reads(hal, hal_files):
     doc = json.loads(hal_files["files/gpfs/tuning.json"])
-    assert doc["scopes"] == gpfs.desired_state(hal.storage.gpfs)
-    assert list(doc["scopes"]) == [gpfs.CLUSTER, "nsdNodes", "computeNodes", "serviceNodes"]
+    assert doc["scopes"] == gpfs_tuning.desired_state(hal.storage.gpfs)
+    assert list(doc["scopes"]) == [gpfs_tuning.CLUSTER, "nsdNodes", "computeNodes", "serviceNodes"]
 
 
 @pytest.mark.parametrize(
