@@ -30,6 +30,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import expand, fold, nodeset, pieces, union_shared
 from . import Cluster, NodeGroup, Role
+from .monitoring import group_gpus, group_inputs
 
 Kind = Literal["stat", "timeseries", "table", "bargauge", "gauge"]
 
@@ -78,7 +79,7 @@ class Dashboard:
 
 def gpu_groups(cluster: Cluster) -> list[NodeGroup]:
     """Node groups whose hardware profile has GPUs."""
-    return [g for g in cluster.nodes if (p := cluster.hardware.get(g.hardware)) is not None and p.gpu_count]
+    return [g for g in cluster.nodes if group_gpus(cluster, g)]
 
 
 def gpu_hosts(cluster: Cluster) -> NodeSet:
@@ -90,16 +91,15 @@ def slurm_gpus(cluster: Cluster) -> int:
     """GPUs of the Slurm nodes (every compute group): the most that jobs can hold."""
     total = 0
     for g in cluster.groups_with_role(Role.compute):
-        profile = cluster.hardware.get(g.hardware)
-        total += profile.gpu_count * len(nodeset(g.hosts)) if profile else 0
+        total += group_gpus(cluster, g) * len(nodeset(g.hosts))
     return total
 
 
 def groups_with_input(cluster: Cluster, name: str) -> list[NodeGroup]:
-    """Node groups of the roles that run input `name`; every group when no role does (the
-    checks report the panel that reads it)."""
-    roles = {role for role, names in cluster.monitoring.inputs.items() if name in names}
-    return [g for g in cluster.nodes if g.has(*roles)] or list(cluster.nodes)
+    """Node groups that run input `name` (monitoring.group_inputs: a group's own list or its
+    roles', GPU inputs only where there are GPUs); every group when none does (the checks
+    report the panel that reads it)."""
+    return [g for g in cluster.nodes if name in (group_inputs(cluster, g) or ())] or list(cluster.nodes)
 
 
 def reporting_hosts(cluster: Cluster) -> NodeSet:

@@ -336,3 +336,18 @@ def test_gpu_hosts_are_the_groups_with_gpu_hardware(hal):
     assert set(dash.gpu_hosts(hal)) == want == {*COMPUTE, "hal-dev"}
     assert set(dash.reporting_hosts(hal)) == set(hal.all_hosts)
     assert {g.role for g in hal.nodes} >= {Role.compute, Role.login, Role.management}
+
+
+def test_expected_reporters_and_gpu_hosts_follow_each_groups_own_inputs():
+    """A group's own input list (monitoring.inputs_by_group) and the GPU filter decide who is
+    expected to report, not its role's list alone."""
+    from hal_provision.cli.validate import validate_text
+
+    text = (Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml").read_text()
+    text = text.replace("    storage: [cpu, mem, system, net]\n",
+                        "    storage: [cpu, mem, system, net]\n  inputs_by_group:\n    login: [cpu, mem, net]\n")
+    model = validate_text(text, "x86-twogen.yml").model
+    assert model is not None and model.monitoring.inputs_by_group == {"login": ["cpu", "mem", "net"]}
+    reporting = set(dash.reporting_hosts(model))
+    assert "tg-login" not in reporting and {"tg-mgmt", "tg-nfs", "tg01", "tg08"} <= reporting
+    assert set(dash.gpu_hosts(model)) == {f"tg0{i}" for i in range(1, 9)}
