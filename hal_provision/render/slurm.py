@@ -26,7 +26,35 @@ def render(cluster: Cluster) -> dict[str, str]:
         f"{ETC}/cgroup.conf": cgroup_conf(cluster),
         f"{ETC}/topology.conf": topology_conf(cluster),
         f"{ETC}/slurmdbd.conf": slurmdbd_conf(cluster),
+        **({f"{ETC}/job_container.conf": job_container_conf(cluster)} if job_tmp_groups(cluster) else {}),
     }
+
+
+def job_tmp_groups(cluster: Cluster) -> list:
+    """Slurm node groups whose jobs get a private /tmp (job_tmp_base), in model order."""
+    return [g for g in cluster.groups_with_role(Role.compute) if g.job_tmp_base]
+
+
+def scratch_mount(cluster: Cluster) -> str | None:
+    """slurm.conf TmpFS: the local scratch mount point of the Slurm nodes' profiles (one path for
+    the whole cluster; a check reports profiles that differ), None without scratch."""
+    points = [p.scratch.mount_point for g in cluster.groups_with_role(Role.compute)
+              if (p := cluster.profile_of(g)) is not None and p.scratch is not None]
+    return points[0] if points else None
+
+
+def job_container_conf(cluster: Cluster) -> str:
+    """job_container/tmpfs (Slurm 22.05 form): per node group, the base under which each job gets
+    a private /tmp and /dev/shm, made on demand (AutoBasePath) and removed with the job."""
+    out = [header(cluster),
+           "# Each job's private /tmp and /dev/shm (JobContainerType=job_container/tmpfs in slurm.conf),\n"
+           "# made under BasePath when the job starts and removed when it ends.\n"]
+    by_base: dict[str, list[str]] = defaultdict(list)
+    for g in job_tmp_groups(cluster):
+        by_base[g.job_tmp_base].append(g.hosts)
+    for base, hosts in by_base.items():
+        out.append(f"NodeName={fold_hostlists(hosts)} AutoBasePath=true BasePath={base}\n")
+    return "".join(out)
 
 
 def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[str, ...], list[str]]]:
@@ -84,6 +112,13 @@ def slurm_conf(cluster: Cluster) -> str:
         "JobAcctGatherType=jobacct_gather/cgroup\n"
         "PrologFlags=Contain\n"
         + (
+            "\n# Each job's private /tmp and /dev/shm on the node's local scratch (job_container.conf).\n"
+            "JobContainerType=job_container/tmpfs\n"
+            if job_tmp_groups(cluster) else ""
+        )
+        + (f"# The local scratch slurmd measures for TmpDisk.\nTmpFS={scratch_mount(cluster)}\n"
+           if scratch_mount(cluster) else "")
+        + (
             "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
             "TopologyPlugin=topology/tree\n"
             if cluster.fabric is not None
@@ -113,10 +148,11 @@ def slurm_conf(cluster: Cluster) -> str:
     for name, p, feats, hosts in hw:
         gres = f" Gres=gpu:{p.gpus.type}:{p.gpu_count}" if p.gpus else ""
         feat = f" Features={','.join(feats)}" if feats else ""
+        tmp = f" TmpDisk={p.tmp_disk_mib()}" if p.scratch is not None else ""
         out.append(
             f"NodeName={fold_hostlists(hosts)} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
             f"CoresPerSocket={p.cores_per_socket} ThreadsPerCore={p.threads_per_core} "
-            f"RealMemory={cluster.real_memory_mib(p)}{gres}{feat} State=UNKNOWN\n"
+            f"RealMemory={cluster.real_memory_mib(p)}{tmp}{gres}{feat} State=UNKNOWN\n"
         )
     out.append("\n# Node sets: one per hardware profile.\n")
     by_profile: dict[str, list[str]] = defaultdict(list)
