@@ -40,7 +40,9 @@ class IbAdapter(Strict):
 
 
 class LocalDisk(Strict):
-    device: str = Field(pattern=r"^/dev/\S+$", description="Block device, e.g. /dev/nvme0n1.")
+    device: str = Field(
+        pattern=r"^/\S+$", description="Block device path, e.g. /dev/nvme0n1 (a /dev/disk/by-id/ name survives "
+        "renumbering).")
     kind: Literal["nvme", "ssd", "hdd"] = Field("nvme", description="What the device is.")
     size_gib: int = Field(gt=0, description="Size in GiB.")
 

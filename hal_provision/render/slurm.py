@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import get_args
 
+import yaml
+
 from ..hostlist import fold, fold_hostlists, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
 from ..model.slurm import WeightedTres
@@ -26,8 +28,18 @@ def render(cluster: Cluster) -> dict[str, str]:
         f"{ETC}/cgroup.conf": cgroup_conf(cluster),
         f"{ETC}/topology.conf": topology_conf(cluster),
         f"{ETC}/slurmdbd.conf": slurmdbd_conf(cluster),
-        **({f"{ETC}/job_container.conf": job_container_conf(cluster)} if job_tmp_groups(cluster) else {}),
+        **job_namespace_files(cluster),
     }
+
+
+def job_namespace_files(cluster: Cluster) -> dict[str, str]:
+    """The job namespace file where some group has a job_tmp_base: job_container.conf before
+    Slurm 25.11, namespace.yaml from it."""
+    if not job_tmp_groups(cluster):
+        return {}
+    if cluster.slurm.namespace_yaml:
+        return {f"{ETC}/namespace.yaml": namespace_yaml(cluster)}
+    return {f"{ETC}/job_container.conf": job_container_conf(cluster)}
 
 
 def job_tmp_groups(cluster: Cluster) -> list:
@@ -43,16 +55,32 @@ def scratch_mount(cluster: Cluster) -> str | None:
     return points[0] if points else None
 
 
+def _tmp_bases(cluster: Cluster) -> dict[str, list[str]]:
+    """job_tmp_base -> the hostlists of the groups under it, in model order."""
+    by_base: dict[str, list[str]] = defaultdict(list)
+    for g in job_tmp_groups(cluster):
+        by_base[g.job_tmp_base].append(g.hosts)
+    return by_base
+
+
+def namespace_yaml(cluster: Cluster) -> str:
+    """namespace/linux (Slurm 25.11 on): the same bases as job_container_conf, as namespace.yaml's
+    node_confs (the default dirs, /tmp and /dev/shm; no extra PID or user namespace)."""
+    node_confs = [{"nodes": [fold_hostlists(hosts)], "options": {"auto_base_path": True, "base_path": base}}
+                  for base, hosts in _tmp_bases(cluster).items()]
+    return (header(cluster)
+            + "# Each job's private /tmp and /dev/shm (NamespaceType=namespace/linux in slurm.conf),\n"
+            "# made under base_path when the job starts and removed when it ends.\n"
+            + yaml.safe_dump({"node_confs": node_confs}, sort_keys=False, explicit_start=True))
+
+
 def job_container_conf(cluster: Cluster) -> str:
-    """job_container/tmpfs (Slurm 22.05 form): per node group, the base under which each job gets
+    """job_container/tmpfs (Slurm before 25.11): per node group, the base under which each job gets
     a private /tmp and /dev/shm, made on demand (AutoBasePath) and removed with the job."""
     out = [header(cluster),
            "# Each job's private /tmp and /dev/shm (JobContainerType=job_container/tmpfs in slurm.conf),\n"
            "# made under BasePath when the job starts and removed when it ends.\n"]
-    by_base: dict[str, list[str]] = defaultdict(list)
-    for g in job_tmp_groups(cluster):
-        by_base[g.job_tmp_base].append(g.hosts)
-    for base, hosts in by_base.items():
+    for base, hosts in _tmp_bases(cluster).items():
         out.append(f"NodeName={fold_hostlists(hosts)} AutoBasePath=true BasePath={base}\n")
     return "".join(out)
 
@@ -112,8 +140,10 @@ def slurm_conf(cluster: Cluster) -> str:
         "JobAcctGatherType=jobacct_gather/cgroup\n"
         "PrologFlags=Contain\n"
         + (
-            "\n# Each job's private /tmp and /dev/shm on the node's local scratch (job_container.conf).\n"
-            "JobContainerType=job_container/tmpfs\n"
+            ("\n# Each job's private /tmp and /dev/shm on the node's local scratch (namespace.yaml).\n"
+             "NamespaceType=namespace/linux\n" if cluster.slurm.namespace_yaml else
+             "\n# Each job's private /tmp and /dev/shm on the node's local scratch (job_container.conf).\n"
+             "JobContainerType=job_container/tmpfs\n")
             if job_tmp_groups(cluster) else ""
         )
         + (f"# The local scratch slurmd measures for TmpDisk.\nTmpFS={scratch_mount(cluster)}\n"

@@ -113,7 +113,7 @@ def test_scale_out_partitions(scaled):
 def test_scale_out_health_expectations(scaled):
     expected = json.loads(scaled["files/etc/hal-provision/health/h100.json"])
     assert expected["hosts"] == "tg[05-12]"
-    assert expected["checks"]["mounts"]["mount_points"] == ["/home", "/sw"]
+    assert expected["checks"]["mounts"]["mount_points"] == ["/home", "/sw", "/local"]  # shared, then local scratch
     assert "{tg[05-12]} || check_fs_mount_rw -f /home\n" in scaled["files/etc/nhc/nhc.conf"]
 
 
