@@ -99,7 +99,8 @@ def _read_marker(dest: Path) -> dict | None:
         record = json.loads((dest / MARKER).read_text())
     except (OSError, ValueError):
         return None
-    ok = isinstance(record, dict) and all(isinstance(record.get(k), (int, float)) for k in ("files", "bytes", "seconds"))
+    fields = ("files", "bytes", "seconds")
+    ok = isinstance(record, dict) and all(isinstance(record.get(k), (int, float)) for k in fields)
     return record if ok else None
 
 
