@@ -76,7 +76,8 @@ def layout(files: int, classes: int = CLASSES) -> list[str]:
     return [f"n{i % classes:08d}/n{i % classes:08d}_{i // classes:06d}.JPEG" for i in range(files)]
 
 
-def prepare(root: Path, files: int, classes: int = CLASSES, seed: int = 0, mean: int = MEAN_BYTES) -> list[tuple[Path, int]]:
+def prepare(root: Path, files: int, classes: int = CLASSES, seed: int = 0,
+            mean: int = MEAN_BYTES) -> list[tuple[Path, int]]:
     """Write the tree under `root`; (path, size) per file, in layout order."""
     sizes = file_sizes(files, seed, mean)
     noise = os.urandom(MAX_BYTES + (1 << 20))  # each file a slice of it, at a seeded offset
@@ -213,7 +214,8 @@ def table(results: list[dict]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = []
     for n, row in enumerate(rows):
-        lines.append("  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        cells = (c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     shapes = sorted({(r["files"], r["readers"], r["classes"], r["mean_bytes"], r["seed"]) for r in results})

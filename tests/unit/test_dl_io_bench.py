@@ -145,3 +145,34 @@ def test_mistakes_are_one_line(argv, message):
     done = cli(*argv)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and message in done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+# ---- `hal-provision storage dlio` ---------------------------------------------------------------
+
+def test_the_command_runs_locally_and_prints_the_table(tmp_path):
+    from typer.testing import CliRunner
+
+    from hal_provision.cli.main import app
+
+    result = CliRunner().invoke(app, ["storage", "dlio", "--local", "--dir", f"shared={tmp_path / 's'}",
+                                      "--dir", f"local={tmp_path / 'l'}", "--files", "40", "--readers", "2",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    rows = [line.split()[1] for line in result.output.splitlines()[2:4]]
+    assert rows == ["shared", "local"] and f"results: {tmp_path / 'out'}" in result.output
+    (doc,) = dlio.load_results(tmp_path / "out")
+    assert [d["files"] for d in doc["dirs"]] == [40, 40]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--dir", "=x", "--local"], "'=x': give NAME=PATH"),
+    (["--dir", "a=relative"], "give --inventory"),
+    (["--dir", "a=relative", "--inventory", "/nonexistent"], "each --dir needs an absolute path on the nodes"),
+])
+def test_the_commands_mistakes(argv, message):
+    from typer.testing import CliRunner
+
+    from hal_provision.cli.main import app
+
+    result = CliRunner().invoke(app, ["storage", "dlio", *argv])
+    assert result.exit_code == 2 and message in result.output
