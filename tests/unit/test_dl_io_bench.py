@@ -166,7 +166,7 @@ def test_the_command_runs_locally_and_prints_the_table(tmp_path):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--dir", "=x", "--local"], "'=x': give NAME=PATH"),
-    (["--dir", "a=relative"], "give --inventory"),
+    (["--dir", "a=/abs"], "give --inventory"),
     (["--dir", "a=relative", "--inventory", "/nonexistent"], "each --dir needs an absolute path on the nodes"),
 ])
 def test_the_commands_mistakes(argv, message):
