@@ -60,6 +60,19 @@ def test_recipe_files_are_installed(host):
             assert f.content_string == (PROGRAMS / name).read_text(), f"{host}:{f.path}"
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_recipe_commands_are_on_the_path_and_run(host):
+    """/usr/local/bin/hal-stage (the role's default recipes_bin_dir) leads to the rendered script,
+    and the node's python3 runs the program behind it."""
+    node = D.host(host)
+    for recipe in FACTS["recipes"].values():
+        for command in recipe.get("commands", []):
+            link = node.file(f"/usr/local/bin/{command['name']}")
+            assert link.is_symlink and link.linked_to == f"{recipe['dir']}/{command['script']}", f"{host}:{link.path}"
+            ran = node.run(f"/usr/local/bin/{command['name']} --help")
+            assert ran.rc == 0 and "usage:" in ran.stdout, f"{host}: {ran.stderr}"
+
+
 @pytest.mark.skipif(SPANNING is None, reason="no GPU virtual partition spans two or more of the compute nodes")
 def test_wiring_probe_joins_every_gpu_of_a_multi_node_job_in_one_world():
     vp, nodes, per_node = SPANNING

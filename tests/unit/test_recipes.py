@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision.node.recipes import scaling, slurmenv, train_resnet50, wiring_probe
+from hal_provision.node.recipes import hal_stage, scaling, slurmenv, train_resnet50, wiring_probe
 from hal_provision.node.recipes.slurmenv import SlurmEnvError
 
 PACKAGE = Path(slurmenv.__file__).parent
-PROGRAMS = ("slurmenv.py", "wiring_probe.py", "train_resnet50.py", "scaling.py")
+PROGRAMS = ("slurmenv.py", "wiring_probe.py", "train_resnet50.py", "scaling.py", "hal_stage.py")
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "recipes"
 
 
@@ -558,7 +558,32 @@ def test_a_data_set_run_keeps_its_epoch_length_open():
         "/datasets/imagenet", None, 10, True, "cosine", 0.1)
 
 
+def test_stage_copies_the_data_set_and_the_result_line_says_how_long_it_took(tmp_path, capsys):
+    source = tmp_path / "shared" / "ds" / "n01"
+    source.mkdir(parents=True)
+    (source / "a.JPEG").write_bytes(b"x" * 3000)
+    args = train_resnet50.parse_args(["--data", str(source.parent), "--stage", "--stage-dest", str(tmp_path / "job" / "ds")],
+                                     environ={})
+    rv = slurmenv.from_slurm(task_env(0), hostname="hal01")
+    staged = train_resnet50.stage_data(args, rv)
+    assert args.data == str(tmp_path / "job" / "ds") and (tmp_path / "job" / "ds" / "n01" / "a.JPEG").is_file()
+    assert capsys.readouterr().err.startswith("hal01 hal-stage: copied 1 files, 0.0 MB in ")
+    result = {"images_per_second": 1280.0, "gpus": 1, "nodes": 1, "batch_per_gpu": 256,
+              **train_resnet50.stage_fields(staged, slowest_seconds=2.34567)}
+    line = train_resnet50.result_line(result)
+    assert line == ('RESULT {"batch_per_gpu": 256, "gpus": 1, "images_per_second": 1280.0, "nodes": 1, '
+                    '"stage_bytes": 3000, "stage_files": 1, "stage_seconds": 2.346}')
+    assert scaling.run_from_result(scaling.parse_result(line)).images_per_second == 1280.0  # the report reads it still
+
+
+def test_without_stage_the_data_is_read_where_it_is():
+    args = train_resnet50.parse_args(["--data", "/datasets/imagenet"], environ={})
+    assert (args.stage, args.stage_dest) == (False, None)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
+    (["--stage"], "--stage copies a data set: give --data PATH"),
+    (["--data", "/d", "--stage-dest", "/tmp/d"], "--stage-dest needs --stage"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--epochs", "1", "--steps-per-epoch", "10"], "10 steps leave none to time after --warmup-steps-timing 10"),
     (["--batch-per-gpu", "0"], "--batch-per-gpu must be at least 1"),
