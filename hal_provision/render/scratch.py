@@ -3,7 +3,8 @@
 Per profile that some node group uses (hardware.<profile>.scratch):
 
 * ``files/etc/hal-provision/scratch/<profile>/<unit>.mount``: the systemd mount unit of the
-  scratch file system at its mount point (the unit's name is systemd's escape of that path).
+  scratch file system at its mount point (the unit's name is systemd's escape of that path,
+  model.naming.mount_unit_name, as for the NFS mounts).
 * ``files/etc/hal-provision/scratch/<profile>/mdadm.conf`` (layout raid0): the array's ARRAY
   line, its member devices named, for /etc/mdadm/mdadm.conf.d/.
 * ``files/etc/hal-provision/scratch.json``: for the local_scratch role, each node group's
@@ -16,9 +17,9 @@ that already holds the file system is mounted as it is, and one holding another 
 from __future__ import annotations
 
 import json
-import re
 
 from ..model import Cluster, HardwareProfile
+from ..model.naming import mount_unit_name
 from .common import header, json_comment
 
 FACTS = "files/etc/hal-provision/scratch.json"
@@ -26,23 +27,6 @@ SCRATCH_DIR = "files/etc/hal-provision/scratch"
 MD_DEVICE = "/dev/md/scratch"  # the raid0 array's name on every node
 MDADM_CONF_D = "/etc/mdadm/mdadm.conf.d/hal-scratch.conf"
 MOUNT_OPTIONS = {"xfs": "defaults,noatime", "ext4": "defaults,noatime"}
-
-
-def unit_name(path: str) -> str:
-    """systemd's name for the mount unit of `path` (what `systemd-escape --path --suffix=mount`
-    prints): slashes become dashes, bytes outside [A-Za-z0-9:_.] and a leading dot \\xNN."""
-    trimmed = re.sub("/+", "/", path).strip("/")
-    if not trimmed:
-        return "-.mount"
-    out = []
-    for i, ch in enumerate(trimmed):
-        if ch == "/":
-            out.append("-")
-        elif (ch.isascii() and (ch.isalnum() or ch in ":_.")) and not (ch == "." and i == 0):
-            out.append(ch)
-        else:
-            out.extend(f"\\x{b:02x}" for b in ch.encode())
-    return "".join(out) + ".mount"
 
 
 def source(profile: HardwareProfile) -> str:
@@ -92,7 +76,7 @@ def render(cluster: Cluster) -> dict[str, str]:
     files: dict[str, str] = {}
     facts_profiles: dict[str, dict] = {}
     for name, p in profiles.items():
-        unit = unit_name(p.scratch.mount_point)
+        unit = mount_unit_name(p.scratch.mount_point)
         files[f"{SCRATCH_DIR}/{name}/{unit}"] = mount_unit(cluster, name, p)
         if p.scratch.layout == "raid0":
             files[f"{SCRATCH_DIR}/{name}/mdadm.conf"] = mdadm_conf(cluster, name, p)

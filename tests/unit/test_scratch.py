@@ -11,7 +11,8 @@ import yaml
 
 from hal_provision.cli.validate import validate_text
 from hal_provision.findings import Level
-from hal_provision.render import render_all, scratch
+from hal_provision.model.naming import mount_unit_name
+from hal_provision.render import render_all
 
 TWOGEN = (Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml").read_text()
 
@@ -84,7 +85,7 @@ def test_an_unknown_slurm_version_names_the_field():
     ("/var/.cache", r"var-.cache.mount"), ("/.hidden", r"\x2ehidden.mount"), ("/", "-.mount"),
 ])
 def test_mount_unit_names_are_systemd_escapes_of_the_path(path, unit):
-    assert scratch.unit_name(path) == unit  # what `systemd-escape --path --suffix=mount` prints
+    assert mount_unit_name(path) == unit  # what `systemd-escape --path --suffix=mount` prints
 
 
 def test_mount_units_and_the_array_per_profile():
