@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..findings import error, info
-from ..model import Cluster
+from ..findings import error, info, warning
+from ..model import Cluster, Role
 from . import check
 
 
@@ -82,3 +82,55 @@ def hardware_profiles_used(c: Cluster):
     for name in c.hardware:
         if name not in used:
             yield info(("hardware", name), f"hardware profile {name!r} is not used by any node group")
+
+
+# ---- local scratch ----------------------------------------------------------------------------
+
+@check
+def scratch_devices_are_local_disks(c: Cluster):
+    """The scratch is made of disks the profile lists, each once; TmpDisk fits on them."""
+    for name, profile in c.hardware.items():
+        scratch = profile.scratch
+        if scratch is None:
+            continue
+        path = ("hardware", name, "scratch")
+        known = [d.device for d in profile.local_disks]
+        seen: set[str] = set()
+        for k, device in enumerate(scratch.devices):
+            if device not in known:
+                yield error((*path, "devices", k), f"{device} is not one of the local_disks of {name!r}"
+                            + (f" ({', '.join(known)})" if known else " (it lists none)"))
+            elif device in seen:
+                yield error((*path, "devices", k), f"{device} is named twice")
+            seen.add(device)
+        size_mib = (profile.scratch_gib() or 0) * 1024
+        if scratch.tmp_disk_mib is not None and scratch.tmp_disk_mib > size_mib:
+            yield error((*path, "tmp_disk_mib"), f"TmpDisk {scratch.tmp_disk_mib} MiB is more than the "
+                        f"{size_mib} MiB of its devices: slurmd would drain every node of {name!r} (Low TmpDisk)")
+
+
+@check
+def job_tmp_lies_on_local_scratch(c: Cluster):
+    """A group's job /tmp base on its profile's scratch; one scratch mount point (Slurm's TmpFS
+    is one path for the whole cluster)."""
+    points: dict[str, str] = {}
+    for i, group in enumerate(c.nodes):
+        profile = c.profile_of(group)
+        if (group.has(Role.compute) and profile is not None and profile.scratch is not None
+                and group.hardware not in points):
+            points[group.hardware] = profile.scratch.mount_point
+        if not group.job_tmp_base:
+            continue
+        scratch = profile.scratch if profile is not None else None
+        base = group.job_tmp_base.rstrip("/")
+        mount = scratch.mount_point.rstrip("/") if scratch is not None else None
+        if mount is None or not (base == mount or base.startswith(mount + "/")):
+            where = (f"outside its local scratch {scratch.mount_point}" if scratch is not None
+                     else f"on the system disk (profile {group.hardware!r} has no scratch)")
+            yield warning(("nodes", i, "job_tmp_base"), f"jobs' private /tmp under {group.job_tmp_base} lies "
+                          f"{where}: a job's files then fill the root file system")
+    if len(set(points.values())) > 1:
+        listed = ", ".join(f"{name}: {point}" for name, point in points.items())
+        first_other = next(name for name, point in points.items() if point != next(iter(points.values())))
+        yield error(("hardware", first_other, "scratch", "mount_point"), "Slurm's TmpFS is one path for the "
+                    f"cluster, but the Slurm nodes' scratch mount points differ ({listed}): mount them at one place")

@@ -61,6 +61,8 @@ def diagram(
         except graphviz.CalledProcessError as exc:
             detail = (exc.stderr or b"").decode("utf-8", "replace").strip().splitlines()
             _fail(f"error: dot could not lay out the diagram: {detail[-1] if detail else exc}")
+        except OSError as exc:  # found but not runnable (permissions, a file still being written)
+            _fail(f"error: cannot run Graphviz's dot: {exc.strerror or exc}")
     try:
         _write_atomically(target, data)
     except OSError as exc:

@@ -47,7 +47,8 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "sandbox": ("hal_provision.cli.sandbox", "app",
                 "A scaled-down copy of the cluster in podman containers, on this machine."),
     "storage": ("hal_provision.cli.storage", "app",
-                "Spectrum Scale tuning plans, the DL-style storage benchmark, the responsiveness probe."),
+                "Spectrum Scale tuning plans, the DL-style storage benchmarks (fio; small files in Python), "
+                "the responsiveness probe."),
     "recipes": ("hal_provision.cli.recipes", "app",
                 "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
 }

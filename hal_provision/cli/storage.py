@@ -1,7 +1,9 @@
-"""`hal-provision storage plan|bench|report|probe`: thin commands over hal_provision.storage."""
+"""`hal-provision storage plan|bench|dlio|report|probe`: thin commands over hal_provision.storage and
+the node programs (the fio benchmark, the DL I/O benchmark, the responsiveness probe)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import tempfile
@@ -10,6 +12,7 @@ from typing import List, Optional
 
 import typer
 
+from ..node import dl_io_bench as dlio_lib
 from ..node import storage_bench as bench_lib
 from ..node.monitoring import probe as probe_lib
 from ..model import gpfs_tuning
@@ -17,11 +20,12 @@ from ..storage import gpfs
 from . import runner
 from .common import checked, err, out
 
-app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmark, the "
-                                             "responsiveness probe.")
+app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmarks "
+                                             "(fio; small files in Python), the responsiveness probe.")
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_PLAYBOOK = REPO / "playbooks" / "storage-bench.yml"
+DLIO_PLAYBOOK = REPO / "playbooks" / "dl-io-bench.yml"
 EXIT_UNUSABLE = 2
 
 
@@ -68,6 +72,32 @@ def plan(
         out.print(f"restart GPFS for the changes to take effect on: {scopes}", markup=False)
 
 
+def _gather(results: Optional[Path], prefix: str, run_here, error: type[Exception], playbook: Path,
+            inventory: Optional[Path], extra_vars: dict) -> Path:
+    """The directory of per-node JSON results of a benchmark: run_here()'s document (--local:
+    run_here is not None) or every chosen node's, through the benchmark's playbook."""
+    results = results or Path(tempfile.mkdtemp(prefix=prefix))
+    results.mkdir(parents=True, exist_ok=True)
+    if run_here is not None:
+        try:
+            doc = run_here()
+        except error as exc:
+            _fail(str(exc), 1)
+        (results / f"{doc['host']}.json").write_text(json.dumps(doc, sort_keys=True))
+        return results
+    if inventory is None:
+        _fail("give --inventory (the rendered inventory directory) or --local")
+    try:
+        argv = runner.playbook_cmd(playbook.name, [inventory], "-e", json.dumps(
+            {**extra_vars, "bench_results": str(results.resolve()), "bench_report": False}))
+    except runner.RunnerError as exc:
+        _fail(str(exc))
+    rc = subprocess.run(argv, cwd=REPO, check=False, env=runner.ansible_env()).returncode
+    if rc != 0:
+        _fail(f"{playbook.name} failed (exit {rc})", 1)
+    return results
+
+
 @app.command()
 def bench(
     mount: Path = typer.Option(..., "--mount", help="Directory on the file system under test (on every node)."),
@@ -81,27 +111,42 @@ def bench(
     """Run the DL-style fio benchmark on the chosen nodes and print the per-node and aggregate table."""
     if size not in bench_lib.SIZES:
         _fail(f"unknown size {size!r}; one of {', '.join(bench_lib.SIZES)}")
-    results = results or Path(tempfile.mkdtemp(prefix="hal-storage-bench-"))
-    results.mkdir(parents=True, exist_ok=True)
-    if local:
-        try:
-            doc = bench_lib.run(mount, size)
-        except bench_lib.BenchError as exc:
-            _fail(str(exc), 1)
-        (results / f"{doc['host']}.json").write_text(json.dumps(doc, sort_keys=True))
-    else:
-        if inventory is None:
-            _fail("give --inventory (the rendered inventory directory) or --local")
-        try:
-            argv = runner.playbook_cmd(BENCH_PLAYBOOK.name, [inventory], "-e", json.dumps(
-                {"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size,
-                 "bench_results": str(results.resolve()), "bench_report": False}))
-        except runner.RunnerError as exc:
-            _fail(str(exc))
-        rc = subprocess.run(argv, cwd=REPO, check=False, env=runner.ansible_env()).returncode
-        if rc != 0:
-            _fail(f"{BENCH_PLAYBOOK.name} failed (exit {rc})", 1)
+    here = (lambda: bench_lib.run(mount, size)) if local else None
+    results = _gather(results, "hal-storage-bench-", here, bench_lib.BenchError, BENCH_PLAYBOOK, inventory,
+                      {"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size})
     report(results)
+
+
+@app.command()
+def dlio(
+    dirs: List[str] = typer.Option(..., "--dir", help="NAME=PATH of a directory to compare (repeat), e.g. "
+                                                      "shared=/home/bench local=/local/bench."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i",
+                                             help="Ansible inventory of the nodes; omit with --local."),
+    nodes: str = typer.Option("slurm_nodes", "--nodes", help="Inventory hosts or group pattern to run on."),
+    files: int = typer.Option(dlio_lib.FILES, "--files", help="Files in the tree (ImageNet-like sizes)."),
+    readers: int = typer.Option(dlio_lib.READERS, "--readers", help="Reader processes."),
+    warm: bool = typer.Option(False, "--warm", help="Read from the page cache instead of dropping it first."),
+    results: Optional[Path] = typer.Option(None, "--out", help="Where the per-node JSON results go."),
+    local: bool = typer.Option(False, "--local", help="Run on this machine only, without Ansible."),
+) -> None:
+    """Time the DL input pattern (small files read whole in random order) in each directory of the chosen
+    nodes and print the comparison table."""
+    try:
+        named = [dlio_lib.named_dir(d) for d in dirs]
+    except argparse.ArgumentTypeError as exc:
+        _fail(str(exc))
+    if not local and not all(path.is_absolute() for _, path in named):
+        _fail("each --dir needs an absolute path on the nodes")
+    here = (lambda: dlio_lib.run(named, files, readers, warm=warm)) if local else None
+    results = _gather(results, "hal-dl-io-bench-", here, dlio_lib.BenchError, DLIO_PLAYBOOK, inventory,
+                      {"bench_nodes": nodes, "bench_dirs": [f"{name}={path}" for name, path in named],
+                       "bench_files": files, "bench_readers": readers, "bench_warm": warm})
+    try:
+        out.print(dlio_lib.table(dlio_lib.load_results(results)), markup=False, end="")
+    except dlio_lib.BenchError as exc:
+        _fail(str(exc))
+    out.print(f"results: {results}", markup=False)
 
 
 @app.command()

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from .base import Name, Strict
+from .base import AbsolutePath, Name, Strict
+
+# The share of a scratch device's size Slurm is told (TmpDisk) when the profile names none: the
+# file system takes the rest (XFS's log and metadata, ext4's reserved blocks), and slurmd drains
+# a node whose TmpFS is smaller than its TmpDisk.
+TMP_DISK_SHARE = 0.95
 
 
 class GpuDevice(Strict):
@@ -34,6 +39,38 @@ class IbAdapter(Strict):
     rate_gbps: int = Field(gt=0, description="Per-port rate in Gb/s.")
 
 
+class LocalDisk(Strict):
+    device: str = Field(
+        pattern=r"^/\S+$", description="Block device path, e.g. /dev/nvme0n1 (a /dev/disk/by-id/ name survives "
+        "renumbering).")
+    kind: Literal["nvme", "ssd", "hdd"] = Field("nvme", description="What the device is.")
+    size_gib: int = Field(gt=0, description="Size in GiB.")
+
+
+class LocalScratch(Strict):
+    """Node-local scratch: local disks combined into one file system that Slurm's TmpFS names
+    and each job's private /tmp lives on (a node group's job_tmp_base)."""
+
+    devices: list[str] = Field(
+        min_length=1, description="Devices of local_disks it is made of (their `device` paths).")
+    layout: Literal["single", "raid0"] = Field(
+        "single", description="single: one device as it is; raid0: the devices striped with mdadm.")
+    filesystem: Literal["xfs", "ext4"] = Field("xfs", description="File system made on it.")
+    mount_point: AbsolutePath = Field("/local", description="Where it is mounted (slurm.conf TmpFS).")
+    tmp_disk_mib: int | None = Field(
+        None, gt=0, description="TmpDisk Slurm is told for these nodes, in MiB. None: "
+        f"{int(TMP_DISK_SHARE * 100)} % of the devices' size (the file system takes the rest; slurmd drains a "
+        "node whose TmpFS is smaller than its TmpDisk).")
+
+    @model_validator(mode="after")
+    def _layout_fits_devices(self) -> "LocalScratch":
+        if self.layout == "single" and len(self.devices) != 1:
+            raise ValueError(f"layout single takes one device, not {len(self.devices)}: use raid0 to stripe them")
+        if self.layout == "raid0" and len(self.devices) < 2:
+            raise ValueError("layout raid0 stripes two or more devices: use single for one")
+        return self
+
+
 class HardwareProfile(Strict):
     model: str = Field(description="Vendor model, e.g. IBM Power System AC922 8335-GTH.")
     architecture: Literal["ppc64le", "x86_64", "aarch64"] = Field(description="CPU architecture.")
@@ -47,6 +84,10 @@ class HardwareProfile(Strict):
     features: list[Name] = Field(
         default_factory=list, description="Slurm node features every node of this profile gets."
     )
+    local_disks: list[LocalDisk] = Field(
+        default_factory=list, description="Node-local disks besides the system disk (NVMe, SSD).")
+    scratch: LocalScratch | None = Field(
+        None, description="Local scratch made of local_disks: Slurm's TmpFS and TmpDisk, each job's private /tmp.")
 
     @property
     def cores(self) -> int:
@@ -55,6 +96,22 @@ class HardwareProfile(Strict):
     @property
     def cpus(self) -> int:
         return self.cores * self.threads_per_core
+
+    def scratch_gib(self) -> int | None:
+        """Size of the scratch file system's devices (summed for raid0); None without scratch.
+        Devices local_disks does not list count 0 (a check reports them)."""
+        if self.scratch is None:
+            return None
+        sizes = {d.device: d.size_gib for d in self.local_disks}
+        return sum(sizes.get(d, 0) for d in self.scratch.devices)
+
+    def tmp_disk_mib(self) -> int | None:
+        """TmpDisk for these nodes: the profile's own, else TMP_DISK_SHARE of the devices' size."""
+        if self.scratch is None:
+            return None
+        if self.scratch.tmp_disk_mib is not None:
+            return self.scratch.tmp_disk_mib
+        return int((self.scratch_gib() or 0) * 1024 * TMP_DISK_SHARE)
 
     @property
     def gpu_count(self) -> int:

@@ -8,7 +8,7 @@ from ipaddress import IPv4Address
 
 from pydantic import Field, model_validator
 
-from .base import Hostlist, Name, Strict
+from .base import AbsolutePath, Hostlist, Name, Strict
 
 
 class Role(str, Enum):
@@ -52,6 +52,11 @@ class NodeGroup(Strict):
     features: list[Name] = Field(
         default_factory=list, description="Extra Slurm node features for these nodes."
     )
+    job_tmp_base: AbsolutePath | None = Field(
+        None,
+        description="Where Slurm makes each job's private /tmp and /dev/shm on these nodes (job_container/tmpfs "
+        "BasePath; removed when the job ends). Put it on the profile's local scratch (hardware.*.scratch); "
+        "None: jobs share the node's /tmp.")
     description: str = Field("", description="Free text.")
 
     @model_validator(mode="after")

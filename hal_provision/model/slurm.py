@@ -120,7 +120,23 @@ class Cgroup(Strict):
     constrain_swap_space: bool = Field(False, description="cgroup.conf ConstrainSwapSpace.")
 
 
+# Slurm majors (YY.MM) whose configs the renderers know how to write, oldest first.
+SLURM_VERSIONS = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11")
+# From this major, job_container/tmpfs and job_container.conf give way to NamespaceType with
+# namespace/linux and namespace.yaml (slurm.conf(5) and namespace.yaml(5) of 25.11).
+NAMESPACE_YAML_FROM = "25.11"
+
+
+def version_key(version: str) -> tuple[int, int]:
+    """A Slurm major "YY.MM" as a comparable pair."""
+    year, month = version.split(".")
+    return int(year), int(month)
+
+
 class Slurm(Strict):
+    version: Literal[SLURM_VERSIONS] = Field(  # type: ignore[valid-type]
+        "22.05", description="The Slurm major the site runs (YY.MM): the renderers write the options that version "
+        "reads (job_container.conf before 25.11, namespace.yaml from it). Debian 12 ships 22.05.")
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
@@ -154,6 +170,15 @@ class Slurm(Strict):
     qos: list[Qos] = Field(default_factory=list, description="Quality-of-service levels.")
     priority: Priority = Field(
         default_factory=Priority, description="Job priority: PriorityType, the factors' weights, usage decay.")
+
+    def at_least(self, version: str) -> bool:
+        """The site's Slurm is `version` (YY.MM) or later."""
+        return version_key(self.version) >= version_key(version)
+
+    @property
+    def namespace_yaml(self) -> bool:
+        """Job namespaces through NamespaceType and namespace.yaml (25.11 on), not job_container.conf."""
+        return self.at_least(NAMESPACE_YAML_FROM)
 
     def prioritised_qos(self) -> list[tuple[int, Qos]]:
         """(index, QOS) for each QOS with a priority above 0: what PriorityWeightQOS weighs."""

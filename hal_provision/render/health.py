@@ -2,8 +2,8 @@
 
 * ``files/etc/hal-provision/health/<group>.json``: what the nodes of one compute group must
   have, check by check (only the checks `health.checks` names): CPU topology, memory with its
-  tolerance, GPU device files, GPU count/model/memory, the shared file systems mounted there,
-  the services every node runs, the cabled InfiniBand ports. The healthcheck role installs the
+  tolerance, GPU device files, GPU count/model/memory, the shared file systems and the local
+  scratch mounted there, the services every node runs, the cabled InfiniBand ports. The healthcheck role installs the
   node's group file as /etc/hal-provision/health.json; hal-healthcheck (hal_provision/node/health)
   reads it; the testinfra hardware tests read the same files.
 * ``files/etc/hal-provision/health.json``: the program, its path, and the groups, for the role.
@@ -78,7 +78,8 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
         elif name == "gpu_model" and p.gpus:
             checks[name] = {"count": p.gpu_count, "model": p.gpus.model, "memory_gib": p.gpus.memory_gib}
         elif name == "mounts":
-            points = cluster.mount_points_on(hosts)
+            # The shared file systems, and the profile's local scratch (job /tmp lives there).
+            points = cluster.mount_points_on(hosts) + ([p.scratch.mount_point] if p.scratch is not None else [])
             if points:
                 checks[name] = {"mount_points": points}
         elif name == "services":

@@ -10,6 +10,8 @@ Under recipes.prefix (default <cluster.prefix>/recipes, /opt/hal/recipes on HAL)
   rendezvous settings, a check that every rank joined one world with its own GPU.
 * ``resnet50/recipe.env``: NCCL's settings for the model's fabric and the framework module.
 * ``resnet50/scaling.sh``: the scaling benchmark over the model's virtual partitions.
+* ``resnet50/hal-stage.sh``: runs hal_stage.py (a data set copied to the job's local scratch
+  once per node); the role links /usr/local/bin/hal-stage to it, so any job can call it.
 * ``files/etc/hal-provision/recipes.json``: the prefix and file list for the recipes role.
 
 The programs themselves (hal_provision/node/recipes/*.py) are copied beside these by the role.
@@ -26,7 +28,9 @@ from .common import header, json_comment
 
 RECIPE = "resnet50"
 FACTS = "files/etc/hal-provision/recipes.json"
-PROGRAMS = ("slurmenv.py", "train_resnet50.py", "wiring_probe.py", "scaling.py")
+PROGRAMS = ("slurmenv.py", "train_resnet50.py", "wiring_probe.py", "scaling.py", "hal_stage.py")
+# Commands on every node's PATH: name -> the rendered script in the recipe directory it runs.
+COMMANDS = {"hal-stage": "hal-stage.sh"}
 
 
 def _origin(cluster: Cluster) -> str:
@@ -47,11 +51,13 @@ def render(cluster: Cluster) -> dict[str, str]:
         f"files{d}/resnet50.swbatch": job_script(cluster),
         f"files{d}/recipe.env": recipe_env(cluster),
         f"files{d}/scaling.sh": scaling_script(cluster),
+        f"files{d}/{COMMANDS['hal-stage']}": stage_command(cluster),
     }
     facts = {
         "_comment": json_comment(cluster),
         "prefix": cluster.recipes.prefix,
         "recipes": {RECIPE: {
+            "commands": [{"name": name, "script": script} for name, script in sorted(COMMANDS.items())],
             "dir": d,
             "rendered": sorted(path.rsplit("/", 1)[1] for path in files),
             "programs": list(PROGRAMS),
@@ -78,6 +84,7 @@ def job_script(cluster: Cluster) -> str:
         f"# ResNet-50 with PyTorch DistributedDataParallel on every GPU of the job ({_origin(cluster)}):\n",
         "#   swbatch [-p gpuxN] " + d + "/resnet50.swbatch [train_resnet50.py options]\n",
         "#   swbatch -p gpux8 " + d + "/resnet50.swbatch --wiring-probe     (no PyTorch needed)\n",
+        "#   swbatch " + d + "/resnet50.swbatch --data ~/datasets/NAME --stage   (read from local scratch)\n",
         "# The virtual partition decides nodes and GPUs; this script starts one srun task per GPU on\n",
         "# every node, and each task takes its rank, local rank, world size and the rendezvous\n",
         "# (the job's first node) from Slurm's environment.\n",
@@ -143,4 +150,16 @@ def scaling_script(cluster: Cluster) -> str:
         'mkdir -p "$out"\n',
         'exec python3 "$recipe_dir/scaling.py" submit --script "$recipe_dir/resnet50.swbatch" \\\n',
         f"    --partitions {','.join(parts)} --out \"$out\" --steps \"${{2:-50}}\"\n",
+    ])
+
+
+def stage_command(cluster: Cluster) -> str:
+    """hal-stage on every node's PATH (the role links /usr/local/bin/hal-stage here): the node's
+    python3 runs the program beside it."""
+    return "".join([
+        "#!/bin/sh\n",
+        header(cluster),
+        "# hal-stage [--dest DIR] [--print-path] SOURCE: copy a data set to this node's local scratch once\n",
+        "# per job (default $TMPDIR/hal-stage/NAME, the job's private /tmp); see hal-stage --help.\n",
+        f"exec python3 {shlex.quote(recipe_dir(cluster) + '/hal_stage.py')} \"$@\"\n",
     ])

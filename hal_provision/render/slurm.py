@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import get_args
 
+import yaml
+
 from ..hostlist import fold, fold_hostlists, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
 from ..model.slurm import WeightedTres
@@ -26,7 +28,61 @@ def render(cluster: Cluster) -> dict[str, str]:
         f"{ETC}/cgroup.conf": cgroup_conf(cluster),
         f"{ETC}/topology.conf": topology_conf(cluster),
         f"{ETC}/slurmdbd.conf": slurmdbd_conf(cluster),
+        **job_namespace_files(cluster),
     }
+
+
+def job_namespace_files(cluster: Cluster) -> dict[str, str]:
+    """The job namespace file where some group has a job_tmp_base: job_container.conf before
+    Slurm 25.11, namespace.yaml from it."""
+    if not job_tmp_groups(cluster):
+        return {}
+    if cluster.slurm.namespace_yaml:
+        return {f"{ETC}/namespace.yaml": namespace_yaml(cluster)}
+    return {f"{ETC}/job_container.conf": job_container_conf(cluster)}
+
+
+def job_tmp_groups(cluster: Cluster) -> list:
+    """Slurm node groups whose jobs get a private /tmp (job_tmp_base), in model order."""
+    return [g for g in cluster.groups_with_role(Role.compute) if g.job_tmp_base]
+
+
+def scratch_mount(cluster: Cluster) -> str | None:
+    """slurm.conf TmpFS: the local scratch mount point of the Slurm nodes' profiles (one path for
+    the whole cluster; a check reports profiles that differ), None without scratch."""
+    points = [p.scratch.mount_point for g in cluster.groups_with_role(Role.compute)
+              if (p := cluster.profile_of(g)) is not None and p.scratch is not None]
+    return points[0] if points else None
+
+
+def _tmp_bases(cluster: Cluster) -> dict[str, list[str]]:
+    """job_tmp_base -> the hostlists of the groups under it, in model order."""
+    by_base: dict[str, list[str]] = defaultdict(list)
+    for g in job_tmp_groups(cluster):
+        by_base[g.job_tmp_base].append(g.hosts)
+    return by_base
+
+
+def namespace_yaml(cluster: Cluster) -> str:
+    """namespace/linux (Slurm 25.11 on): the same bases as job_container_conf, as namespace.yaml's
+    node_confs (the default dirs, /tmp and /dev/shm; no extra PID or user namespace)."""
+    node_confs = [{"nodes": [fold_hostlists(hosts)], "options": {"auto_base_path": True, "base_path": base}}
+                  for base, hosts in _tmp_bases(cluster).items()]
+    return (header(cluster)
+            + "# Each job's private /tmp and /dev/shm (NamespaceType=namespace/linux in slurm.conf),\n"
+            "# made under base_path when the job starts and removed when it ends.\n"
+            + yaml.safe_dump({"node_confs": node_confs}, sort_keys=False, explicit_start=True))
+
+
+def job_container_conf(cluster: Cluster) -> str:
+    """job_container/tmpfs (Slurm before 25.11): per node group, the base under which each job gets
+    a private /tmp and /dev/shm, made on demand (AutoBasePath) and removed with the job."""
+    out = [header(cluster),
+           "# Each job's private /tmp and /dev/shm (JobContainerType=job_container/tmpfs in slurm.conf),\n"
+           "# made under BasePath when the job starts and removed when it ends.\n"]
+    for base, hosts in _tmp_bases(cluster).items():
+        out.append(f"NodeName={fold_hostlists(hosts)} AutoBasePath=true BasePath={base}\n")
+    return "".join(out)
 
 
 def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[str, ...], list[str]]]:
@@ -84,6 +140,15 @@ def slurm_conf(cluster: Cluster) -> str:
         "JobAcctGatherType=jobacct_gather/cgroup\n"
         "PrologFlags=Contain\n"
         + (
+            ("\n# Each job's private /tmp and /dev/shm on the node's local scratch (namespace.yaml).\n"
+             "NamespaceType=namespace/linux\n" if cluster.slurm.namespace_yaml else
+             "\n# Each job's private /tmp and /dev/shm on the node's local scratch (job_container.conf).\n"
+             "JobContainerType=job_container/tmpfs\n")
+            if job_tmp_groups(cluster) else ""
+        )
+        + (f"# The local scratch slurmd measures for TmpDisk.\nTmpFS={scratch_mount(cluster)}\n"
+           if scratch_mount(cluster) else "")
+        + (
             "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
             "TopologyPlugin=topology/tree\n"
             if cluster.fabric is not None
@@ -113,10 +178,11 @@ def slurm_conf(cluster: Cluster) -> str:
     for name, p, feats, hosts in hw:
         gres = f" Gres=gpu:{p.gpus.type}:{p.gpu_count}" if p.gpus else ""
         feat = f" Features={','.join(feats)}" if feats else ""
+        tmp = f" TmpDisk={p.tmp_disk_mib()}" if p.scratch is not None else ""
         out.append(
             f"NodeName={fold_hostlists(hosts)} CPUs={p.cpus} Boards=1 SocketsPerBoard={p.sockets} "
             f"CoresPerSocket={p.cores_per_socket} ThreadsPerCore={p.threads_per_core} "
-            f"RealMemory={cluster.real_memory_mib(p)}{gres}{feat} State=UNKNOWN\n"
+            f"RealMemory={cluster.real_memory_mib(p)}{tmp}{gres}{feat} State=UNKNOWN\n"
         )
     out.append("\n# Node sets: one per hardware profile.\n")
     by_profile: dict[str, list[str]] = defaultdict(list)

@@ -4,6 +4,12 @@ The sandbox keeps the primary slurmctld host (which also runs slurmdbd and Maria
 web portal and Grafana when their own hosts are not kept), one login node and the first compute nodes, on one private podman network. Everything else in
 the description is narrowed to those hosts, so the sandbox model passes the same checks as
 the original and renders with the same renderers.
+
+The sandbox's compute nodes get a local scratch whatever the description says: one device
+(SCRATCH_STANDIN, a host loop device over a sparse file of SCRATCH_STANDIN_GIB, bound into
+the container outside /dev, where systemd would wait for a udev that containers lack), with
+the description's file system and mount point where it has a scratch (ext4 and /local where
+not), and each job's private /tmp under <mount point>/jobs unless the group names its own.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from ..model import Cluster, Role
 from .storage import narrow_storage
 
 DEFAULT_SUBNET = "10.89.77.0/24"
+# The NVMe stand-in of every sandbox compute node (lifecycle.create binds a loop device there).
+SCRATCH_STANDIN = "/var/lib/hal-sandbox/nvme0n1"
+SCRATCH_STANDIN_GIB = 1
 
 
 class SandboxError(ValueError):
@@ -62,6 +71,7 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     data["networks"] = {primary: dict(data["networks"][primary], cidr=subnet)}
     used_profiles = {g["hardware"] for g in groups if "hardware" in g}  # login/management may have none
     data["hardware"] = {k: v for k, v in data["hardware"].items() if k in used_profiles}
+    _sandbox_scratch(data, next(g for g in groups if g["name"] == first_compute.name))
 
     svc = data["services"]
     for key in list(svc):
@@ -124,6 +134,18 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["health"] = _sandbox_health(data["health"])
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
     return Cluster.model_validate(data)
+
+
+def _sandbox_scratch(data: dict, compute: dict) -> None:
+    """The compute group's profile gets the stand-in scratch; the group a job /tmp base on it."""
+    profile = data["hardware"][compute["hardware"]]
+    source = profile.get("scratch") or {}
+    mount_point = source.get("mount_point", "/local")
+    profile["local_disks"] = [{"device": SCRATCH_STANDIN, "kind": "nvme", "size_gib": SCRATCH_STANDIN_GIB}]
+    profile["scratch"] = {"devices": [SCRATCH_STANDIN], "layout": "single",
+                          "filesystem": source.get("filesystem", "ext4"), "mount_point": mount_point}
+    if not compute.get("job_tmp_base", "").startswith(mount_point.rstrip("/") + "/"):
+        compute["job_tmp_base"] = mount_point.rstrip("/") + "/jobs"
 
 
 # Collection interval in the sandbox: short, so the monitoring tests see data and a stopped

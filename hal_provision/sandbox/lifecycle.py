@@ -85,6 +85,20 @@ class Sandbox:
     def backing(self, mount: SharedMount) -> Path:
         return self.workdir.resolve() / "shared" / mount.name
 
+    def scratch_disks(self) -> dict[str, list[tuple[str, Path, int]]]:
+        """Host -> (device path in the node, backing file, size in GiB) of each local disk its
+        profile's scratch is made of (derive.SCRATCH_STANDIN in a derived sandbox)."""
+        out: dict[str, list[tuple[str, Path, int]]] = {}
+        for g in self.cluster.nodes:
+            profile = self.cluster.profile_of(g)
+            if profile is None or profile.scratch is None:
+                continue
+            sizes = {d.device: d.size_gib for d in profile.local_disks}
+            for host in nodeset(g.hosts):
+                out[host] = [(dev, self.workdir.resolve() / "disks" / f"{host}-{Path(dev).name}.img", sizes[dev])
+                             for dev in profile.scratch.devices]
+        return out
+
     @property
     def inventory(self) -> Path:
         return self.rendered / "inventory"
@@ -246,6 +260,10 @@ def create(sb: Sandbox, log=print) -> None:
                 "--systemd", "always", "--stop-signal", "SIGRTMIN+3"]
         if host in privileged:
             args.append("--privileged")
+        # The scratch's disks: a host loop device over a sparse file each, bound at the model's
+        # device path (--device is ignored for privileged containers; a bound node is not).
+        for device, backing, size_gib in sb.scratch_disks().get(host, []):
+            args += ["--mount", f"type=bind,src={_loop_device(backing, size_gib)},dst={device}"]
         # Root's public key is the node's authorized key; the shared file systems are host
         # directories at the model's mount points.
         args += ["--mount", f"type=bind,src={sb.ssh.private_key}.pub,dst=/root/.ssh/authorized_keys,ro=true"]
@@ -261,9 +279,76 @@ def create(sb: Sandbox, log=print) -> None:
         log(f"container {host} {ip}{' (privileged)' if host in privileged else ''}")
     for host in sb.hosts:
         _wait_booted(host)
+    for host in sb.scratch_disks():
+        _settle_mount_namespaces(host, log)
     write_known_hosts(sb)
     for host, ip in sb.addresses.items():
         _wait_ssh(host, ip)
+
+
+def _loop_device(backing: Path, size_gib: int) -> str:
+    """The loop device over `backing` (a sparse file of `size_gib`, made when missing), with
+    direct I/O: reads reach the disk, not the host's page cache of the file, as on an NVMe."""
+    if tools.find("losetup") is None:
+        raise LifecycleError("losetup is not installed (util-linux): the sandbox's scratch disks need it")
+    backing.parent.mkdir(parents=True, exist_ok=True)
+    if not backing.exists():
+        with backing.open("wb") as f:
+            f.truncate(size_gib * 2**30)
+    found = subprocess.run(["losetup", "-j", str(backing), "-O", "NAME", "-n"], capture_output=True, text=True)
+    if found.returncode == 0 and found.stdout.split():
+        return found.stdout.split()[0]
+    made = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(backing)], capture_output=True, text=True)
+    if made.returncode != 0:
+        raise LifecycleError(f"no loop device for {backing}: {made.stderr.strip()}")
+    return made.stdout.strip()
+
+
+# Each job's private /tmp (job_container/tmpfs, namespace/linux) holds its mount namespace by
+# bind-mounting /proc/PID/ns/mnt, which the kernel refuses (EINVAL) unless the new namespace is
+# newer than the caller's. Measured on this machine kind's kernel (6.18): namespace ids come
+# from per-CPU batches, so inside a container whose namespace took its id from a later batch,
+# a namespace made on another CPU can look older, and about half the jobs failed to start
+# ("_create_ns: ns base mount failed: Invalid argument"); on the host (namespace id 1) never.
+# Making namespaces on each CPU until one binds moves that CPU to a fresh batch (2,587 on CPU 0
+# once); after that every job's namespace binds.
+_SETTLE = r"""
+set -u
+d=$(mktemp -d /var/tmp/hal-ns-settle.XXXXXX)
+mount --bind "$d" "$d"; mount --make-rprivate "$d"; touch "$d/.ns"
+for cpu in $(seq 0 $(($(nproc) - 1))); do
+  n=0
+  until taskset -c "$cpu" unshare --mount="$d/.ns" true 2>/dev/null; do
+    n=$((n + 1)); [ "$n" -lt 200000 ] || { echo "cpu$cpu unsettled"; break; }
+  done
+  umount "$d/.ns" 2>/dev/null || true
+  echo "cpu$cpu $n"
+done
+umount "$d"; rm -rf "$d"
+"""
+
+
+def _settle_mount_namespaces(host: str, log=print) -> None:
+    """Make jobs' mount namespaces bindable on every CPU of `host` (see _SETTLE)."""
+    out = _podman("exec", host, "bash", "-c", _SETTLE, check=False)
+    counts = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.startswith("cpu"))
+    if out.returncode != 0 or any(v == "unsettled" for v in counts.values()):
+        raise LifecycleError(f"{host}: job mount namespaces cannot be bound: {out.stdout}{out.stderr}")
+    made = sum(int(v) for v in counts.values())
+    if made:
+        log(f"{host}: {made} mount namespaces made before a job's could be bound on every CPU")
+
+
+def _detach_loops(workdir: Path, log=print) -> None:
+    """Detach the loop devices over the sandbox's scratch disks (their containers are gone)."""
+    disks = workdir / "disks"
+    if not disks.is_dir() or tools.find("losetup") is None:
+        return
+    for backing in sorted(disks.glob("*.img")):
+        found = subprocess.run(["losetup", "-j", str(backing), "-O", "NAME", "-n"], capture_output=True, text=True)
+        for dev in found.stdout.split():
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+            log(f"loop device {dev} ({backing.name}) detached")
 
 
 def write_known_hosts(sb: Sandbox) -> None:
@@ -339,6 +424,7 @@ def destroy(name: str, workdir: Path | None, log=print) -> None:
         _podman("volume", "rm", "-f", v)
         log(f"volume {v} removed")
     if workdir is not None and workdir.exists():
+        _detach_loops(workdir, log)
         kept = [workdir / name for name in KEPT if (workdir / name).exists()]
         for entry in workdir.iterdir():
             if entry not in kept:

@@ -14,7 +14,8 @@ derived model with the same renderers, then applies exactly these test-harness c
   put in place without Grafana.
 * health expectations (files/etc/hal-provision/health/<group>.json): the mounts check lists the
   shared file systems the sandbox binds into the group's nodes (the derived model narrows
-  storage to the kept hosts, which serve none of them, so it renders no mount points).
+  storage to the kept hosts, which serve none of them, so it renders no mount points), and the
+  local scratch as rendered.
 * inventory/sandbox.yml, with the host's caches (the default): the portal installs its Python
   packages from the host's wheelhouse, bound into the nodes (portal_pip_wheelhouse).
 * inventory/sandbox.yml: reach the nodes over SSH at their model addresses as root with the
@@ -106,6 +107,9 @@ def _health_mounts(cluster: Cluster, files: dict[str, str], shared: dict[str, li
         path = f"{HEALTH_DIR}/{group.name}.json"
         hosts = set(nodeset(group.hosts))
         points = sorted(point for point, nodes in shared.items() if hosts <= set(nodes))
+        profile = cluster.profile_of(group)
+        if points and profile is not None and profile.scratch is not None:
+            points.append(profile.scratch.mount_point)
         if path not in files or not points:
             continue
         data = json.loads(files[path])

@@ -55,6 +55,8 @@ REQUIRED_PROGRAMS = {
     "nsenter": "util-linux",
     "mount": "mount",
     "ip": "iproute2",
+    "timeout": "coreutils",
+    "systemd-analyze": "systemd",
 }
 _SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
 
@@ -511,13 +513,14 @@ def nvidia_minor(path: str) -> int:
 
 
 def run_slurmd(
-    scratch: Scratch, profile, device_files: list[str], *args: str
+    scratch: Scratch, profile, device_files: list[str], *args: str, for_seconds: float | None = None
 ) -> subprocess.CompletedProcess:
     """`slurmd <args>` on an emulated node of `profile`.
 
     hwloc reads a synthetic topology (HWLOC_XMLFILE, HWLOC_THISSYSTEM=1); /dev is a private
     tmpfs holding /dev/null and character devices 195:N for the GPUs, because slurmd waits
     forever ("Waiting for gres.conf file") for a device file that does not exist.
+    `for_seconds`: a daemon run (-D) stopped after that long (SIGTERM); its status is then 124.
     """
     xml = scratch.root / f"topology-{profile.sockets}x{profile.cores_per_socket}x{profile.threads_per_core}.xml"
     if not xml.exists():
@@ -529,7 +532,8 @@ def run_slurmd(
         "mount -t tmpfs -o mode=755 none /dev",
         "mknod -m 666 /dev/null c 1 3",
         *(f"mknod -m 666 {shlex.quote(f)} c 195 {nvidia_minor(f)}" for f in device_files),
-        "exec " + shlex.join([_prog("slurmd"), *args, "-f", str(scratch.slurm_conf)]),
+        "exec " + shlex.join([*((_prog("timeout"), f"{for_seconds:g}") if for_seconds else ()),
+                              _prog("slurmd"), *args, "-f", str(scratch.slurm_conf)]),
     ]
     env = {**os.environ, "HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"}
     try:

@@ -60,6 +60,19 @@ def test_recipe_files_are_installed(host):
             assert f.content_string == (PROGRAMS / name).read_text(), f"{host}:{f.path}"
 
 
+@pytest.mark.parametrize("host", HOSTS)
+def test_recipe_commands_are_on_the_path_and_run(host):
+    """/usr/local/bin/hal-stage (the role's default recipes_bin_dir) leads to the rendered script,
+    and the node's python3 runs the program behind it."""
+    node = D.host(host)
+    for recipe in FACTS["recipes"].values():
+        for command in recipe.get("commands", []):
+            link = node.file(f"/usr/local/bin/{command['name']}")
+            assert link.is_symlink and link.linked_to == f"{recipe['dir']}/{command['script']}", f"{host}:{link.path}"
+            ran = node.run(f"/usr/local/bin/{command['name']} --help")
+            assert ran.rc == 0 and "usage:" in ran.stdout, f"{host}: {ran.stderr}"
+
+
 @pytest.mark.skipif(SPANNING is None, reason="no GPU virtual partition spans two or more of the compute nodes")
 def test_wiring_probe_joins_every_gpu_of_a_multi_node_job_in_one_world():
     vp, nodes, per_node = SPANNING
@@ -91,3 +104,42 @@ def test_wiring_probe_joins_every_gpu_of_a_multi_node_job_in_one_world():
         assert sorted(r["local_rank"] for r in rs) == list(range(per_node)), (host, rs)
         assert len({r["device_path"] for r in rs}) == per_node and all(r["device_ok"] for r in rs), (host, rs)
     assert len({(r["master_addr"], r["master_port"], r["world_size"]) for r in records}) == 1, records
+
+
+@pytest.mark.skipif(SPANNING is None, reason="no GPU virtual partition spans two or more of the compute nodes")
+def test_a_staged_run_reads_its_data_from_the_jobs_local_scratch():
+    """resnet50.swbatch --wiring-probe --data DIR --stage: on each node one task copies the data
+    set from the shared home to the job's private /tmp, which lies on the node's local scratch
+    (job_container.conf's base), and every rank reads the whole copy from there."""
+    scratch = json.loads(D.rendered("etc/hal-provision/scratch.json") or "null")
+    if scratch is None:
+        pytest.skip("no hardware profile of the model has a local scratch")
+    vp, nodes, per_node = SPANNING
+    script = f"{FACTS['recipes']['resnet50']['dir']}/resnet50.swbatch"
+    work = f"hal-stage-{uuid.uuid4().hex[:8]}"
+    make = (f"mkdir -p ~/{work}/ds/a ~/{work}/ds/b && for i in $(seq 1 40); do "
+            f"head -c $((50000 + i * 1000)) /dev/urandom > ~/{work}/ds/$([ $((i % 2)) = 0 ] && echo a || echo b)/$i.JPEG; done")
+    try:
+        D.user_ok(make)
+        sizes = D.user_ok(f"find ~/{work}/ds -type f -printf '%s\\n' | awk '{{s += $1}} END {{print s}}'")
+        submitted = D.user_ok(f"cd ~/{work} && swbatch -p {vp} -t 0:10 --wait --output=$HOME/{work}/probe.out "
+                              f"{script} --wiring-probe --data $HOME/{work}/ds --stage", timeout=240)
+        job = re.search(r"Submitted batch job (\d+)", submitted)
+        assert job, submitted
+        output = D.user_ok(f"cat ~/{work}/probe.out")
+    finally:
+        D.as_user(D.login, f"rm -rf ~/{work}", 30)
+    head = re.search(r"^WIRING OK world=\d+ nodes=(\d+) .* staged=40 files (\d+) bytes ([\d.]+) s$", output, re.M)
+    assert head and head.group(1) == str(nodes) and head.group(2) == sizes.strip(), output
+    (body,) = [ln for ln in output.splitlines() if ln.startswith("WIRING {")]
+    records = json.loads(body.split(" ", 1)[1])["records"]
+    copies = collections.Counter(r["hostname"] for r in records if r["data"]["copied"])
+    assert copies == {h: 1 for h in {r["hostname"] for r in records}}, records  # one copy per node
+    for r in records:
+        d = r["data"]
+        want = scratch["profiles"][scratch["groups"][D.hostvars[r["hostname"]]["hal_node_group"]]]
+        # The copy lies in the job's /tmp, a bind of <base>/<job>/... on the scratch device.
+        assert d["path"].startswith("/tmp/") and d["read_bytes"] == d["bytes"], d
+        assert d["mount_source"] == want["source"] and f"/{job.group(1)}/" in d["mount_root"] + "/", d
+    print(f"staged {head.group(2)} bytes per node in {head.group(3)} s (the slowest node); records: "
+          + json.dumps([r["data"] for r in records])[:400])

@@ -80,6 +80,26 @@ ROWS = [
      E, "nodes[6].count", "greater than or equal to 1"),
     ("unknown-hardware", [("hardware: ac922                           #", "hardware: ac-922 #")],
      E, "nodes[5].hardware", "unknown hardware profile 'ac-922'; did you mean 'ac922'?"),
+    # --- local scratch ---------------------------------------------------------------------------
+    ("scratch-device-not-a-local-disk",
+     [("    features: [ac922, power9, v100, nvlink]\n", "    features: [ac922, power9, v100, nvlink]\n"
+       "    local_disks: [{device: /dev/nvme0n1, size_gib: 1600}]\n"
+       "    scratch: {devices: [/dev/nvme1n1]}\n")],
+     E, "hardware.ac922.scratch.devices[0]", "/dev/nvme1n1 is not one of the local_disks of 'ac922' (/dev/nvme0n1)"),
+    ("scratch-tmp-disk-beyond-its-devices",
+     [("    features: [ac922, power9, v100, nvlink]\n", "    features: [ac922, power9, v100, nvlink]\n"
+       "    local_disks: [{device: /dev/nvme0n1, size_gib: 1600}]\n"
+       "    scratch: {devices: [/dev/nvme0n1], tmp_disk_mib: 2000000}\n")],
+     E, "hardware.ac922.scratch.tmp_disk_mib", "TmpDisk 2000000 MiB is more than the 1638400 MiB of its devices"),
+    ("scratch-single-with-two-devices",
+     [("    features: [ac922, power9, v100, nvlink]\n", "    features: [ac922, power9, v100, nvlink]\n"
+       "    local_disks: [{device: /dev/nvme0n1, size_gib: 800}, {device: /dev/nvme1n1, size_gib: 800}]\n"
+       "    scratch: {devices: [/dev/nvme0n1, /dev/nvme1n1]}\n")],
+     E, "hardware.ac922.scratch", "layout single takes one device, not 2: use raid0 to stripe them"),
+    ("job-tmp-on-the-system-disk",
+     [("    hardware: ac922\n    addresses: {mgmt: 172.22.1.1,", "    hardware: ac922\n    job_tmp_base: /var/tmp/jobs\n"
+       "    addresses: {mgmt: 172.22.1.1,")],
+     W, "nodes[6].job_tmp_base", "lies on the system disk (profile 'ac922' has no scratch)"),
     # --- networks and addresses ----------------------------------------------------------------
     ("address-twice", [("{mgmt: 172.22.0.30,", "{mgmt: 172.22.1.16,")],
      E, "nodes[5].addresses.mgmt", "172.22.1.16 of node group 'dev' are also given to node group 'compute'"),
@@ -308,6 +328,12 @@ ACCEPTED = [
     ("qos-shorter-than-partition", [('max_wall: "1-00:00:00"}', 'max_wall: "12:00:00"}')]),
     ("unused-qos-longer-than-partitions", [('max_wall: "04:00:00"', 'max_wall: "7-00:00:00"')]),
     ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n")]),
+    ("job-tmp-on-raid0-nvme-scratch",
+     [("    features: [ac922, power9, v100, nvlink]\n", "    features: [ac922, power9, v100, nvlink]\n"
+       "    local_disks: [{device: /dev/nvme0n1, size_gib: 800}, {device: /dev/nvme1n1, size_gib: 800}]\n"
+       "    scratch: {devices: [/dev/nvme0n1, /dev/nvme1n1], layout: raid0, mount_point: /local}\n"),
+      ("    hardware: ac922\n    addresses: {mgmt: 172.22.1.1,", "    hardware: ac922\n    job_tmp_base: /local/jobs\n"
+       "    addresses: {mgmt: 172.22.1.1,")]),
     ("no-nvlink", [lambda t: re.sub(r" +- \[\d, \d, \d, \d\].*\n", "", t), ("      nvlink:", "      nvlink: []")]),
     # Without a fabric there are no InfiniBand counters to read either.
     ("no-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):],

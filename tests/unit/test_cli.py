@@ -172,7 +172,7 @@ def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
 SUB_COMMAND_LIBRARIES = ("grafana_foundation_sdk", "ldap3", "matplotlib", "graphviz", "pynvml", "ansible",
                          "hal_provision.render", "hal_provision.sandbox", "hal_provision.plan",
                          "hal_provision.discovery", "hal_provision.node.recipes", "hal_provision.cli.storage",
-                         "hal_provision.node.storage_bench", "hal_provision.cli.show")
+                         "hal_provision.node.storage_bench", "hal_provision.node.dl_io_bench", "hal_provision.cli.show")
 
 
 MODULES_AFTER = """

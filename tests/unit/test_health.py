@@ -107,7 +107,9 @@ def test_sandbox_keeps_the_checks_a_container_can_pass(hal):
     sb = derive_sandbox(hal)
     assert sb.health.interval_s == 15 and sb.health.checks == ["gpus", "mounts", "services"]
     exp = json.loads(health.render(sb)["files/etc/hal-provision/health/compute.json"])
-    assert exp["hosts"] == "hal[01-02]" and sorted(exp["checks"]) == ["gpus", "services"]
+    assert exp["hosts"] == "hal[01-02]" and sorted(exp["checks"]) == ["gpus", "mounts", "services"]
+    # The sandbox's stand-in scratch (derive.SCRATCH_STANDIN) is the one mount the model renders.
+    assert exp["checks"]["mounts"] == {"mount_points": ["/local"]}
 
 
 def test_sandbox_overlay_lists_the_bound_mounts(hal, tmp_path):
@@ -117,7 +119,8 @@ def test_sandbox_overlay_lists_the_bound_mounts(hal, tmp_path):
     shared = {"/home": ["hal-login", "hal01", "hal02"], "/sw": ["hal01", "hal02"], "/scratch": ["hal01"]}
     files = sandbox_files(sb, SshAccess(tmp_path / "id", tmp_path / "known"), shared)
     exp = json.loads(files["files/etc/hal-provision/health/compute.json"])
-    assert exp["checks"]["mounts"] == {"mount_points": ["/home", "/sw"]}  # /scratch is not on hal02
+    # /scratch is not on hal02; the local scratch is the model's own
+    assert exp["checks"]["mounts"] == {"mount_points": ["/home", "/sw", "/local"]}
 
 
 # ---- hal-healthcheck on fake trees ----------------------------------------------------------------

@@ -57,6 +57,11 @@ def edit(text: str, *replacements: tuple[str, str]) -> str:
     return text
 
 
+def line_of(text: str, piece: str) -> int:
+    """The 1-based line of the first line of `text` that holds `piece`."""
+    return next(i for i, line in enumerate(text.splitlines(), 1) if piece in line)
+
+
 def checked(text: str):
     loaded = validate_text(text, "cluster.yml")
     return loaded, [f for f in loaded.findings if f.level is not Level.info]
@@ -108,7 +113,7 @@ def test_scale_out_partitions(scaled):
 def test_scale_out_health_expectations(scaled):
     expected = json.loads(scaled["files/etc/hal-provision/health/h100.json"])
     assert expected["hosts"] == "tg[05-12]"
-    assert expected["checks"]["mounts"]["mount_points"] == ["/home", "/sw"]
+    assert expected["checks"]["mounts"]["mount_points"] == ["/home", "/sw", "/local"]  # shared, then local scratch
     assert "{tg[05-12]} || check_fs_mount_rw -f /home\n" in scaled["files/etc/nhc/nhc.conf"]
 
 
@@ -126,7 +131,8 @@ def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen):
     the missing homes now have a warning."""
     _loaded, findings = checked(edit(twogen, *SCALE_OUT))
     assert [(f.level, f.dotted, f.line) for f in findings] == [
-        (Level.error, "nodes[4].hosts", 175), (Level.warning, "storage.nfs.mounts[0].clients", 240)]
+        (Level.error, "nodes[4].hosts", line_of(twogen, "    hosts: tg[05-08]")),
+        (Level.warning, "storage.nfs.mounts[0].clients", line_of(twogen, "- {export: home, mount_point: /home"))]
     assert "no Slurm partition includes compute nodes tg[09-12]" in findings[0].message
     assert findings[1].message.startswith("tg[09-12] (4 hosts) of node group 'h100' (compute) mount no file "
                                           "system at /home (the default home path)")
@@ -135,13 +141,15 @@ def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen):
 def test_unknown_group_is_one_located_error_with_the_nearest_name(referenced):
     loaded, findings = checked(edit(referenced, ('"@login,@role:compute"}', '"@logn,@role:compute"}')))
     assert loaded.model is None
-    assert [(f.dotted, f.line, f.column) for f in findings] == [("storage.nfs.mounts[0].clients", 240, 44)]
+    assert [(f.dotted, f.line, f.column) for f in findings] == [
+        ("storage.nfs.mounts[0].clients", line_of(referenced, "- {export: home, mount_point: /home"), 44)]
     assert findings[0].message.startswith("unknown node group '@logn'; did you mean '@login'?")
 
 
 def test_unknown_role_names_the_roles(referenced):
-    _loaded, findings = checked(edit(referenced, ('"@role:compute"\n', '"@role:gpu"\n')))
-    assert [(f.dotted, f.line) for f in findings] == [("slurm.partitions[0].nodes", 194)]
+    text = edit(referenced, ('"@role:compute"\n', '"@role:gpu"\n'))
+    _loaded, findings = checked(text)
+    assert [(f.dotted, f.line) for f in findings] == [("slurm.partitions[0].nodes", line_of(text, '"@role:gpu"'))]
     assert "unknown role in '@role:gpu'; did you mean" in findings[0].message
 
 

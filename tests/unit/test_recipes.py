@@ -26,11 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision.node.recipes import scaling, slurmenv, train_resnet50, wiring_probe
+from hal_provision.node.recipes import hal_stage, scaling, slurmenv, train_resnet50, wiring_probe
 from hal_provision.node.recipes.slurmenv import SlurmEnvError
 
 PACKAGE = Path(slurmenv.__file__).parent
-PROGRAMS = ("slurmenv.py", "wiring_probe.py", "train_resnet50.py", "scaling.py")
+PROGRAMS = ("slurmenv.py", "wiring_probe.py", "train_resnet50.py", "scaling.py", "hal_stage.py")
 SAMPLES = Path(__file__).resolve().parents[1] / "data" / "recipes"
 
 
@@ -558,7 +558,32 @@ def test_a_data_set_run_keeps_its_epoch_length_open():
         "/datasets/imagenet", None, 10, True, "cosine", 0.1)
 
 
+def test_stage_copies_the_data_set_and_the_result_line_says_how_long_it_took(tmp_path, capsys):
+    source = tmp_path / "shared" / "ds" / "n01"
+    source.mkdir(parents=True)
+    (source / "a.JPEG").write_bytes(b"x" * 3000)
+    args = train_resnet50.parse_args(["--data", str(source.parent), "--stage", "--stage-dest", str(tmp_path / "job" / "ds")],
+                                     environ={})
+    rv = slurmenv.from_slurm(task_env(0), hostname="hal01")
+    staged = train_resnet50.stage_data(args, rv)
+    assert args.data == str(tmp_path / "job" / "ds") and (tmp_path / "job" / "ds" / "n01" / "a.JPEG").is_file()
+    assert capsys.readouterr().err.startswith("hal01 hal-stage: copied 1 files, 0.0 MB in ")
+    result = {"images_per_second": 1280.0, "gpus": 1, "nodes": 1, "batch_per_gpu": 256,
+              **train_resnet50.stage_fields(staged, slowest_seconds=2.34567)}
+    line = train_resnet50.result_line(result)
+    assert line == ('RESULT {"batch_per_gpu": 256, "gpus": 1, "images_per_second": 1280.0, "nodes": 1, '
+                    '"stage_bytes": 3000, "stage_files": 1, "stage_seconds": 2.346}')
+    assert scaling.run_from_result(scaling.parse_result(line)).images_per_second == 1280.0  # the report reads it still
+
+
+def test_without_stage_the_data_is_read_where_it_is():
+    args = train_resnet50.parse_args(["--data", "/datasets/imagenet"], environ={})
+    assert (args.stage, args.stage_dest) == (False, None)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
+    (["--stage"], "--stage copies a data set: give --data PATH"),
+    (["--data", "/d", "--stage-dest", "/tmp/d"], "--stage-dest needs --stage"),
     (["--resume"], "--resume needs --checkpoint-dir"),
     (["--epochs", "1", "--steps-per-epoch", "10"], "10 steps leave none to time after --warmup-steps-timing 10"),
     (["--batch-per-gpu", "0"], "--batch-per-gpu must be at least 1"),
@@ -821,3 +846,54 @@ def test_submit_runs_each_job_in_turn_then_reports(tmp_path):
     table = done.stdout.split("GPUs  nodes", 1)[1].splitlines()
     assert [row.split()[0] for row in table[1:4]] == ["1", "2", "4"]
     assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_staged_probe_copies_once_per_node_and_every_rank_reads_the_copy(tmp_path):
+    """--data --stage: each "node" (its own TMPDIR) copies once, every rank reads the whole copy
+    and says which mount it lies on; rank 0's OK line carries the copy."""
+    directory, dev, port = install(tmp_path), fake_gpus(tmp_path, range(4)), free_port()
+    data = tmp_path / "shared" / "ds"
+    for k in range(5):
+        (data / f"class{k % 2}").mkdir(parents=True, exist_ok=True)
+        (data / f"class{k % 2}" / f"img{k}.JPEG").write_bytes(bytes([k]) * (1000 + k))
+    tmp = {0: tmp_path / "node1-tmp", 1: tmp_path / "node2-tmp"}
+    for d in tmp.values():
+        d.mkdir()
+
+    def start(rank: int) -> subprocess.Popen:
+        env = probe_env(rank, port, dev, TMPDIR=str(tmp[rank // 2]))
+        return subprocess.Popen([sys.executable, str(directory / "wiring_probe.py"), "--timeout", "20", "--bind",
+                                 "127.0.0.1", "--data", str(data), "--stage"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd="/")
+
+    others = [start(r) for r in (1, 2, 3)]
+    results = finish([start(0)] + others)
+    assert [rc for rc, _, _ in results] == [0, 0, 0, 0], results
+    head, body = results[0][1].splitlines()
+    assert head.startswith(f"WIRING OK world=4 nodes=2 per_node=2 master=127.0.0.1:{port} staged=5 files 5010 bytes ")
+    records = json.loads(body.removeprefix("WIRING "))["records"]
+    for r in records:
+        d = r["data"]
+        assert d["path"] == str(tmp[r["rank"] // 2] / "hal-stage" / "ds") and d["read_bytes"] == d["bytes"] == 5010
+        assert d["mount_point"] == wiring_probe.mount_of(str(tmp_path))["mount_point"] and d["mount_source"] != "?"
+    assert sorted(r["data"]["copied"] for r in records) == [False, False, True, True]  # one copy per node
+
+
+def test_a_rank_that_read_less_than_the_copy_is_a_problem():
+    records = world()
+    for r in records:
+        r["data"] = {"files": 2, "bytes": 10, "read_bytes": 10, "stage_seconds": 0.5}
+    records[3]["data"] = dict(records[3]["data"], read_bytes=4)
+    assert wiring_probe.check(records) == ["rank 3 (hal01): read 4 of the 10 staged bytes"]
+
+
+def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
+    info = tmp_path / "mountinfo"
+    info.write_text("22 1 8:1 / / rw - ext4 /dev/vda1 rw\n"
+                    "40 22 7:0 / /local rw - ext4 /var/lib/hal-sandbox/nvme0n1 rw\n"
+                    "41 40 7:0 /jobs/77/.77 /tmp rw - ext4 /var/lib/hal-sandbox/nvme0n1 rw\n"
+                    "42 22 0:5 / /with\\040space rw - tmpfs none rw\n")
+    assert wiring_probe.mount_of("/tmp/hal-stage/ds", str(info)) == {
+        "mount_point": "/tmp", "mount_root": "/jobs/77/.77", "mount_source": "/var/lib/hal-sandbox/nvme0n1"}
+    assert wiring_probe.mount_of("/with space/x", str(info))["mount_point"] == "/with space"
+    assert wiring_probe.mount_of("/etc", str(info))["mount_source"] == "/dev/vda1"

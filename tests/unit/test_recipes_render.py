@@ -79,6 +79,25 @@ def test_job_script_launches_one_task_per_gpu_from_the_model(files):
     assert '--ntasks=$(( SLURM_JOB_NUM_NODES * gpus_per_node ))' in script
     for name in ("resnet50.swbatch", "scaling.sh"):
         subprocess.run(["bash", "-n"], input=files[f"{DIR}/{name}"], text=True, check=True)
+    assert "--data ~/datasets/NAME --stage " in script
+
+
+def test_hal_stage_runs_the_program_beside_it(files, tmp_path):
+    """The rendered command runs hal_stage.py from the recipe directory with the node's python3;
+    here, with the recipe directory made in a temporary directory, it stages a tree."""
+    script = files[f"{DIR}/hal-stage.sh"]
+    assert script.startswith("#!/bin/sh\n") and script.endswith(
+        'exec python3 /opt/hal/recipes/resnet50/hal_stage.py "$@"\n')
+    subprocess.run(["sh", "-n"], input=script, text=True, check=True)
+    from hal_provision.node.recipes import hal_stage
+
+    command = tmp_path / "hal-stage.sh"
+    command.write_text(script.replace("/opt/hal/recipes/resnet50/hal_stage.py", hal_stage.__file__))
+    (tmp_path / "ds" / "c").mkdir(parents=True)
+    (tmp_path / "ds" / "c" / "a.JPEG").write_bytes(b"x" * 10)
+    done = subprocess.run(["sh", str(command), "--print-path", str(tmp_path / "ds")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path / "job-tmp")}, check=True)
+    assert done.stdout == f"{tmp_path}/job-tmp/hal-stage/ds\n"
 
 
 def test_nccl_settings_follow_the_fabric(files, hal_text):
@@ -95,9 +114,10 @@ def test_benchmark_runs_the_model_partitions(files):
     assert "--partitions gpux1,gpux2,gpux4,gpux8,gpux16 " in files[f"{DIR}/scaling.sh"]
     facts = json.loads(files[recipes.FACTS])
     assert facts["recipes"]["resnet50"] == {
+        "commands": [{"name": "hal-stage", "script": "hal-stage.sh"}],
         "dir": "/opt/hal/recipes/resnet50",
         "programs": list(recipes.PROGRAMS),
-        "rendered": ["recipe.env", "resnet50.swbatch", "scaling.sh"],
+        "rendered": ["hal-stage.sh", "recipe.env", "resnet50.swbatch", "scaling.sh"],
         "scaling_partitions": ["gpux1", "gpux2", "gpux4", "gpux8", "gpux16"],
         "virtual_partition": "gpux4",
     }

@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = ("gpfs", "nfs_server", "nfs_client")
-PLAYBOOKS = ("storage.yml", "storage-bench.yml")
+PLAYBOOKS = ("storage.yml", "storage-bench.yml", "dl-io-bench.yml")
 
 
 def load(path: Path):

@@ -79,4 +79,5 @@ def test_sandbox_of_the_workstation_is_one_container(ws):
     with pytest.raises(SandboxError, match="fewer than 2 hosts"):
         derive_sandbox(ws)  # the default asks for two compute nodes
     health = json.loads(render_all(sb)["files/etc/hal-provision/health/ws.json"])
-    assert sorted(health["checks"]) == ["gpus", "services"]
+    assert sorted(health["checks"]) == ["gpus", "mounts", "services"]
+    assert health["checks"]["mounts"] == {"mount_points": ["/local"]}  # the sandbox's scratch stand-in

@@ -18,8 +18,8 @@ and an admin's manual run use. --root reads /proc, /sys and /dev under DIR (test
 
 Checks: cpus (sockets, cores per socket, threads per core from sysfs), memory (MemTotal at
 least min_kib), gpus (each device file a character device of the NVIDIA major), gpu_model
-(nvidia-smi: count, model name, memory per GPU), mounts (each shared file system's mount point
-in /proc/self/mounts), services (systemctl is-active), infiniband (each cabled port number
+(nvidia-smi: count, model name, memory per GPU), mounts (the mount point of each shared file
+system and of the local scratch in /proc/self/mounts), services (systemctl is-active), infiniband (each cabled port number
 ACTIVE at the fabric's rate on some adapter). The last result is kept in
 /run/hal-healthcheck/last.json. Standard library only.
 """

@@ -17,6 +17,8 @@ the script's own directory there).
 - wiring_probe: proves that launch without PyTorch: every rank reaches rank 0 over TCP and
   opens its own GPU's device file.
 - train_resnet50: PyTorch DistributedDataParallel ResNet-50 (HAL, PEARC '20).
+- hal_stage: `hal-stage`, a data set copied from the shared file system to the job's local
+  scratch once per node (one task copies, the node's others wait); train_resnet50 --stage.
 - scaling: runs the recipe once per virtual partition and reports throughput and scaling
   efficiency (a table, and a PNG plot with matplotlib).
 

@@ -12,11 +12,14 @@ wiring_probe.py checks, and hands them to torch.distributed's env:// initialisat
 
     train_resnet50.py --data synthetic --epochs 1 --steps-per-epoch 100   (the benchmark)
     train_resnet50.py --data /datasets/imagenet --checkpoint-dir ~/ckpt --resume
+    train_resnet50.py --data ~/datasets/imagenet-mini --stage      (copied to local scratch first)
 
 `--data synthetic` makes one batch of random images and fixed labels on each GPU once and
 trains on it every step, so the figure measures the GPUs and NCCL, not the file system or
 JPEG decoding. A path is an ImageFolder tree (PATH/train when it exists), sharded across ranks
-with a DistributedSampler.
+with a DistributedSampler. With --stage every task first calls hal_stage.stage() on it: on
+each node one task copies the tree to the job's local scratch (default $TMPDIR/hal-stage/NAME,
+or --stage-dest), the node's other tasks wait for that copy, and all read from there.
 
 Throughput: the first --warmup-steps-timing steps (cuDNN autotuning, NCCL setup) are not
 timed; the rest are, between torch.cuda.synchronize() calls, checkpoint writes excluded. The
@@ -26,7 +29,9 @@ slowest rank's time counts. Rank 0 ends with exactly one line
             "nodes": 2, "per_gpu": ..., "precision": "amp", "seconds": ..., "steps": ...,
             "torch": "2.5.1"}
 
-which scaling.py reads. images_per_second = gpus * batch_per_gpu * steps / seconds.
+which scaling.py reads. images_per_second = gpus * batch_per_gpu * steps / seconds. With
+--stage it also has stage_seconds (the slowest node's copy), stage_bytes and stage_files (one
+node's copy: every node copies the same tree).
 
 PyTorch and torchvision are imported only inside the functions that train, so that the
 options and the learning-rate schedule can be read and tested where PyTorch is not installed.
@@ -42,8 +47,9 @@ import sys
 import time
 
 try:
-    from . import slurmenv
-except ImportError:  # run as a script beside slurmenv.py (the recipes role's layout)
+    from . import hal_stage, slurmenv
+except ImportError:  # run as a script beside slurmenv.py and hal_stage.py (the recipes role's layout)
+    import hal_stage
     import slurmenv
 
 REFERENCE_BATCH = 256  # the batch the base learning rate is given for (Goyal et al.)
@@ -81,6 +87,10 @@ def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespac
     parser.add_argument("--label-smoothing", type=float, default=0.0)
     parser.add_argument("--precision", choices=("amp", "fp32"), default="amp",
                         help="amp: fp16 autocast and a gradient scaler (default); fp32")
+    parser.add_argument("--stage", action="store_true",
+                        help="copy --data to this node's local scratch once (hal-stage) and train from there")
+    parser.add_argument("--stage-dest", default=None,
+                        help="where --stage copies to (default: $TMPDIR or /tmp, then /hal-stage/<data's name>)")
     parser.add_argument("--workers", type=int, default=8, help="data loader processes per GPU (data sets only)")
     parser.add_argument("--warmup-steps-timing", type=int, default=10,
                         help="first steps left out of the throughput figure (default 10)")
@@ -103,6 +113,10 @@ def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespac
         parser.error("--label-smoothing must be in [0, 1)")
     if args.resume and not args.checkpoint_dir:
         parser.error("--resume needs --checkpoint-dir")
+    if (args.stage or args.stage_dest) and args.data == "synthetic":
+        parser.error("--stage copies a data set: give --data PATH")
+    if args.stage_dest and not args.stage:
+        parser.error("--stage-dest needs --stage")
     if args.data == "synthetic":
         args.steps_per_epoch = args.steps_per_epoch or 100
         if args.epochs * args.steps_per_epoch <= args.warmup_steps_timing:
@@ -147,6 +161,13 @@ def learning_rate(epoch: float, base_lr: float, global_batch: int, warmup_epochs
 def throughput(gpus: int, batch_per_gpu: int, steps: int, seconds: float) -> float:
     """Global images per second."""
     return gpus * batch_per_gpu * steps / seconds
+
+
+def stage_fields(staged: hal_stage.Staged, slowest_seconds: float | None = None) -> dict:
+    """The RESULT line's account of the copy to local scratch: its seconds (the slowest node's
+    when given), bytes and files."""
+    seconds = staged.seconds if slowest_seconds is None else slowest_seconds
+    return {"stage_seconds": round(seconds, 3), "stage_bytes": staged.bytes, "stage_files": staged.files}
 
 
 def result_line(result: dict) -> str:
@@ -306,8 +327,9 @@ def load_checkpoint(args, device, model, optimizer, scaler) -> int:
     return state["epoch"] + 1
 
 
-def train(args, rv: slurmenv.Rendezvous) -> dict | None:
-    """Train; the RESULT dictionary on rank 0, None on the others."""
+def train(args, rv: slurmenv.Rendezvous, staged: hal_stage.Staged | None = None) -> dict | None:
+    """Train; the RESULT dictionary on rank 0, None on the others. `staged`: this node's copy of
+    the data set (--stage), already in args.data."""
     import torch
     import torch.distributed as dist
 
@@ -352,11 +374,12 @@ def train(args, rv: slurmenv.Rendezvous) -> dict | None:
         if args.checkpoint_dir and rv.rank == 0:
             save_checkpoint(args, epoch, model, optimizer, scaler)
 
-    seconds = torch.tensor([timer.seconds], device=device, dtype=torch.float64)
-    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank's time is the job's
+    # The slowest rank's time is the job's, and the slowest node's copy to local scratch.
+    seconds = torch.tensor([timer.seconds, staged.seconds if staged else 0.0], device=device, dtype=torch.float64)
+    dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
     result = None
     if rv.rank == 0:
-        total = throughput(rv.world_size, args.batch_per_gpu, timer.timed_steps, seconds.item())
+        total = throughput(rv.world_size, args.batch_per_gpu, timer.timed_steps, seconds[0].item())
         result = {
             "images_per_second": round(total, 1),
             "per_gpu": round(total / rv.world_size, 1),
@@ -365,12 +388,24 @@ def train(args, rv: slurmenv.Rendezvous) -> dict | None:
             "batch_per_gpu": args.batch_per_gpu,
             "precision": args.precision,
             "steps": timer.timed_steps,
-            "seconds": round(seconds.item(), 3),
+            "seconds": round(seconds[0].item(), 3),
             "torch": torch.__version__,
             "gpu_name": torch.cuda.get_device_name(device),
         }
+        if staged is not None:
+            result.update(stage_fields(staged, seconds[1].item()))
     dist.destroy_process_group()
     return result
+
+
+def stage_data(args, rv: slurmenv.Rendezvous) -> hal_stage.Staged:
+    """Copy --data to this node's local scratch (one task per node copies, the others wait) and
+    point args.data at the copy. Each node's local rank 0 says what happened."""
+    staged = hal_stage.stage(args.data, args.stage_dest)
+    if rv.local_rank == 0:
+        print(f"{rv.hostname} {staged.summary()}", file=sys.stderr, flush=True)
+    args.data = str(staged.path)
+    return staged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -387,7 +422,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_resnet50: PyTorch and torchvision are needed ({exc}): load the framework module "
               "or activate an environment that has them", file=sys.stderr)
         return 2
-    result = train(args, rv)
+    staged = None
+    if args.stage:
+        try:
+            staged = stage_data(args, rv)
+        except hal_stage.StageError as exc:
+            print(f"train_resnet50: --stage: {exc}", file=sys.stderr)
+            return 2
+    result = train(args, rv, staged)
     if result is not None:
         print(result_line(result), flush=True)
     return 0

@@ -30,11 +30,19 @@ Bounded: rank 0 waits at most --timeout seconds for the others; another rank tri
 rank 0 for at most --timeout seconds, then waits at most --timeout seconds for the verdict
 (rank 0 started before it connected, so rank 0's own deadline falls within that).
 
+With --data PATH --stage (as the recipe takes them) every rank first stages the data set as
+train_resnet50.py would (hal_stage.stage: one copy per node, to the job's private /tmp by
+default), reads every staged file whole, and adds a "data" entry to its record: the staged
+path, files and bytes, the bytes it read, the copy's seconds, and the mount the copy lies on
+(mount point, root within it, source device, from /proc/self/mountinfo). Rank 0 checks that
+every rank read the whole copy, and its OK line gains `staged=FILES files BYTES bytes
+SECONDS s` (the slowest node's copy).
+
 For tests and the sandbox: HAL_PROBE_HOSTNAME replaces socket.gethostname() (several "nodes"
 on one machine), HAL_PROBE_DEV_DIR replaces /dev, and --bind replaces 0.0.0.0 as rank 0's
 listening address (127.0.0.1 keeps a test on the loopback).
 
-Standard library only:  python3 wiring_probe.py [--timeout 60] [--bind ADDR]
+Standard library only:  python3 wiring_probe.py [--timeout 60] [--bind ADDR] [--data PATH --stage [--stage-dest DIR]]
 """
 
 from __future__ import annotations
@@ -43,14 +51,16 @@ import argparse
 import errno
 import json
 import os
+import re
 import socket
 import sys
 import time
 from collections import Counter, defaultdict
 
 try:
-    from . import slurmenv
-except ImportError:  # run as a script beside slurmenv.py (the recipes role's layout)
+    from . import hal_stage, slurmenv
+except ImportError:  # run as a script beside slurmenv.py and hal_stage.py (the recipes role's layout)
+    import hal_stage
     import slurmenv
 
 HOSTNAME_VAR = "HAL_PROBE_HOSTNAME"
@@ -118,6 +128,42 @@ def record(rv: slurmenv.Rendezvous, dev_dir: str = "/dev") -> dict:
     }
 
 
+def _unescape(field: str) -> str:
+    """mountinfo's octal escapes (\\040 for a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> dict:
+    """The mount `path` lies on, as this process sees it: mount point, root within the mounted
+    file system, and source (the device)."""
+    real = os.path.realpath(path)
+    best = {"mount_point": "/", "mount_root": "/", "mount_source": "?"}
+    with open(mountinfo) as f:
+        for line in f:
+            fields, _, tail = line.partition(" - ")
+            parts = fields.split()
+            point = _unescape(parts[4])
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best["mount_point"]):
+                best = {"mount_point": point, "mount_root": _unescape(parts[3]),
+                        "mount_source": _unescape(tail.split()[1])}
+    return best
+
+
+def read_data(staged: hal_stage.Staged) -> dict:
+    """Read every staged file whole (as a data loader would); what was read and where it lies."""
+    read = 0
+    for dirpath, _dirs, names in os.walk(staged.path):
+        for name in names:
+            if dirpath == str(staged.path) and name in (hal_stage.MARKER, hal_stage.UNFINISHED):
+                continue
+            with open(os.path.join(dirpath, name), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    read += len(chunk)
+    return {"path": str(staged.path), "files": staged.files, "bytes": staged.bytes, "read_bytes": read,
+            "stage_seconds": round(staged.seconds, 3), "copied": staged.copied, **mount_of(str(staged.path))}
+
+
 def malformed(obj) -> str | None:
     """Why `obj` is not a record (None when it is one)."""
     if not isinstance(obj, dict):
@@ -182,6 +228,13 @@ def check(records: list[dict]) -> list[str]:
     for rec in sorted(records, key=lambda r: r["rank"]):
         if not rec["device_ok"]:
             problems.append(f"{_who(rec)}: {rec['device_error'] or rec['device_path']}")
+    staged = [rec for rec in records if isinstance(rec.get("data"), dict)]
+    if staged and len(staged) != len(records):
+        problems.append(f"ranks {_ranks(r['rank'] for r in records if r not in staged)} staged no data")
+    for rec in sorted(staged, key=lambda r: r["rank"]):
+        data = rec["data"]
+        if data.get("read_bytes") != data.get("bytes"):
+            problems.append(f"{_who(rec)}: read {data.get('read_bytes')} of the {data.get('bytes')} staged bytes")
     return problems
 
 
@@ -225,8 +278,13 @@ def summary(records: list[dict]) -> str:
     per_node = [len(recs) for recs in hosts.values()]
     shown = str(per_node[0]) if len(set(per_node)) == 1 else ",".join(map(str, per_node))
     first = _rank0(records)
-    return (f"world={len(records)} nodes={len(hosts)} per_node={shown} "
+    line = (f"world={len(records)} nodes={len(hosts)} per_node={shown} "
             f"master={first['master_addr']}:{first['master_port']}")
+    data = [r["data"] for r in records if isinstance(r.get("data"), dict)]
+    if data:
+        line += (f" staged={data[0]['files']} files {data[0]['bytes']} bytes "
+                 f"{max(d['stage_seconds'] for d in data):.3f} s")
+    return line
 
 
 def report_lines(records: list[dict], problems: list[str]) -> list[str]:
@@ -339,7 +397,12 @@ def main(argv: list[str] | None = None, environ=None) -> int:
     parser = argparse.ArgumentParser(description="Check that every srun task of the job joins one world with its own GPU.")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the other ranks (default 60)")
     parser.add_argument("--bind", default="0.0.0.0", help="rank 0's listening address (default 0.0.0.0)")
+    parser.add_argument("--data", default=None, help="a data set to stage and read (with --stage), as the recipe's")
+    parser.add_argument("--stage", action="store_true", help="copy --data to the node's local scratch first (hal-stage)")
+    parser.add_argument("--stage-dest", default=None, help="where --stage copies to (default: as hal-stage)")
     args = parser.parse_args(argv)
+    if args.stage != bool(args.data) or (args.stage_dest and not args.stage):
+        parser.error("--stage and --data go together (--stage-dest needs both)")
     environ = os.environ if environ is None else environ
     try:
         rv = slurmenv.from_slurm(environ, hostname=environ.get(HOSTNAME_VAR) or None)
@@ -347,6 +410,12 @@ def main(argv: list[str] | None = None, environ=None) -> int:
         print(f"wiring_probe: {exc}", file=sys.stderr)
         return 1
     own = record(rv, environ.get(DEV_DIR_VAR) or "/dev")
+    if args.stage:
+        try:
+            own["data"] = read_data(hal_stage.stage(args.data, args.stage_dest, environ))
+        except (hal_stage.StageError, OSError) as exc:
+            print(f"wiring_probe rank {rv.rank} ({rv.hostname}): {exc}", file=sys.stderr)
+            return 1
     if rv.rank == 0:
         return serve(own, args.timeout, args.bind)
     try:
