@@ -27,6 +27,11 @@ class Recipes(Strict):
         None,
         description="software.modules entry that provides PyTorch and torchvision, loaded by the job scripts "
         "before the program starts; None: the job's own environment (a virtualenv the user activates).")
+    cpu_framework_module: ModuleRef | None = Field(
+        None,
+        description="software.modules entry with a CPU build of PyTorch, loaded instead of framework_module by "
+        "jobs without GPUs (the cpu virtual partitions: gloo, threads and pinning from the hardware profile); "
+        "None: framework_module there too.")
     virtual_partition: Name = Field(
         description="The wrapper suite's GPU virtual partition the job script asks for by default "
         "(`#SWBATCH -p`); `swbatch -p gpuxN resnet50.swbatch` overrides it.")

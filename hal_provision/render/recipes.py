@@ -105,6 +105,17 @@ def job_script(cluster: Cluster) -> str:
     ])
 
 
+def _framework_load(r) -> list[str]:
+    """`module load` of the framework: the CPU build where the job has no GPUs and the model
+    names one (recipes.cpu_framework_module)."""
+    gpu, cpu = r.framework_module, r.cpu_framework_module or r.framework_module
+    if gpu == cpu:
+        return [f"module load {shlex.quote(gpu)}\n"]
+    load = (lambda ref: f"    module load {shlex.quote(ref)}\n" if ref else "    :\n")
+    return ["# A job without GPUs (the cpu virtual partitions) trains on the CPU build.\n",
+            'if [ -z "${SLURM_GPUS_ON_NODE:-}" ]; then\n', load(cpu), "else\n", load(gpu), "fi\n"]
+
+
 def recipe_env(cluster: Cluster) -> str:
     r = cluster.recipes
     hca = nccl_ib_hca(r, cluster.fabric, cluster.slurm_nodes)
@@ -118,7 +129,7 @@ def recipe_env(cluster: Cluster) -> str:
     else:
         lines += ["# No InfiniBand fabric: NCCL between nodes over TCP sockets.\n", "export NCCL_IB_DISABLE=1\n"]
     lines.append(f"export HAL_RECIPE_BATCH_PER_GPU={r.batch_per_gpu}\n")
-    if r.framework_module:
+    if r.framework_module or r.cpu_framework_module:
         lines += ["# This node's own module tree: swbatch exports the submitting shell's environment, whose\n",
                   "# MODULEPATH is the login node's tree (one tree per node role), so start Lmod afresh, then\n",
                   "# load the framework (Lmod's scripts are not written for `set -u`).\n",
@@ -126,7 +137,7 @@ def recipe_env(cluster: Cluster) -> str:
                   "if type module >/dev/null 2>&1; then module --force purge >/dev/null 2>&1 || true; fi\n",
                   "unset MODULEPATH MODULEPATH_ROOT\n",
                   "source /etc/profile.d/lmod.sh\n",
-                  f"module load {shlex.quote(r.framework_module)}\n",
+                  *_framework_load(r),
                   "set -u\n"]
     return "".join(lines)
 

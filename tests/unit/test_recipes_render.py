@@ -39,6 +39,8 @@ ROWS = [
     ("framework-module-not-on-compute", [(MODULE, "  framework_module: jupyter/2026.11 "),
                                          ("      roles: [login, development, compute]", "      roles: [login]")],
      E, "recipes.framework_module", "is not visible on compute nodes"),
+    ("unknown-cpu-framework-module", [("  cpu_framework_module: pytorch/2.13.0-cpu ", "  cpu_framework_module: pytorch/2.13 ")],
+     E, "recipes.cpu_framework_module", "module 'pytorch/2.13' is not in software.modules; did you mean 'pytorch/2.13.0-cpu'?"),
     ("nccl-hca-without-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):],
                                  lambda t: t.replace(", infiniband", ""),
                                  ("  batch_per_gpu: 256 ", "  nccl_ib_hca: [mlx5_0:1]\n  batch_per_gpu: 256 ")],
