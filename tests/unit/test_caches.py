@@ -76,6 +76,23 @@ def test_with_a_wheelhouse_pip_installs_from_it_alone():
         "PIP_CERT": "/etc/ssl/x.crt", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}
 
 
+def lmod_vars(plan_wheelhouse: str | None = None, **overrides) -> dict:
+    role = REPO / "roles/lmod"
+    return {**yaml.safe_load((role / "defaults/main.yml").read_text()),
+            **yaml.safe_load((role / "vars/main.yml").read_text()),
+            "__lmod_plan": {"wheelhouse": plan_wheelhouse, "environments": []}, **overrides}
+
+
+@pytest.mark.parametrize(("plan", "overrides", "expected"), [
+    (None, {}, {}),  # the index, as pip is configured on the node
+    ("/sw/wheels", {}, {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/sw/wheels"}),  # the model's wheelhouse
+    ("/sw/wheels", {"lmod_pip_wheelhouse": wheelhouse.NODE_WHEELHOUSE, "lmod_pip_environment": {"PIP_CERT": "/c"}},
+     {"PIP_CERT": "/c", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}),  # the sandbox's
+])
+def test_module_environments_install_from_the_wheelhouse_in_force(plan, overrides, expected):
+    assert templar(lmod_vars(plan, **overrides))("__lmod_pip_environment") == expected
+
+
 def test_the_wheelhouse_holds_what_the_portal_role_installs():
     files = render_all(derive_sandbox(load().model))
     reqs = wheelhouse.requirements(files)
