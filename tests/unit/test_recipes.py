@@ -908,6 +908,31 @@ def test_the_plot_is_a_png_matplotlib_reads_back(tmp_path):
     assert pixels.shape[0] > 300 and pixels.shape[1] > 500 and pixels.std() > 0.01  # not a blank canvas
 
 
+def test_cpu_runs_scale_over_nodes():
+    runs, problems = scaling.load_runs(SAMPLES / "cpu")
+    assert problems == [] and {(r.device, r.gpus) for r in runs} == {("cpu", 0)}
+    assert scaling.render_table(runs) == (
+        "nodes  ranks  images/s  per node  scaling efficiency (%)\n"
+        "    1      2      40.0      40.0                   100.0\n"
+        "    2      4      78.4      39.2                    98.0\n"
+        "    4      8     150.4      37.6                    94.0\n")
+
+
+def test_gpu_and_cpu_runs_are_not_mixed(tmp_path):
+    shutil.copytree(SAMPLES, tmp_path / "results")
+    shutil.copy(SAMPLES / "cpu" / "cpun2-202.out", tmp_path / "results")
+    runs, problems = scaling.load_runs(tmp_path / "results")
+    assert len(runs) == 5 and {r.device for r in runs} == {"cuda"}
+    assert problems == [f"{tmp_path}/results/cpun2-202.out: a cpu run among cuda runs: give each kind its own "
+                        "directory"]
+
+
+def test_the_cpu_plot(tmp_path):
+    runs, _ = scaling.load_runs(SAMPLES / "cpu")
+    scaling.plot(runs, tmp_path / "cpu.png")
+    assert (tmp_path / "cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_plot_needs_runs(tmp_path):
     with pytest.raises(scaling.ScalingError, match="no runs to plot"):
         scaling.plot([], tmp_path / "x.png")
@@ -947,6 +972,16 @@ def test_submit_dry_run_prints_the_jobs(tmp_path):
         f"scaling: swbatch -p {p} --output={out}/{p}-%j.out --wait /opt/hal/recipes/resnet50/resnet50.swbatch "
         "--data synthetic --steps-per-epoch 30 --epochs 1\n" for p in ("gpux1", "gpux16"))
     assert not out.exists()
+
+
+def test_submit_passes_the_recipes_options_on(tmp_path):
+    out = tmp_path / "never-made"
+    done = run_scaling(PACKAGE / "scaling.py", "submit", "--script", "job.swbatch", "--partitions", "cpun1,cpun2",
+                       "--out", out, "--steps", "30", "--dry-run", "--", "--arch", "resnet18", "--image-size", "64")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "".join(
+        f"scaling: swbatch -p {p} --output={out}/{p}-%j.out --wait job.swbatch --data synthetic --steps-per-epoch 30 "
+        "--epochs 1 --arch resnet18 --image-size 64\n" for p in ("cpun1", "cpun2"))
 
 
 FAKE_SWBATCH = '''#!{python}

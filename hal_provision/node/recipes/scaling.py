@@ -115,20 +115,19 @@ def load_run(path: Path) -> Run:
 
 def load_runs(directory: Path) -> tuple[list[Run], list[str]]:
     """Every *.out in `directory`: (runs, one problem per file without a usable result). GPU and
-    CPU runs do not scale over the same thing: the kind of the first run counts, and a run of
-    the other kind is a problem."""
-    runs, problems = [], []
+    CPU runs do not scale over the same thing: the kind most files hold counts (GPUs on a tie),
+    and each run of the other kind is a problem."""
+    loaded, problems = [], []
     for path in sorted(directory.glob("*.out")):
         try:
-            run = load_run(path)
+            loaded.append((path, load_run(path)))
         except (ScalingError, OSError) as exc:
             problems.append(str(exc))
-            continue
-        if runs and run.device != runs[0].device:
-            problems.append(f"{path}: a {run.device} run among {runs[0].device} runs: give each kind its own directory")
-            continue
-        runs.append(run)
-    return runs, problems
+    kinds = [run.device for _, run in loaded]
+    kind = "cpu" if kinds.count("cpu") > kinds.count("cuda") else "cuda"
+    problems += [f"{path}: a {run.device} run among {kind} runs: give each kind its own directory"
+                 for path, run in loaded if run.device != kind]
+    return [run for _, run in loaded if run.device == kind], problems
 
 
 def _ordered(runs: list[Run]) -> list[Run]:
