@@ -242,3 +242,16 @@ def test_the_benchmark_on_cpus_runs_the_cpu_partitions(files, tmp_path):
     subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
     assert [line.split()[1] for line in log.read_text().splitlines()] == ["gpux1", "gpux2", "gpux4", "gpux8", "gpux16"]
     assert f"--output={tmp_path}/resnet50-scaling/gpux1-%j.out" in log.read_text()
+
+
+def test_recipes_list_says_how_jobs_run_on_cpus():
+    from typer.testing import CliRunner
+
+    from hal_provision.cli.main import app
+
+    done = CliRunner().invoke(app, ["recipes", "list"])
+    assert done.exit_code == 0, done.output
+    lines = [" ".join(line.split()) for line in done.output.splitlines()]
+    assert "on CPUs partition gpu (ac922): 2 tasks per node (one per socket), 80 CPUs and 20 threads each" in lines
+    assert ("benchmark on CPUs /opt/hal/recipes/resnet50/scaling.sh --cpu [OUTDIR [STEPS [OPTIONS]]]: cpun1 (1), "
+            "cpun2 (2), cpun4 (4) nodes") in lines
