@@ -844,6 +844,31 @@ def test_train_script_without_pytorch_says_what_to_load(tmp_path):
                            "load the framework module or activate an environment that has it\n")
 
 
+TORCH_PYTHON = os.environ.get("HAL_TORCH_PYTHON")  # a python3 with PyTorch (CPU build is enough)
+
+
+@pytest.mark.skipif(not TORCH_PYTHON, reason="HAL_TORCH_PYTHON (a python3 with PyTorch) is not set")
+def test_two_cpu_ranks_train_and_the_recipe_checks_itself(tmp_path):
+    """The recipe for real on this machine's CPUs: 2 ranks over gloo, a small network; every
+    rank ends with the same parameters and the loss falls, as the RESULT line says."""
+    directory, port = install(tmp_path), free_port()
+    argv = [TORCH_PYTHON, str(directory / "train_resnet50.py"), "--arch", "resnet18", "--image-size", "32",
+            "--batch-per-rank", "8", "--epochs", "1", "--steps-per-epoch", "16", "--warmup-steps-timing", "2"]
+    procs = [subprocess.Popen(argv, env=dict(task_env(rank, per_node=2, nodes=1, CUDA_VISIBLE_DEVICES=None,
+                                                      SLURM_STEP_GPUS=None),
+                                             MASTER_ADDR="127.0.0.1", HAL_RECIPE_PORT=str(port), OMP_NUM_THREADS="1",
+                                             PATH=os.environ["PATH"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+             for rank in (0, 1)]
+    results = finish(procs)
+    assert [rc for rc, _, _ in results] == [0, 0], results
+    result = scaling.parse_result(results[0][1])
+    assert (result["device"], result["ranks"], result["threads_per_rank"], result["steps"]) == ("cpu", 2, 1, 14)
+    assert result["params_equal"] is True and result["loss_fell"] is True
+    assert result["loss_last"] < result["loss_first"] / 2
+    assert "RESULT" not in results[1][1]
+
+
 # ---- scaling report -----------------------------------------------------------------------------
 
 def sample_runs() -> list[scaling.Run]:
