@@ -143,3 +143,51 @@ def test_a_staged_run_reads_its_data_from_the_jobs_local_scratch():
         assert d["mount_source"] == want["source"] and f"/{job.group(1)}/" in d["mount_root"] + "/", d
     print(f"staged {head.group(2)} bytes per node in {head.group(3)} s (the slowest node); records: "
           + json.dumps([r["data"] for r in records])[:400])
+
+
+def _cpu_partition() -> tuple[str, int] | None:
+    """The cpu virtual partition with the most whole nodes the cluster has (at least two)."""
+    nodes = len(D.hosts_in("slurm_nodes"))
+    fits = [(vp["nodes"], name) for name, vp in TABLE.items() if vp["kind"] == "cpu" and 2 <= vp["nodes"] <= nodes]
+    return (max(fits)[1], max(fits)[0]) if fits else None
+
+
+CPU_SPAN = _cpu_partition() if FACTS else None
+SOFTWARE = json.loads(D.rendered("etc/hal-provision/software.json") or "{}").get("lmod") or {}
+CPU_TORCH = [env for env in SOFTWARE.get("environments", []) if any(p.startswith("torch") for p in env["packages"])]
+
+
+@pytest.mark.skipif(CPU_SPAN is None or not CPU_TORCH,
+                    reason="no cpu virtual partition of two or more nodes, or no PyTorch module environment")
+def test_the_recipe_trains_on_the_cpus_of_two_nodes_over_gloo():
+    """swbatch -p cpunN resnet50.swbatch on CPUs: the job script's CPU branch (a task per socket,
+    from the hardware profile), the CPU PyTorch module the lmod role built, gloo across the
+    nodes; the recipe's RESULT says every rank's parameters are equal and the loss fell, and
+    the ranks' own lines are checked here too. The sandbox's nodes share this machine's two
+    cores: one thread per rank (--threads 1), ResNet-18 on 32-pixel images."""
+    vp, nodes = CPU_SPAN
+    script = f"{FACTS['recipes']['resnet50']['dir']}/resnet50.swbatch"
+    work = f"hal-cpu-{uuid.uuid4().hex[:8]}"
+    options = ("--data synthetic --arch resnet18 --image-size 32 --batch-per-rank 8 --epochs 1 --steps-per-epoch 30 "
+               "--warmup-steps-timing 5 --log-every 10 --threads 1")
+    try:
+        submitted = D.user_ok(f"mkdir -p ~/{work} && cd ~/{work} && swbatch -p {vp} -t 0:20 --wait "
+                              f"--output=$HOME/{work}/train.out {script} {options}", timeout=1200)
+        job = re.search(r"Submitted batch job (\d+)", submitted)
+        assert job, submitted
+        output = D.user_ok(f"cat ~/{work}/train.out")
+    finally:
+        D.as_user(D.login, f"rm -rf ~/{work}", 30)
+    lines = [ln for ln in output.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"swbatch -p {vp} {script} {options} (job {job.group(1)}) ended without RESULT:\n{output[-3000:]}"
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["device"] == "cpu" and result["nodes"] == nodes and result["ranks"] >= 2, result
+    assert "gloo" in output, output[-2000:]
+    # The recipe's own checks, and the figures they rest on.
+    assert result["params_equal"] is True and result["loss_fell"] is True, result
+    digests = result["params_digests"]  # every rank's SHA-256 of its parameters, in rank order
+    assert len(digests) == result["ranks"] and len(set(digests)) == 1, digests
+    assert result["loss_last"] < result["loss_first"], result
+    assert result["images_per_second"] > 0 and result["per_node"] > 0, result
+    print(f"{vp}: {result['ranks']} ranks on {result['nodes']} nodes, {result['images_per_second']:.1f} images/s, "
+          f"loss {result['loss_first']:.3f} -> {result['loss_last']:.4f}, params {result['params_checksum'][:12]}")

@@ -1097,3 +1097,11 @@ def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
         "mount_point": "/tmp", "mount_root": "/jobs/77/.77", "mount_source": "/var/lib/hal-sandbox/nvme0n1"}
     assert wiring_probe.mount_of("/with space/x", str(info))["mount_point"] == "/with space"
     assert wiring_probe.mount_of("/etc", str(info))["mount_source"] == "/dev/vda1"
+
+
+def test_threads_on_the_command_line_win_over_the_job_scripts(monkeypatch):
+    args = train_resnet50.parse_args(["--threads", "1"], environ={})
+    assert args.threads == 1
+    with pytest.raises(SystemExit):
+        train_resnet50.parse_args(["--threads", "0"], environ={})
+    assert train_resnet50.cpu_threads({"OMP_NUM_THREADS": "1", "SLURM_CPUS_PER_TASK": "80"}) == 1

@@ -45,7 +45,7 @@ steps, at most 10). Rank 0 ends with exactly one line, keys sorted:
     RESULT {"arch": "resnet50", "batch_per_gpu": 256, "batch_per_rank": 256, "device": "cuda",
             "gpu_name": ..., "gpus": 8, "image_size": 224, "images_per_second": ...,
             "loss_fell": true, "loss_first": 6.93, "loss_last": 2.1, "loss_window": 10,
-            "nodes": 2, "params_checksum": ..., "params_equal": true, "per_gpu": ...,
+            "nodes": 2, "params_checksum": ..., "params_digests": [...], "params_equal": true, "per_gpu": ...,
             "per_node": ..., "per_rank": ..., "precision": "amp", "ranks": 8, "seconds": ...,
             "steps": ..., "torch": "2.5.1"}
 
@@ -139,6 +139,10 @@ def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespac
     parser.add_argument("--resume", action="store_true",
                         help=f"continue from --checkpoint-dir/{CHECKPOINT_NAME} when it exists (a requeued job)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="compute threads per rank on CPUs (default: OMP_NUM_THREADS, which the job script sets "
+                        "to the cores of the task's socket, else SLURM_CPUS_PER_TASK); fewer where the nodes' CPUs "
+                        "are shared")
     args = parser.parse_args(argv)
 
     for name in ("epochs", "batch_per_gpu", "log_every"):
@@ -146,6 +150,8 @@ def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespac
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
         parser.error("--steps-per-epoch must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
     if args.image_size < 32:
         parser.error("--image-size must be at least 32 (the network halves it five times)")
     if args.warmup_steps_timing < 0 or args.warmup_epochs < 0 or args.workers < 0:
@@ -673,7 +679,7 @@ def train(args, rv: slurmenv.Rendezvous, device_type: str, staged: hal_stage.Sta
             device_name=torch.cuda.get_device_name(device) if cuda else cpu_name(_read("/proc/cpuinfo")),
             threads=threads)
         differing = unequal_ranks(digests)
-        result.update(params_equal=not differing, params_checksum=checksum)
+        result.update(params_equal=not differing, params_checksum=checksum, params_digests=digests)
         result.update(loss_fields(*(loss_means / rv.world_size).tolist(), losses.window))
         if differing:
             print(f"train_resnet50: the parameters of rank(s) {', '.join(map(str, differing))} differ from rank 0's "
@@ -704,6 +710,8 @@ def stage_data(args, rv: slurmenv.Rendezvous) -> hal_stage.Staged:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads is not None:  # before PyTorch loads its OpenMP, which reads it once
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     gpu_step = args.device == "cuda" or (args.device == "auto" and cuda_visible(os.environ))
     try:
         rv = slurmenv.from_slurm(os.environ, gpus=gpu_step)
