@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -328,9 +329,33 @@ umount "$d"; rm -rf "$d"
 """
 
 
+SETTLE_SCRIPT = "/usr/local/sbin/hal-sandbox-settle-ns"
+SETTLE_UNIT = "hal-sandbox-settle-ns.service"
+_SETTLE_UNIT_TEXT = f"""[Unit]
+Description=hal-provision sandbox: jobs' mount namespaces bindable on every CPU (see {SETTLE_SCRIPT})
+DefaultDependencies=no
+After=local-fs.target
+Before=slurmd.service
+
+[Service]
+Type=oneshot
+ExecStart={SETTLE_SCRIPT}
+RemainAfterExit=yes
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 def _settle_mount_namespaces(host: str, log=print) -> None:
-    """Make jobs' mount namespaces bindable on every CPU of `host` (see _SETTLE)."""
-    out = _podman("exec", host, "bash", "-c", _SETTLE, check=False)
+    """Make jobs' mount namespaces bindable on every CPU of `host` (see _SETTLE) now, and at
+    every start of its container (a unit before slurmd: a restarted container's namespace takes
+    a new id, and the faults tests stop and start compute containers)."""
+    install = (f"cat > {SETTLE_SCRIPT} && chmod 0755 {SETTLE_SCRIPT} && "
+               f"printf '%s' {shlex.quote(_SETTLE_UNIT_TEXT)} > /etc/systemd/system/{SETTLE_UNIT} && "
+               f"systemctl daemon-reload && systemctl enable --quiet {SETTLE_UNIT} && {SETTLE_SCRIPT}")
+    out = subprocess.run(["podman", "exec", "-i", host, "bash", "-c", install], input="#!/bin/bash\n" + _SETTLE,
+                         capture_output=True, text=True, check=False)
     counts = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.startswith("cpu"))
     if out.returncode != 0 or any(v == "unsettled" for v in counts.values()):
         raise LifecycleError(f"{host}: job mount namespaces cannot be bound: {out.stdout}{out.stderr}")
