@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""srun for one machine without Slurm, for bench/resnet50_gpu.sh.
+"""srun for one machine without Slurm, for bench/resnet50_gpu.sh and bench/resnet50_cpu.sh.
 
 Starts --ntasks copies of the command on this host, each with the variables slurmstepd sets
-for a task of a one-node step (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_*), and
-CUDA_VISIBLE_DEVICES set to the step's GPUs (0..ntasks-1) unless it is set already. Returns
+for a task of a one-node step (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_*), and,
+in a job with GPUs (SLURM_GPUS_ON_NODE above 0), CUDA_VISIBLE_DEVICES set to the step's GPUs
+(0..ntasks-1) unless it is set already; a job without GPUs gets none, as under Slurm. Returns
 the highest exit status. The recipe reads these through slurmenv.py exactly as under Slurm;
-nothing else of srun is emulated (one node only: --nodes must be 1).
+nothing else of srun is emulated (one node only: --nodes must be 1). --cpu-bind=sockets binds
+task i to the CPUs of its share of this process's CPUs (i-th of --ntasks equal slices), which
+is the socket on a machine described as ntasks sockets (bench/cpu_job_script.py --sockets).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cpus-per-task", type=int, default=1)
     parser.add_argument("--kill-on-bad-exit", default=None)
     parser.add_argument("--export", default="ALL")
+    parser.add_argument("--cpu-bind", default=None)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.nodes != 1:
@@ -38,11 +42,18 @@ def main(argv: list[str]) -> int:
         "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_TASKS_PER_NODE": str(args.ntasks),
         "SLURM_STEP_NODELIST": host, "SLURM_NODEID": "0", "SLURM_CPUS_PER_TASK": str(args.cpus_per_task),
     })
-    base.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(args.ntasks)))
+    if base.get("SLURM_GPUS_ON_NODE", "0") not in ("", "0"):
+        base.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(args.ntasks)))
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // args.ntasks
     procs = []
     for rank in range(args.ntasks):
         env = dict(base, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank))
-        procs.append(subprocess.Popen(args.command, env=env))
+        bind = None
+        if args.cpu_bind == "sockets" and share:
+            mask = set(cpus[rank * share:(rank + 1) * share])
+            bind = lambda mask=mask: os.sched_setaffinity(0, mask)  # noqa: E731
+        procs.append(subprocess.Popen(args.command, env=env, preexec_fn=bind))
     return max(p.wait() for p in procs)
 
 

@@ -47,17 +47,19 @@ def recipes_virtual_partitions(c: Cluster):
 
 @check
 def recipes_framework_module(c: Cluster):
-    """The module the job scripts load is in software.modules and visible on compute nodes."""
+    """The modules the job scripts load are in software.modules and visible on compute nodes."""
     r = c.recipes
-    if r is None or r.framework_module is None:
+    if r is None:
         return
-    path = (*REC, "framework_module")
-    found = c.software.resolve(r.framework_module)
-    if not found:
-        yield error(path, f"module {r.framework_module!r} is not in software.modules"
-                    + did_you_mean(r.framework_module, c.software.known_refs()))
-    elif not c.software.loadable_on(r.framework_module, Role.compute):
-        yield error(path, f"module {r.framework_module!r} is not visible on compute nodes, where the recipe runs")
+    for key in ("framework_module", "cpu_framework_module"):
+        ref = getattr(r, key)
+        if ref is None:
+            continue
+        path = (*REC, key)
+        if not c.software.resolve(ref):
+            yield error(path, f"module {ref!r} is not in software.modules" + did_you_mean(ref, c.software.known_refs()))
+        elif not c.software.loadable_on(ref, Role.compute):
+            yield error(path, f"module {ref!r} is not visible on compute nodes, where the recipe runs")
 
 
 @check

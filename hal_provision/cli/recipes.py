@@ -18,7 +18,7 @@ def list_recipes(
                                           show_default=False),
 ) -> None:
     """Where each recipe is installed, how to submit it, and the benchmark's virtual partitions."""
-    from ..model.recipes import gpu_partitions, scaling_partitions
+    from ..model.recipes import cpu_layouts, cpu_scaling_partitions, gpu_partitions, scaling_partitions
     from ..render.recipes import recipe_dir
 
     _loaded, model = checked(file)
@@ -38,6 +38,17 @@ def list_recipes(
               markup=False)
     out.print(f"  wiring probe      swbatch -p gpuxN {d}/resnet50.swbatch --wiring-probe", markup=False)
     out.print(f"  benchmark         {d}/scaling.sh [OUTDIR] [STEPS]: {runs} GPUs", markup=False)
+    layouts = cpu_layouts(model)
+    if layouts:
+        nodes = {vp.name: vp.nodes for vp in model.swsuite.virtual_partitions}
+        cpu_runs = ", ".join(f"{p} ({nodes[p]})" for p in cpu_scaling_partitions(model.swsuite))
+        for lay in layouts:
+            out.print(f"  on CPUs           partition {lay.partition} ({lay.profile}): {lay.tasks_per_node} tasks per node "
+                      f"(one per socket), {lay.cpus_per_task} CPUs and {lay.threads} threads each", markup=False)
+        out.print(f"  submit on CPUs    swbatch -p cpunN {d}/resnet50.swbatch [--arch resnet18] [--image-size 64] ...",
+                  markup=False)
+        out.print(f"  benchmark on CPUs {d}/scaling.sh --cpu [OUTDIR [STEPS [OPTIONS]]]: {cpu_runs} nodes",
+                  markup=False)
 
 
 @app.command()
@@ -47,8 +58,8 @@ def report(
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG to write (default DIR/scaling.png)."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Only the table."),
 ) -> None:
-    """The scaling table (GPUs, nodes, images/s, per GPU, efficiency) and the throughput plot
-    from the jobs' RESULT lines."""
+    """The scaling table (GPUs, nodes, images/s, per GPU, efficiency; for CPU runs nodes, ranks,
+    images/s, per node, efficiency) and the throughput plot from the jobs' RESULT lines."""
     from ..node.recipes.scaling import load_runs, render_table
     from ..node.recipes.scaling import plot as draw
 

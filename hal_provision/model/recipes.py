@@ -5,12 +5,14 @@ GPUs on 16 nodes (PyTorch DDP, per-GPU batch 256, mixed precision, learning-rate
 warm-up), and its users got recipes because multi-node training "is non-trivial even for
 advanced users". This section places the recipe (the programs in hal_provision.node.recipes and
 the job scripts rendered for this cluster) on every login, development and compute node, and
-says how jobs start: through the wrapper suite's virtual partitions, one srun task per GPU.
+says how jobs start: through the wrapper suite's virtual partitions, one srun task per GPU, or
+on a job without GPUs (a cpu virtual partition: whole nodes) one per socket, pinned as the
+partition's hardware profile says (cpu_layouts).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import Field, StringConstraints
 
@@ -27,6 +29,11 @@ class Recipes(Strict):
         None,
         description="software.modules entry that provides PyTorch and torchvision, loaded by the job scripts "
         "before the program starts; None: the job's own environment (a virtualenv the user activates).")
+    cpu_framework_module: ModuleRef | None = Field(
+        None,
+        description="software.modules entry with a CPU build of PyTorch, loaded instead of framework_module by "
+        "jobs without GPUs (the cpu virtual partitions: gloo, threads and pinning from the hardware profile); "
+        "None: framework_module there too.")
     virtual_partition: Name = Field(
         description="The wrapper suite's GPU virtual partition the job script asks for by default "
         "(`#SWBATCH -p`); `swbatch -p gpuxN resnet50.swbatch` overrides it.")
@@ -68,3 +75,47 @@ def nccl_ib_hca(recipes: Recipes, fabric, compute_hosts) -> list[str]:
 
     ports = sorted(port for port, cabled in fabric.hosts_by_port().items() if overlaps(cabled, compute_hosts))
     return [f"mlx5_0:{port}" for port in ports]
+
+
+def cpu_scaling_partitions(swsuite) -> list[str]:
+    """The benchmark's CPU runs: every cpu virtual partition with a power-of-two node count,
+    fewest nodes first (cpun1, cpun2, cpun4 on HAL)."""
+    nodes = {vp.name: vp.nodes for vp in swsuite.virtual_partitions if vp.kind == "cpu" and vp.nodes}
+    return sorted((n for n, k in nodes.items() if k & (k - 1) == 0), key=lambda n: (nodes[n], n))
+
+
+class CpuLayout(NamedTuple):
+    """How the recipe runs on the CPUs of one real partition's nodes: one task per socket (its
+    memory local), each given the socket's hardware threads and running one compute thread per
+    core (SMT threads share a core's vector units; a second thread per core adds little to
+    convolutions and costs cache)."""
+
+    partition: str
+    profile: str          # the hardware profile it was derived from
+    tasks_per_node: int   # = sockets
+    cpus_per_task: int    # = cores_per_socket * threads_per_core
+    threads: int          # = cores_per_socket: OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads
+    profiles: int         # how many profiles the partition's nodes have (more than 1: the smallest taken)
+
+
+def cpu_layout(partition: str, name: str, profile, profiles: int = 1) -> CpuLayout:
+    """The layout of the nodes of hardware profile `profile` (named `name`)."""
+    return CpuLayout(partition, name, profile.sockets, profile.cores_per_socket * profile.threads_per_core,
+                     profile.cores_per_socket, profiles)
+
+
+def cpu_layouts(cluster) -> list[CpuLayout]:
+    """One layout per real partition the cpu virtual partitions send jobs to, in the order the
+    virtual partitions first name them; a partition without compute nodes has none. A
+    partition of several builds takes the one with the fewest hardware threads (then sockets):
+    its sockets x socket-sized tasks fit every node of the job, whichever builds it gets."""
+    out: list[CpuLayout] = []
+    for vp in cluster.swsuite.virtual_partitions:
+        if vp.kind != "cpu" or any(layout.partition == vp.partition for layout in out):
+            continue
+        builds = cluster.partition_hardware(vp.partition)
+        if not builds:
+            continue
+        smallest = min(builds, key=lambda b: (b.profile.cpus, b.profile.sockets, b.name))
+        out.append(cpu_layout(vp.partition, smallest.name, smallest.profile, len(builds)))
+    return out

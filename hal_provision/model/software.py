@@ -48,6 +48,18 @@ class ModuleKind(str, Enum):
     tool = "tool"
 
 
+class PipEnvironment(Strict):
+    """A module whose software hal-provision installs: a Python virtualenv at the module's prefix,
+    made by the lmod role on one node of the module's roles (the prefix is on the shared tree)."""
+
+    packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+\-\[\],<>=!~ ]*$")]] = Field(
+        min_length=1, description="Requirements pip installs into it, pinned where it matters, e.g. "
+        "torch==2.13.0 for a CPU build that the site's wheelhouse holds.")
+    python: str = Field(
+        "python3", pattern=r"^\S+$",
+        description="The nodes' Python that makes the virtualenv (its version decides which wheels fit).")
+
+
 class Module(Strict):
     name: Name = Field(description="Module name, e.g. wmlce; what users type in `module load NAME`.")
     version: Version = Field(description="Module version, e.g. 1.7.0-py3.7; NAME/VERSION must be unique.")
@@ -96,6 +108,10 @@ class Module(Strict):
         description="The version `module load NAME` picks. At most one per name; without one, the last "
         "version listed.",
     )
+    pip: PipEnvironment | None = Field(
+        None, description="Install the module's software as a Python virtualenv at its prefix (e.g. a CPU "
+        "build of PyTorch), from software.wheelhouse where set. None: hal-provision writes the modulefile "
+        "only; the site installs what is behind it.")
 
     @property
     def full_name(self) -> str:
@@ -123,6 +139,10 @@ class Software(Strict):
         "/var/cache/lmod", description="Lmod system spider cache, rebuilt on the node whenever its tree changes."
     )
     modules: list[Module] = Field(default_factory=list, description="Environment modules.")
+    wheelhouse: AbsolutePath | None = Field(
+        None, description="A directory of wheels on the nodes (the site's wheelhouse): the modules' pip "
+        "environments are installed from it alone (pip --no-index). None: from the package index, as pip is "
+        "configured on the nodes.")
 
     def resolve(self, ref: str) -> list[Module]:
         """The modules a NAME or NAME/VERSION reference can load."""

@@ -7,9 +7,14 @@ Under recipes.prefix (default <cluster.prefix>/recipes, /opt/hal/recipes on HAL)
   and GPUs); each task derives its rank, local rank, world size and rendezvous address from
   Slurm's environment (hal_provision.node.recipes.slurmenv) and runs train_resnet50.py. With
   ``--wiring-probe`` first, the same launch runs wiring_probe.py instead: no PyTorch, the same
-  rendezvous settings, a check that every rank joined one world with its own GPU.
+  rendezvous settings, a check that every rank joined one world with its own GPU. A job
+  without GPUs (`swbatch -p cpunN`: whole nodes) starts one task per socket instead, with the
+  threads and pinning of the partition's hardware profile (model.recipes.cpu_layouts), one
+  `case` entry per real partition of the cpu virtual partitions; a cluster without those
+  renders no CPU branch.
 * ``resnet50/recipe.env``: NCCL's settings for the model's fabric and the framework module.
-* ``resnet50/scaling.sh``: the scaling benchmark over the model's virtual partitions.
+* ``resnet50/scaling.sh``: the scaling benchmark over the model's GPU virtual partitions, or
+  with ``--cpu`` over its cpu ones (those with a power-of-two node count).
 * ``resnet50/hal-stage.sh``: runs hal_stage.py (a data set copied to the job's local scratch
   once per node); the role links /usr/local/bin/hal-stage to it, so any job can call it.
 * ``files/etc/hal-provision/recipes.json``: the prefix and file list for the recipes role.
@@ -23,7 +28,9 @@ import json
 import shlex
 
 from ..model import Cluster
-from ..model.recipes import gpu_partitions, nccl_ib_hca, scaling_partitions
+from ..model.recipes import CpuLayout, cpu_layouts, cpu_scaling_partitions, gpu_partitions, nccl_ib_hca, \
+    scaling_partitions
+from ..node.recipes.slurmenv import DEVICE_VAR
 from .common import header, json_comment
 
 RECIPE = "resnet50"
@@ -63,6 +70,7 @@ def render(cluster: Cluster) -> dict[str, str]:
             "programs": list(PROGRAMS),
             "virtual_partition": cluster.recipes.virtual_partition,
             "scaling_partitions": scaling_partitions(cluster.recipes, cluster.swsuite),
+            "cpu_scaling_partitions": cpu_scaling_partitions(cluster.swsuite) if cpu_layouts(cluster) else [],
         }},
     }
     files[FACTS] = json.dumps(facts, indent=2, sort_keys=True) + "\n"
@@ -72,6 +80,7 @@ def render(cluster: Cluster) -> dict[str, str]:
 def job_script(cluster: Cluster) -> str:
     r = cluster.recipes
     d = recipe_dir(cluster)
+    layouts = cpu_layouts(cluster)
     hours = f"{r.time_hours:g}"
     return "".join([
         "#!/bin/bash\n",
@@ -85,6 +94,7 @@ def job_script(cluster: Cluster) -> str:
         "#   swbatch [-p gpuxN] " + d + "/resnet50.swbatch [train_resnet50.py options]\n",
         "#   swbatch -p gpux8 " + d + "/resnet50.swbatch --wiring-probe     (no PyTorch needed)\n",
         "#   swbatch " + d + "/resnet50.swbatch --data ~/datasets/NAME --stage   (read from local scratch)\n",
+        *_cpu_usage(cluster, layouts),
         "# The virtual partition decides nodes and GPUs; this script starts one srun task per GPU on\n",
         "# every node, and each task takes its rank, local rank, world size and the rendezvous\n",
         "# (the job's first node) from Slurm's environment.\n",
@@ -93,7 +103,8 @@ def job_script(cluster: Cluster) -> str:
         'source "$recipe_dir/recipe.env"\n',
         'program="$recipe_dir/train_resnet50.py"\n',
         'if [ "${1:-}" = "--wiring-probe" ]; then shift; program="$recipe_dir/wiring_probe.py"; fi\n',
-        'gpus_per_node=${SLURM_GPUS_ON_NODE:?"no GPUs in this job: submit with swbatch -p gpuxN"}\n',
+        *(_cpu_branch(layouts) if layouts else
+          ['gpus_per_node=${SLURM_GPUS_ON_NODE:?"no GPUs in this job: submit with swbatch -p gpuxN"}\n']),
         "cpus_per_task=$(( SLURM_CPUS_ON_NODE / gpus_per_node ))\n",
         'echo "resnet50: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: ${SLURM_JOB_NUM_NODES} node(s) x '
         '${gpus_per_node} GPU(s), ${cpus_per_task} CPUs per task, $(basename "$program")" >&2\n',
@@ -103,6 +114,65 @@ def job_script(cluster: Cluster) -> str:
         '    --ntasks-per-node="$gpus_per_node" --cpus-per-task="$cpus_per_task" --kill-on-bad-exit=1 \\\n',
         '    --export=ALL python3 "$program" "$@"\n',
     ])
+
+
+def _framework_load(r) -> list[str]:
+    """`module load` of the framework: the CPU build where the job has no GPUs and the model
+    names one (recipes.cpu_framework_module)."""
+    gpu, cpu = r.framework_module, r.cpu_framework_module or r.framework_module
+    if gpu == cpu:
+        return [f"module load {shlex.quote(gpu)}\n"]
+    load = (lambda ref: f"    module load {shlex.quote(ref)}\n" if ref else "    :\n")
+    return ["# A job without GPUs (the cpu virtual partitions) trains on the CPU build.\n",
+            'if [ "${SLURM_GPUS_ON_NODE:-0}" = 0 ]; then\n', load(cpu), "else\n", load(gpu), "fi\n"]
+
+
+def _cpu_usage(cluster: Cluster, layouts: list[CpuLayout]) -> list[str]:
+    if not layouts:
+        return []
+    cpun = cpu_scaling_partitions(cluster.swsuite) or [vp.name for vp in cluster.swsuite.virtual_partitions
+                                                        if vp.kind == "cpu"]
+    return [f"#   swbatch -p {cpun[-1]} {recipe_dir(cluster)}/resnet50.swbatch --arch resnet18 --image-size 64"
+            "   (CPUs: a task per socket)\n"]
+
+
+def _cpu_branch(layouts: list[CpuLayout]) -> list[str]:
+    """The job without GPUs: tasks, CPUs and threads per task from the partition's hardware
+    profile (a case on the real partition the job landed in), then srun."""
+    lines = [
+        'if [ "${SLURM_GPUS_ON_NODE:-0}" = 0 ]; then\n',
+        "    # No GPUs (cpunN: whole nodes): one task per socket, its memory local, with the socket's\n",
+        "    # hardware threads and one compute thread per core, as the partition's hardware profile says.\n",
+        '    case "${SLURM_JOB_PARTITION:-}" in\n',
+    ]
+    for lay in layouts:
+        several = (f"; the smallest of its {lay.profiles} node builds, so the tasks fit every node"
+                   if lay.profiles > 1 else "")
+        lines.append(f"        {shlex.quote(lay.partition)}) tasks_per_node={lay.tasks_per_node} "
+                     f"cpus_per_task={lay.cpus_per_task} threads={lay.threads} ;;"
+                     f"   # {lay.profile}: {lay.tasks_per_node} socket(s) x {lay.threads} cores x "
+                     f"SMT{lay.cpus_per_task // lay.threads}{several}\n")
+    lines += [
+        '        *) echo "resnet50: no GPUs in this job, and partition ${SLURM_JOB_PARTITION:-?} has no CPU layout:'
+        ' submit with swbatch -p gpuxN or cpunN" >&2; exit 2 ;;\n',
+        "    esac\n",
+        f"    export {DEVICE_VAR}=cpu OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads "
+        "OMP_PROC_BIND=close OMP_PLACES=cores\n",
+        '    echo "resnet50: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST}: ${SLURM_JOB_NUM_NODES} node(s) x '
+        '${tasks_per_node} task(s) on CPUs, ${cpus_per_task} CPUs and ${threads} threads per task, '
+        '$(basename "$program")" >&2\n',
+        "    # --cpu-bind=sockets: the unit of this layout is the socket; each task is bound to the socket\n",
+        "    # its CPUs lie on (Slurm's default distribution keeps a socket-sized task on one socket) and\n",
+        "    # OpenMP places its threads on that socket's cores (OMP_PLACES=cores, close). Binding to cores\n",
+        "    # would give the same set here, but sockets says what is meant and stays right for a smaller\n",
+        "    # --cpus-per-task.\n",
+        '    exec srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks=$(( SLURM_JOB_NUM_NODES * tasks_per_node )) \\\n',
+        '        --ntasks-per-node="$tasks_per_node" --cpus-per-task="$cpus_per_task" --cpu-bind=sockets \\\n',
+        '        --kill-on-bad-exit=1 --export=ALL python3 "$program" "$@"\n',
+        "fi\n",
+        "gpus_per_node=$SLURM_GPUS_ON_NODE\n",
+    ]
+    return lines
 
 
 def recipe_env(cluster: Cluster) -> str:
@@ -118,7 +188,7 @@ def recipe_env(cluster: Cluster) -> str:
     else:
         lines += ["# No InfiniBand fabric: NCCL between nodes over TCP sockets.\n", "export NCCL_IB_DISABLE=1\n"]
     lines.append(f"export HAL_RECIPE_BATCH_PER_GPU={r.batch_per_gpu}\n")
-    if r.framework_module:
+    if r.framework_module or r.cpu_framework_module:
         lines += ["# This node's own module tree: swbatch exports the submitting shell's environment, whose\n",
                   "# MODULEPATH is the login node's tree (one tree per node role), so start Lmod afresh, then\n",
                   "# load the framework (Lmod's scripts are not written for `set -u`).\n",
@@ -126,7 +196,7 @@ def recipe_env(cluster: Cluster) -> str:
                   "if type module >/dev/null 2>&1; then module --force purge >/dev/null 2>&1 || true; fi\n",
                   "unset MODULEPATH MODULEPATH_ROOT\n",
                   "source /etc/profile.d/lmod.sh\n",
-                  f"module load {shlex.quote(r.framework_module)}\n",
+                  *_framework_load(r),
                   "set -u\n"]
     return "".join(lines)
 
@@ -136,20 +206,44 @@ def scaling_script(cluster: Cluster) -> str:
     d = recipe_dir(cluster)
     parts = scaling_partitions(r, cluster.swsuite)
     gpus = gpu_partitions(cluster.swsuite)
-    return "".join([
+    cpu_parts = cpu_scaling_partitions(cluster.swsuite) if cpu_layouts(cluster) else []
+    nodes = {vp.name: vp.nodes for vp in cluster.swsuite.virtual_partitions}
+    listed = ", ".join(f"{p} ({gpus[p]} GPU{'s' if gpus[p] > 1 else ''})" for p in parts)
+    head = [
         "#!/bin/bash\n",
         header(cluster),
         "# The cluster's own ResNet-50 scaling benchmark (synthetic data): one job per virtual partition,\n",
-        "# " + ", ".join(f"{p} ({gpus[p]} GPU{'s' if gpus[p] > 1 else ''})" for p in parts) + ",\n",
+        "# " + listed + ",\n",
         "# one after another; then a table of images/s and scaling efficiency, and a PNG plot.\n",
-        "#   scaling.sh [OUTDIR] [STEPS]      (default: ~/resnet50-scaling, 50 steps per run)\n",
+    ]
+    if not cpu_parts:
+        return "".join(head + [
+            "#   scaling.sh [OUTDIR] [STEPS]      (default: ~/resnet50-scaling, 50 steps per run)\n",
+            "set -euo pipefail\n",
+            f"recipe_dir={shlex.quote(d)}\n",
+            'source "$recipe_dir/recipe.env"\n',
+            'out=${1:-$HOME/resnet50-scaling}\n',
+            'mkdir -p "$out"\n',
+            'exec python3 "$recipe_dir/scaling.py" submit --script "$recipe_dir/resnet50.swbatch" \\\n',
+            f"    --partitions {','.join(parts)} --out \"$out\" --steps \"${{2:-50}}\"\n",
+        ])
+    cpu_listed = ", ".join(f"{p} ({nodes[p]} node{'s' if nodes[p] > 1 else ''})" for p in cpu_parts)
+    return "".join(head + [
+        "# With --cpu, the CPUs of whole nodes instead (one task per socket; the table per node):\n",
+        "# " + cpu_listed + ".\n",
+        "#   scaling.sh [--cpu] [OUTDIR [STEPS [RECIPE OPTIONS]]]\n",
+        "#     (default: ~/resnet50-scaling or ~/resnet50-scaling-cpu, 50 steps per run; e.g.\n",
+        "#      scaling.sh --cpu ~/cpu-scaling 30 --arch resnet18 --image-size 64 for a short run)\n",
         "set -euo pipefail\n",
         f"recipe_dir={shlex.quote(d)}\n",
         'source "$recipe_dir/recipe.env"\n',
-        'out=${1:-$HOME/resnet50-scaling}\n',
+        f"partitions={','.join(parts)} out=$HOME/resnet50-scaling\n",
+        f'if [ "${{1:-}}" = --cpu ]; then shift; partitions={",".join(cpu_parts)} out=$HOME/resnet50-scaling-cpu; fi\n',
+        'out=${1:-$out} steps=${2:-50}\n',
+        'shift $(( $# < 2 ? $# : 2 ))\n',
         'mkdir -p "$out"\n',
         'exec python3 "$recipe_dir/scaling.py" submit --script "$recipe_dir/resnet50.swbatch" \\\n',
-        f"    --partitions {','.join(parts)} --out \"$out\" --steps \"${{2:-50}}\"\n",
+        '    --partitions "$partitions" --out "$out" --steps "$steps" -- "$@"\n',
     ])
 
 

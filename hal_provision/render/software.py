@@ -275,6 +275,13 @@ def manifest(cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dic
             }
             for m in sw.modules
         },
+        # Modules whose software the lmod role installs: a virtualenv at the prefix, by pip.
+        "environments": [
+            {"module": m.full_name, "prefix": sw.prefix_of(m), "python": m.pip.python,
+             "packages": list(m.pip.packages), "roles": [r.value for r in sw.roles_of(m)]}
+            for m in sw.modules if m.pip is not None
+        ],
+        "wheelhouse": sw.wheelhouse,
     }
     containers = None
     if ct is not None:

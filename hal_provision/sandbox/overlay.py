@@ -17,7 +17,8 @@ derived model with the same renderers, then applies exactly these test-harness c
   storage to the kept hosts, which serve none of them, so it renders no mount points), and the
   local scratch as rendered.
 * inventory/sandbox.yml, with the host's caches (the default): the portal installs its Python
-  packages from the host's wheelhouse, bound into the nodes (portal_pip_wheelhouse).
+  packages, and the module environments' (a CPU build of PyTorch), from the host's wheelhouse,
+  bound into the nodes (portal_pip_wheelhouse, lmod_pip_wheelhouse).
 * inventory/sandbox.yml: reach the nodes over SSH at their model addresses as root with the
   sandbox's own key pair and known_hosts (the connection settings themselves, pipelining and
   ControlPersist, are the repository's ansible.cfg, as on a real site), name each node's
@@ -157,12 +158,14 @@ def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[s
         lines += [
             "    # pip on the nodes trusts what the host's pip trusts (its CA bundle, bound in).\n",
             f"    portal_pip_environment: {json.dumps({'PIP_CERT': NODE_PIP_CERT})}\n",
+            f"    lmod_pip_environment: {json.dumps({'PIP_CERT': NODE_PIP_CERT})}\n",
         ]
     if wheelhouse:
         lines += [
-            "    # The portal's Python packages from the host's wheelhouse, bound into every node\n",
-            "    # (hal-provision sandbox --caches); pip does not reach for the index.\n",
+            "    # The portal's and the module environments' Python packages from the host's wheelhouse,\n",
+            "    # bound into every node (hal-provision sandbox --caches); pip does not reach for the index.\n",
             f"    portal_pip_wheelhouse: {json.dumps(wheelhouse)}\n",
+            f"    lmod_pip_wheelhouse: {json.dumps(wheelhouse)}\n",
         ]
     lines += [
         "  hosts:\n",

@@ -1,4 +1,5 @@
-"""The host's wheelhouse for the sandbox's nodes: the portal's Python packages as wheels,
+"""The host's wheelhouse for the sandbox's nodes: the portal's Python packages and the module
+environments' (software.modules[].pip, e.g. a CPU build of PyTorch) as wheels,
 fetched (and built, for the few published only as source) once per machine, bound read-only
 into every node, from which the portal role installs them with pip --no-index.
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = "files/etc/hal-provision/portal.json"
+SOFTWARE = "files/etc/hal-provision/software.json"
 # Where every node sees the wheelhouse (bound read-only); the sandbox inventory gives it to the
 # portal role as portal_pip_wheelhouse.
 NODE_WHEELHOUSE = "/var/cache/hal-provision/wheelhouse"
@@ -44,14 +46,31 @@ def hub_extras(roles: Path = REPO / "roles") -> list[str]:
 
 
 def requirements(files: dict[str, str]) -> list[str]:
-    """Everything the portal role pip-installs for this rendered tree; [] without a portal."""
+    """Everything the portal and lmod roles pip-install for this rendered tree."""
+    reqs: set[str] = set()
     text = files.get(CATALOGUE)
-    if text is None:
-        return []
-    catalogue = json.loads(text)
-    if catalogue.get("front_end") != "jupyterhub":
-        return []
-    return sorted(set(catalogue["user_environment"]["packages"]) | set(hub_extras()))
+    if text is not None:
+        catalogue = json.loads(text)
+        if catalogue.get("front_end") == "jupyterhub":
+            reqs |= set(catalogue["user_environment"]["packages"]) | set(hub_extras())
+    software = json.loads(files.get(SOFTWARE) or "{}").get("lmod") or {}
+    for env in software.get("environments", []):
+        reqs |= set(env["packages"])
+    return sorted(reqs)
+
+
+def host_find_links(environ: dict[str, str] | None = None) -> list[Path]:
+    """The local directories the host's pip finds wheels in (PIP_FIND_LINKS and pip's own
+    configuration): a wheel that is only there (a CPU build of PyTorch on this machine kind)
+    reaches the nodes' wheelhouse the way the host's pip would find it."""
+    environ = os.environ if environ is None else environ
+    found = environ.get("PIP_FIND_LINKS", "").split()
+    conf = subprocess.run(["python3", "-m", "pip", "config", "get", "global.find-links"],
+                          capture_output=True, text=True, check=False)
+    if conf.returncode == 0:
+        found += conf.stdout.split()
+    dirs = [Path(f.removeprefix("file://")) for f in found if not f.startswith(("http://", "https://"))]
+    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
 
 
 def _stamp(reqs: list[str], image: str) -> str:
@@ -72,11 +91,17 @@ def fill(reqs: list[str], wheelhouse: Path, image: str, pip_cert: Path | None = 
     if pip_cert is not None:
         args += ["--mount", f"type=bind,src={pip_cert},dst=/etc/ssl/hal-wheelhouse.crt,ro=true",
                  "--env", "PIP_CERT=/etc/ssl/hal-wheelhouse.crt"]
+    links = ""
+    for i, d in enumerate(host_find_links()):
+        args += ["--mount", f"type=bind,src={d},dst=/find-links/{i},ro=true"]
+        links += f" --find-links /find-links/{i}"
     quoted = " ".join(shlex.quote(r) for r in reqs)
-    wheel = "/tmp/pip/bin/pip --disable-pip-version-check wheel --quiet --use-pep517 --wheel-dir /wheelhouse --find-links /wheelhouse"
+    wheel = ("/tmp/pip/bin/pip --disable-pip-version-check wheel --quiet --use-pep517 --wheel-dir /wheelhouse "
+             "--find-links /wheelhouse" + links)
     script = (f"python3 -m venv /tmp/pip && ( {wheel} --no-index {quoted} >/dev/null 2>&1 || "
               f"{{ echo fetching >&2; {wheel} {quoted}; }} )")
-    log(f"wheelhouse {wheelhouse}: the portal's {len(reqs)} requirements and what they need, for the nodes' Python")
+    log(f"wheelhouse {wheelhouse}: the portal's and the modules' {len(reqs)} requirements and what they need, "
+        "for the nodes' Python")
     proc = subprocess.run([*args, image, "sh", "-c", script], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise WheelhouseError(f"pip wheel into {wheelhouse} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")

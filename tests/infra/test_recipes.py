@@ -46,6 +46,23 @@ def _spanning_partition() -> tuple[str, int, int] | None:
 SPANNING = _spanning_partition() if FACTS else None
 
 
+def swbatch_recipe(vp: str, options: str, minutes: int, prepare: str = "") -> tuple[str, str]:
+    """Submit the recipe's job script as the test user from a fresh work directory in the home
+    (after `prepare`, run there, where WORK names it), with a time limit of `minutes`, wait for
+    it, and return (job id, output); the directory is removed afterwards."""
+    script = f"{FACTS['recipes']['resnet50']['dir']}/resnet50.swbatch"
+    work = f"hal-recipe-{uuid.uuid4().hex[:8]}"
+    try:
+        D.user_ok(f"mkdir -p ~/{work} && cd ~/{work} && WORK=$HOME/{work} && {prepare or 'true'}")
+        submitted = D.user_ok(f"cd ~/{work} && WORK=$HOME/{work} && swbatch -p {vp} -t 0:{minutes:02d} --wait "
+                              f"--output=$HOME/{work}/job.out {script} {options}", timeout=60 * minutes + 120)
+        job = re.search(r"Submitted batch job (\d+)", submitted)
+        assert job, submitted
+        return job.group(1), D.user_ok(f"cat ~/{work}/job.out")
+    finally:
+        D.as_user(D.login, f"rm -rf ~/{work}", 30)
+
+
 @pytest.mark.parametrize("host", HOSTS)
 def test_recipe_files_are_installed(host):
     node = D.host(host)
@@ -76,21 +93,11 @@ def test_recipe_commands_are_on_the_path_and_run(host):
 @pytest.mark.skipif(SPANNING is None, reason="no GPU virtual partition spans two or more of the compute nodes")
 def test_wiring_probe_joins_every_gpu_of_a_multi_node_job_in_one_world():
     vp, nodes, per_node = SPANNING
-    script = f"{FACTS['recipes']['resnet50']['dir']}/resnet50.swbatch"
-    work = f"hal-wiring-{uuid.uuid4().hex[:8]}"
-    try:
-        submitted = D.user_ok(f"mkdir -p ~/{work} && cd ~/{work} && "
-                              f"swbatch -p {vp} -t 0:10 --wait --output=$HOME/{work}/probe.out {script} --wiring-probe",
-                              timeout=240)
-        job = re.search(r"Submitted batch job (\d+)", submitted)
-        assert job, submitted
-        output = D.user_ok(f"cat ~/{work}/probe.out")
-    finally:
-        D.as_user(D.login, f"rm -rf ~/{work}", 30)
+    job, output = swbatch_recipe(vp, "--wiring-probe", 10)
     world = nodes * per_node
     summary = re.search(r"^WIRING OK world=(\d+) nodes=(\d+) per_node=(\d+)", output, re.M)
     assert summary and summary.groups() == (str(world), str(nodes), str(per_node)), \
-        f"swbatch -p {vp} {script} --wiring-probe (job {job.group(1)}):\n{output}"
+        f"swbatch -p {vp} resnet50.swbatch --wiring-probe (job {job}):\n{output}"
     (records_line,) = [ln for ln in output.splitlines() if ln.startswith("WIRING {") or ln.startswith("WIRING [")]
     doc = json.loads(records_line.split(" ", 1)[1])
     records = doc["records"] if isinstance(doc, dict) else doc
@@ -115,22 +122,12 @@ def test_a_staged_run_reads_its_data_from_the_jobs_local_scratch():
     if scratch is None:
         pytest.skip("no hardware profile of the model has a local scratch")
     vp, nodes, per_node = SPANNING
-    script = f"{FACTS['recipes']['resnet50']['dir']}/resnet50.swbatch"
-    work = f"hal-stage-{uuid.uuid4().hex[:8]}"
-    make = (f"mkdir -p ~/{work}/ds/a ~/{work}/ds/b && for i in $(seq 1 40); do "
-            f"head -c $((50000 + i * 1000)) /dev/urandom > ~/{work}/ds/$([ $((i % 2)) = 0 ] && echo a || echo b)/$i.JPEG; done")
-    try:
-        D.user_ok(make)
-        sizes = D.user_ok(f"find ~/{work}/ds -type f -printf '%s\\n' | awk '{{s += $1}} END {{print s}}'")
-        submitted = D.user_ok(f"cd ~/{work} && swbatch -p {vp} -t 0:10 --wait --output=$HOME/{work}/probe.out "
-                              f"{script} --wiring-probe --data $HOME/{work}/ds --stage", timeout=240)
-        job = re.search(r"Submitted batch job (\d+)", submitted)
-        assert job, submitted
-        output = D.user_ok(f"cat ~/{work}/probe.out")
-    finally:
-        D.as_user(D.login, f"rm -rf ~/{work}", 30)
+    sizes = [50000 + i * 1000 for i in range(1, 41)]  # 40 files of random bytes, in two classes
+    make = ("mkdir -p $WORK/ds/a $WORK/ds/b && for i in $(seq 1 40); do head -c $((50000 + i * 1000)) /dev/urandom "
+            "> $WORK/ds/$([ $((i % 2)) = 0 ] && echo a || echo b)/$i.JPEG; done")
+    job, output = swbatch_recipe(vp, "--wiring-probe --data $WORK/ds --stage", 10, make)
     head = re.search(r"^WIRING OK world=\d+ nodes=(\d+) .* staged=40 files (\d+) bytes ([\d.]+) s$", output, re.M)
-    assert head and head.group(1) == str(nodes) and head.group(2) == sizes.strip(), output
+    assert head and head.group(1) == str(nodes) and head.group(2) == str(sum(sizes)), output
     (body,) = [ln for ln in output.splitlines() if ln.startswith("WIRING {")]
     records = json.loads(body.split(" ", 1)[1])["records"]
     copies = collections.Counter(r["hostname"] for r in records if r["data"]["copied"])
@@ -140,6 +137,45 @@ def test_a_staged_run_reads_its_data_from_the_jobs_local_scratch():
         want = scratch["profiles"][scratch["groups"][D.hostvars[r["hostname"]]["hal_node_group"]]]
         # The copy lies in the job's /tmp, a bind of <base>/<job>/... on the scratch device.
         assert d["path"].startswith("/tmp/") and d["read_bytes"] == d["bytes"], d
-        assert d["mount_source"] == want["source"] and f"/{job.group(1)}/" in d["mount_root"] + "/", d
+        assert d["mount_source"] == want["source"] and f"/{job}/" in d["mount_root"] + "/", d
     print(f"staged {head.group(2)} bytes per node in {head.group(3)} s (the slowest node); records: "
           + json.dumps([r["data"] for r in records])[:400])
+
+
+def _cpu_partition() -> tuple[str, int] | None:
+    """The cpu virtual partition with the most whole nodes the cluster has (at least two)."""
+    nodes = len(D.hosts_in("slurm_nodes"))
+    fits = [(vp["nodes"], name) for name, vp in TABLE.items() if vp["kind"] == "cpu" and 2 <= vp["nodes"] <= nodes]
+    return (max(fits)[1], max(fits)[0]) if fits else None
+
+
+CPU_SPAN = _cpu_partition() if FACTS else None
+SOFTWARE = json.loads(D.rendered("etc/hal-provision/software.json") or "{}").get("lmod") or {}
+CPU_TORCH = [env for env in SOFTWARE.get("environments", []) if any(p.startswith("torch") for p in env["packages"])]
+
+
+@pytest.mark.skipif(CPU_SPAN is None or not CPU_TORCH,
+                    reason="no cpu virtual partition of two or more nodes, or no PyTorch module environment")
+def test_the_recipe_trains_on_the_cpus_of_two_nodes_over_gloo():
+    """swbatch -p cpunN resnet50.swbatch on CPUs: the job script's CPU branch (a task per socket,
+    from the hardware profile), the CPU PyTorch module the lmod role built, gloo across the
+    nodes; the recipe's RESULT says every rank's parameters are equal and the loss fell, and
+    the ranks' own lines are checked here too. The sandbox's nodes share this machine's two
+    cores: one thread per rank (--threads 1), ResNet-18 on 32-pixel images."""
+    vp, nodes = CPU_SPAN
+    options = ("--data synthetic --arch resnet18 --image-size 32 --batch-per-rank 8 --epochs 1 --steps-per-epoch 30 "
+               "--warmup-steps-timing 5 --log-every 10 --threads 1")
+    job, output = swbatch_recipe(vp, options, 20)
+    lines = [ln for ln in output.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"swbatch -p {vp} resnet50.swbatch {options} (job {job}) ended without RESULT:\n{output[-3000:]}"
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["device"] == "cpu" and result["nodes"] == nodes and result["ranks"] >= 2, result
+    assert "gloo" in output, output[-2000:]
+    # The recipe's own checks, and the figures they rest on.
+    assert result["params_equal"] is True and result["loss_fell"] is True, result
+    digests = result["params_digests"]  # every rank's SHA-256 of its parameters, in rank order
+    assert len(digests) == result["ranks"] and len(set(digests)) == 1, digests
+    assert result["loss_last"] < result["loss_first"], result
+    assert result["images_per_second"] > 0 and result["per_node"] > 0, result
+    print(f"{vp}: {result['ranks']} ranks on {result['nodes']} nodes, {result['images_per_second']:.1f} images/s, "
+          f"loss {result['loss_first']:.3f} -> {result['loss_last']:.4f}, params sha256 {digests[0][:12]} on every rank")

@@ -34,11 +34,12 @@ def inventory_vars(cluster, **kw) -> dict:
 # ---- rendered both ways -----------------------------------------------------------------------
 def test_the_sandbox_inventory_names_the_wheelhouse_only_with_the_caches(sandbox_cluster):
     with_caches = inventory_vars(sandbox_cluster, wheelhouse=wheelhouse.NODE_WHEELHOUSE)
-    assert with_caches["portal_pip_wheelhouse"] == wheelhouse.NODE_WHEELHOUSE
+    cached = ("portal_pip_wheelhouse", "lmod_pip_wheelhouse")
+    assert [with_caches[k] for k in cached] == [wheelhouse.NODE_WHEELHOUSE] * 2
     without = inventory_vars(sandbox_cluster)
-    assert "portal_pip_wheelhouse" not in without
+    assert not set(cached) & set(without)
     # The rest of the sandbox's settings are the same either way.
-    assert {k: v for k, v in with_caches.items() if k != "portal_pip_wheelhouse"} == without
+    assert {k: v for k, v in with_caches.items() if k not in cached} == without
 
 
 def templar(variables: dict):
@@ -75,13 +76,40 @@ def test_with_a_wheelhouse_pip_installs_from_it_alone():
         "PIP_CERT": "/etc/ssl/x.crt", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}
 
 
+def lmod_vars(plan_wheelhouse: str | None = None, **overrides) -> dict:
+    role = REPO / "roles/lmod"
+    return {**yaml.safe_load((role / "defaults/main.yml").read_text()),
+            **yaml.safe_load((role / "vars/main.yml").read_text()),
+            "__lmod_plan": {"wheelhouse": plan_wheelhouse, "environments": []}, **overrides}
+
+
+@pytest.mark.parametrize(("plan", "overrides", "expected"), [
+    (None, {}, {}),  # the index, as pip is configured on the node
+    ("/sw/wheels", {}, {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/sw/wheels"}),  # the model's wheelhouse
+    ("/sw/wheels", {"lmod_pip_wheelhouse": wheelhouse.NODE_WHEELHOUSE, "lmod_pip_environment": {"PIP_CERT": "/c"}},
+     {"PIP_CERT": "/c", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}),  # the sandbox's
+])
+def test_module_environments_install_from_the_wheelhouse_in_force(plan, overrides, expected):
+    assert templar(lmod_vars(plan, **overrides))("__lmod_pip_environment") == expected
+
+
 def test_the_wheelhouse_holds_what_the_portal_role_installs():
     files = render_all(derive_sandbox(load().model))
     reqs = wheelhouse.requirements(files)
     catalogue = __import__("json").loads(files[wheelhouse.CATALOGUE])
     assert set(catalogue["user_environment"]["packages"]) <= set(reqs)
     assert "jupyterhub-ldapauthenticator==2.0.2" in reqs and "jupyterhub-idle-culler==2.0.0" in reqs
-    assert wheelhouse.requirements({k: v for k, v in files.items() if k != wheelhouse.CATALOGUE}) == []
+    assert "torch==2.13.0+cpu" in reqs  # the CPU PyTorch module's environment (software.modules[].pip)
+    assert wheelhouse.requirements({k: v for k, v in files.items()
+                                    if k not in (wheelhouse.CATALOGUE, wheelhouse.SOFTWARE)}) == []
+
+
+def test_the_host_pips_local_wheel_directories_reach_the_wheelhouse(tmp_path):
+    (tmp_path / "wheels").mkdir()
+    links = wheelhouse.host_find_links({"PIP_FIND_LINKS": f"{tmp_path / 'wheels'} https://example.invalid/x "
+                                                          f"{tmp_path / 'missing'}"})
+    assert tmp_path / "wheels" in links and tmp_path / "missing" not in links
+    assert all(not str(p).startswith("http") for p in links)
 
 
 def test_the_wheelhouse_lives_in_the_users_cache(monkeypatch, tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import math
 import os
 import py_compile
 import shutil
@@ -113,6 +114,16 @@ def test_rank_5_of_two_nodes_of_four_gpus():
         gpu_ids=["4", "5", "6", "7"])
     assert rv.torch_env() == {"MASTER_ADDR": "hal01", "MASTER_PORT": "21234", "WORLD_SIZE": "8", "RANK": "5",
                               "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "NODE_RANK": "1"}
+
+
+def test_a_cpu_step_needs_no_gpu():
+    env = task_env(3, per_node=2, CUDA_VISIBLE_DEVICES=None, SLURM_STEP_GPUS=None)
+    with pytest.raises(SlurmEnvError, match="CUDA_VISIBLE_DEVICES is not set"):
+        slurmenv.from_slurm(env, hostname="hal02")
+    rv = slurmenv.from_slurm(env, hostname="hal02", gpus=False)
+    assert (rv.rank, rv.local_rank, rv.node_rank, rv.world_size, rv.visible_devices, rv.gpu_ids) == (3, 1, 1, 4, [], [])
+    # what is set is kept, and too few GPUs for the tasks is no error on CPUs
+    assert slurmenv.from_slurm(dict(env, CUDA_VISIBLE_DEVICES="0"), gpus=False).visible_devices == ["0"]
 
 
 def test_a_rendezvous_cannot_be_changed():
@@ -466,6 +477,21 @@ def test_four_ranks_on_two_nodes_join_one_world(tmp_path):
     assert all(out == "" and err == "" for _, out, err in results[1:])  # other ranks are silent
 
 
+def test_on_cpus_the_probe_checks_the_world_without_gpus(tmp_path):
+    """The job script's CPU branch sets HAL_RECIPE_DEVICE=cpu; Slurm shows the tasks no GPU."""
+    directory, port = install(tmp_path), free_port()
+    envs = [dict(probe_env(r, port, tmp_path / "no-dev", CUDA_VISIBLE_DEVICES=None, SLURM_STEP_GPUS=None),
+                 HAL_RECIPE_DEVICE="cpu") for r in range(4)]
+    for env in envs:
+        del env["CUDA_VISIBLE_DEVICES"], env["SLURM_STEP_GPUS"]
+    results = finish([start_probe(directory, env) for env in envs])
+    assert [rc for rc, _, _ in results] == [0, 0, 0, 0], results
+    lines = results[0][1].splitlines()
+    assert lines[0] == f"WIRING OK world=4 nodes=2 per_node=2 master=127.0.0.1:{port}"
+    records = json.loads(lines[1].removeprefix("WIRING "))["records"]
+    assert [(r["device_path"], r["device_ok"], r["visible_devices"]) for r in records] == [(None, True, [])] * 4
+
+
 def test_a_missing_gpu_fails_every_rank(tmp_path):
     directory, dev, port = install(tmp_path), fake_gpus(tmp_path, range(3)), free_port()
     results = finish([start_probe(directory, probe_env(r, port, dev)) for r in range(4)])
@@ -543,6 +569,117 @@ def test_the_defaults_are_the_papers_recipe():
             args.schedule, args.epochs, args.precision, args.warmup_steps_timing, args.steps_per_epoch) == (
         "synthetic", 256, 0.1, 0.9, 1e-4, 5.0, "step", 90, "amp", 10, 100)
     assert (args.checkpoint_dir, args.resume, args.label_smoothing, args.no_bn_weight_decay) == (None, False, 0.0, False)
+    assert (args.device, args.arch, args.image_size) == ("auto", "resnet50", 224)
+
+
+def test_a_short_cpu_run_and_the_job_scripts_device():
+    args = train_resnet50.parse_args(["--arch", "resnet18", "--image-size", "64", "--batch-per-rank", "16"],
+                                     environ={"HAL_RECIPE_DEVICE": "cpu"})
+    assert (args.device, args.arch, args.image_size, args.batch_per_gpu) == ("cpu", "resnet18", 64, 16)
+    assert train_resnet50.parse_args(["--device", "auto"], environ={"HAL_RECIPE_DEVICE": "cpu"}).device == "auto"
+    assert train_resnet50.parse_args([], environ={"HAL_RECIPE_DEVICE": "tpu"}).device == "auto"
+
+
+def never(*_):
+    raise AssertionError("PyTorch was asked where the answer was known")
+
+
+@pytest.mark.parametrize(("requested", "env", "cuda", "device"), [
+    ("cpu", {"CUDA_VISIBLE_DEVICES": "0,1"}, never, "cpu"),
+    ("auto", {}, never, "cpu"),                                  # Slurm sets none in a job without GPUs
+    ("auto", {"CUDA_VISIBLE_DEVICES": ""}, never, "cpu"),
+    ("auto", {"CUDA_VISIBLE_DEVICES": "NoDevFiles"}, never, "cpu"),
+    ("auto", {"CUDA_VISIBLE_DEVICES": "0"}, lambda: False, "cpu"),  # a CPU build of PyTorch
+    ("auto", {"CUDA_VISIBLE_DEVICES": "0"}, lambda: True, "cuda"),
+    ("cuda", {}, lambda: True, "cuda"),
+])
+def test_the_device(requested, env, cuda, device):
+    assert train_resnet50.choose_device(requested, env, cuda) == device
+
+
+def test_cuda_asked_for_without_a_gpu_is_refused():
+    with pytest.raises(train_resnet50.DeviceError, match="PyTorch finds no GPU"):
+        train_resnet50.choose_device("cuda", {"CUDA_VISIBLE_DEVICES": "0"}, lambda: False)
+
+
+@pytest.mark.parametrize(("env", "threads"), [
+    ({"OMP_NUM_THREADS": "20", "SLURM_CPUS_PER_TASK": "80"}, 20),  # the job script's: one per core
+    ({"OMP_NUM_THREADS": "20,4"}, 20),
+    ({"SLURM_CPUS_PER_TASK": "80"}, 80),
+    ({"OMP_NUM_THREADS": "0", "SLURM_CPUS_PER_TASK": "8"}, 8),
+    ({"OMP_NUM_THREADS": "many"}, None),
+    ({}, None),
+])
+def test_threads_come_from_the_task(env, threads):
+    assert train_resnet50.cpu_threads(env) == threads
+
+
+def test_fp16_autocast_is_for_gpus_only():
+    assert train_resnet50.effective_precision("amp", "cuda") == "amp"
+    assert train_resnet50.effective_precision("amp", "cpu") == "fp32"
+
+
+def test_past_8192_images_the_warning_says_what_the_cpu_study_learned():
+    assert train_resnet50.large_batch_warning(8192, 5.0) is None
+    text = train_resnet50.large_batch_warning(16384, 2.0)
+    assert text.startswith("train_resnet50: warning: a global batch of 16384 images (over 8192).")
+    for words in ("SC18", "warm-up (--warmup-epochs, now 2", "LARS", "smaller batch"):
+        assert words in text
+
+
+@pytest.mark.parametrize(("steps", "window"), [(1, 1), (7, 1), (20, 5), (40, 10), (1000, 10)])
+def test_the_loss_window(steps, window):
+    assert train_resnet50.loss_window(steps) == window
+
+
+def test_the_loss_track_keeps_the_first_and_the_last_steps():
+    track = train_resnet50.LossTrack(3)
+    for loss in [7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.5]:
+        track.add(loss)
+    assert track.means() == pytest.approx((6.0, 13 / 6))
+    assert train_resnet50.loss_fields(6.0, 13 / 6, 3) == {
+        "loss_first": 6.0, "loss_last": 2.1667, "loss_window": 3, "loss_fell": True}
+    assert train_resnet50.loss_fields(2.0, 2.0, 1)["loss_fell"] is False
+    assert all(math.isnan(m) for m in train_resnet50.LossTrack(3).means())
+
+
+def test_ranks_whose_parameters_differ_are_named():
+    assert train_resnet50.unequal_ranks(["ab", "ab", "ab"]) == []
+    assert train_resnet50.unequal_ranks(["ab", "ab", "cd", "ab", "ef"]) == [2, 4]
+
+
+@pytest.mark.parametrize(("cpuinfo", "name"), [
+    ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz\n"
+     "processor\t: 1\nmodel name\t: other\n", "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz"),
+    ("processor\t: 0\ncpu\t\t: POWER9, altivec supported\nclock\t\t: 3800.000000MHz\n", "POWER9, altivec supported"),
+    ("", "?"),
+])
+def test_the_cpu_name(cpuinfo, name):
+    assert train_resnet50.cpu_name(cpuinfo) == name
+
+
+def test_the_result_on_cpus_has_per_node_figures_and_no_gpus():
+    result = train_resnet50.result_fields(
+        device="cpu", ranks=4, nodes=2, batch_per_rank=32, steps=40, seconds=64.0, precision="fp32",
+        arch="resnet50", image_size=224, torch_version="2.13.0+cpu", device_name="Intel(R) Xeon(R) Gold 6148",
+        threads=20)
+    assert result == {
+        "device": "cpu", "arch": "resnet50", "image_size": 224, "precision": "fp32", "images_per_second": 80.0,
+        "per_node": 40.0, "per_rank": 20.0, "ranks": 4, "nodes": 2, "batch_per_rank": 32, "steps": 40,
+        "seconds": 64.0, "torch": "2.13.0+cpu", "cpu_name": "Intel(R) Xeon(R) Gold 6148", "threads_per_rank": 20}
+    line = train_resnet50.result_line(result)
+    run = scaling.run_from_result(scaling.parse_result(line))
+    assert (run.device, run.units, run.ranks, run.per_unit) == ("cpu", 2, 4, 40.0)
+
+
+def test_the_result_on_gpus_keeps_the_names_scaling_has_read():
+    result = train_resnet50.result_fields(
+        device="cuda", ranks=8, nodes=2, batch_per_rank=256, steps=40, seconds=8.0, precision="amp",
+        arch="resnet50", image_size=224, torch_version="2.5.1", device_name="Tesla V100-SXM2-16GB")
+    assert {k: result[k] for k in ("gpus", "per_gpu", "batch_per_gpu", "gpu_name", "per_node", "images_per_second")} \
+        == {"gpus": 8, "per_gpu": 1280.0, "batch_per_gpu": 256, "gpu_name": "Tesla V100-SXM2-16GB",
+            "per_node": 5120.0, "images_per_second": 10240.0}
+    assert "cpu_name" not in result and "threads_per_rank" not in result
 
 
 def test_the_rendered_batch_is_the_default_and_the_command_line_wins():
@@ -591,6 +728,9 @@ def test_without_stage_the_data_is_read_where_it_is():
     (["--label-smoothing", "1"], r"--label-smoothing must be in \[0, 1\)"),
     (["--schedule", "linear"], "invalid choice: 'linear'"),
     (["--precision", "bf16"], "invalid choice: 'bf16'"),
+    (["--image-size", "16"], "--image-size must be at least 32"),
+    (["--device", "gpu"], "invalid choice: 'gpu'"),
+    (["--arch", "resnet101"], "invalid choice: 'resnet101'"),
 ])
 def test_bad_options_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -700,8 +840,33 @@ def test_train_script_without_pytorch_says_what_to_load(tmp_path):
     done = subprocess.run([sys.executable, str(directory / "train_resnet50.py"), "--epochs", "1"],
                           env=env, capture_output=True, text=True, timeout=30, cwd="/")
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == ("train_resnet50: PyTorch and torchvision are needed (no PyTorch in this environment): "
-                           "load the framework module or activate an environment that has them\n")
+    assert done.stderr == ("train_resnet50: PyTorch is needed (no PyTorch in this environment): "
+                           "load the framework module or activate an environment that has it\n")
+
+
+TORCH_PYTHON = os.environ.get("HAL_TORCH_PYTHON")  # a python3 with PyTorch (CPU build is enough)
+
+
+@pytest.mark.skipif(not TORCH_PYTHON, reason="HAL_TORCH_PYTHON (a python3 with PyTorch) is not set")
+def test_two_cpu_ranks_train_and_the_recipe_checks_itself(tmp_path):
+    """The recipe for real on this machine's CPUs: 2 ranks over gloo, a small network; every
+    rank ends with the same parameters and the loss falls, as the RESULT line says."""
+    directory, port = install(tmp_path), free_port()
+    argv = [TORCH_PYTHON, str(directory / "train_resnet50.py"), "--arch", "resnet18", "--image-size", "32",
+            "--batch-per-rank", "8", "--epochs", "1", "--steps-per-epoch", "16", "--warmup-steps-timing", "2"]
+    procs = [subprocess.Popen(argv, env=dict(task_env(rank, per_node=2, nodes=1, CUDA_VISIBLE_DEVICES=None,
+                                                      SLURM_STEP_GPUS=None),
+                                             MASTER_ADDR="127.0.0.1", HAL_RECIPE_PORT=str(port), OMP_NUM_THREADS="1",
+                                             PATH=os.environ["PATH"]),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+             for rank in (0, 1)]
+    results = finish(procs)
+    assert [rc for rc, _, _ in results] == [0, 0], results
+    result = scaling.parse_result(results[0][1])
+    assert (result["device"], result["ranks"], result["threads_per_rank"], result["steps"]) == ("cpu", 2, 1, 14)
+    assert result["params_equal"] is True and result["loss_fell"] is True
+    assert result["loss_last"] < result["loss_first"] / 2
+    assert "RESULT" not in results[1][1]
 
 
 # ---- scaling report -----------------------------------------------------------------------------
@@ -768,6 +933,31 @@ def test_the_plot_is_a_png_matplotlib_reads_back(tmp_path):
     assert pixels.shape[0] > 300 and pixels.shape[1] > 500 and pixels.std() > 0.01  # not a blank canvas
 
 
+def test_cpu_runs_scale_over_nodes():
+    runs, problems = scaling.load_runs(SAMPLES / "cpu")
+    assert problems == [] and {(r.device, r.gpus) for r in runs} == {("cpu", 0)}
+    assert scaling.render_table(runs) == (
+        "nodes  ranks  images/s  per node  scaling efficiency (%)\n"
+        "    1      2      40.0      40.0                   100.0\n"
+        "    2      4      78.4      39.2                    98.0\n"
+        "    4      8     150.4      37.6                    94.0\n")
+
+
+def test_gpu_and_cpu_runs_are_not_mixed(tmp_path):
+    shutil.copytree(SAMPLES, tmp_path / "results")
+    shutil.copy(SAMPLES / "cpu" / "cpun2-202.out", tmp_path / "results")
+    runs, problems = scaling.load_runs(tmp_path / "results")
+    assert len(runs) == 5 and {r.device for r in runs} == {"cuda"}
+    assert problems == [f"{tmp_path}/results/cpun2-202.out: a cpu run among cuda runs: give each kind its own "
+                        "directory"]
+
+
+def test_the_cpu_plot(tmp_path):
+    runs, _ = scaling.load_runs(SAMPLES / "cpu")
+    scaling.plot(runs, tmp_path / "cpu.png")
+    assert (tmp_path / "cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_plot_needs_runs(tmp_path):
     with pytest.raises(scaling.ScalingError, match="no runs to plot"):
         scaling.plot([], tmp_path / "x.png")
@@ -807,6 +997,16 @@ def test_submit_dry_run_prints_the_jobs(tmp_path):
         f"scaling: swbatch -p {p} --output={out}/{p}-%j.out --wait /opt/hal/recipes/resnet50/resnet50.swbatch "
         "--data synthetic --steps-per-epoch 30 --epochs 1\n" for p in ("gpux1", "gpux16"))
     assert not out.exists()
+
+
+def test_submit_passes_the_recipes_options_on(tmp_path):
+    out = tmp_path / "never-made"
+    done = run_scaling(PACKAGE / "scaling.py", "submit", "--script", "job.swbatch", "--partitions", "cpun1,cpun2",
+                       "--out", out, "--steps", "30", "--dry-run", "--", "--arch", "resnet18", "--image-size", "64")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "".join(
+        f"scaling: swbatch -p {p} --output={out}/{p}-%j.out --wait job.swbatch --data synthetic --steps-per-epoch 30 "
+        "--epochs 1 --arch resnet18 --image-size 64\n" for p in ("cpun1", "cpun2"))
 
 
 FAKE_SWBATCH = '''#!{python}
@@ -897,3 +1097,11 @@ def test_mount_of_takes_the_longest_mount_point_and_unescapes_it(tmp_path):
         "mount_point": "/tmp", "mount_root": "/jobs/77/.77", "mount_source": "/var/lib/hal-sandbox/nvme0n1"}
     assert wiring_probe.mount_of("/with space/x", str(info))["mount_point"] == "/with space"
     assert wiring_probe.mount_of("/etc", str(info))["mount_source"] == "/dev/vda1"
+
+
+def test_threads_on_the_command_line_win_over_the_job_scripts(monkeypatch):
+    args = train_resnet50.parse_args(["--threads", "1"], environ={})
+    assert args.threads == 1
+    with pytest.raises(SystemExit):
+        train_resnet50.parse_args(["--threads", "0"], environ={})
+    assert train_resnet50.cpu_threads({"OMP_NUM_THREADS": "1", "SLURM_CPUS_PER_TASK": "80"}) == 1

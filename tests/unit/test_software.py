@@ -97,6 +97,8 @@ def test_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
+PYTORCH_PIP = '      pip: {packages: ["torch==2.13.0+cpu"]}\n'
+
 ACCEPTED = [
     ("swap-on-conflict", [("  on_conflict: refuse ", "  on_conflict: swap ")]),
     ("apptainer", [("  runtime: singularity\n", "  runtime: apptainer\n")]),
@@ -109,6 +111,8 @@ ACCEPTED = [
     ("no-modules", [lambda t: t[: t.index("\nsoftware:")] + t[t.index("\ncontainers:"):]]),
     ("prerequisite-any-version", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda]")]),
     ("mpi-requires-same-level", [(OMPI, OMPI + "      requires: [cuda/10.2]\n")]),
+    ("pip-environment-from-a-wheelhouse", [("  on_conflict: refuse ", "  wheelhouse: /sw/wheels\n  on_conflict: refuse "),
+                                           (PYTORCH_PIP, '      pip: {packages: ["torch>=2.12,<2.14"], python: python3.11}\n')]),
 ]
 
 
@@ -156,8 +160,8 @@ def tree_modules(files: dict[str, str], role: str, level: str = "Core") -> list[
 
 
 def test_hal_trees_hold_the_published_stack_for_each_role(hal_files, plan):
-    core = ["at/12.0", "cuda/10.2", "jupyter/2026.11", "pgi/19.10", "wmlce/1.7.0-py2.7", "wmlce/1.7.0-py3.6",
-            "wmlce/1.7.0-py3.7"]  # jupyter: the portal's session environment
+    core = ["at/12.0", "cuda/10.2", "jupyter/2026.11", "pgi/19.10", "pytorch/2.13.0-cpu", "wmlce/1.7.0-py2.7",
+            "wmlce/1.7.0-py3.6", "wmlce/1.7.0-py3.7"]  # jupyter: the portal's session environment
     assert sorted(plan["lmod"]["roles"]) == ["compute", "development", "login"]
     for role, entry in plan["lmod"]["roles"].items():
         assert tree_modules(hal_files, role) == sorted(entry["core"]) == core
@@ -338,3 +342,25 @@ def test_role_argument_specs_cover_every_default(role):
     assert sorted(defaults) == sorted(options)
     assert all(spec.get("type") and spec.get("description") for spec in options.values())
     assert all(name.startswith(f"{role}_") for name in defaults)
+
+
+def test_module_environments_are_in_the_plan_for_the_lmod_role(plan):
+    assert plan["lmod"]["environments"] == [
+        {"module": "pytorch/2.13.0-cpu", "prefix": "/sw/pytorch/2.13.0-cpu", "python": "python3",
+         "packages": ["torch==2.13.0+cpu"], "roles": ["login", "development", "compute"]}]
+    assert plan["lmod"]["wheelhouse"] is None  # HAL names none: pip uses the index as configured
+
+
+@pytest.mark.parametrize(("package", "ok"), [
+    ("torch==2.13.0+cpu", True), ("numpy>=1.26,<3", True), ("jupyterlab[full]==4.2", True),
+    ("torch; rm -rf /", False), ("--index-url=http://x", False), ("", False)])
+def test_a_pip_requirement_is_a_requirement_not_a_command(package, ok):
+    from pydantic import ValidationError
+
+    from hal_provision.model.software import PipEnvironment
+
+    if ok:
+        assert PipEnvironment(packages=[package]).packages == [package]
+    else:
+        with pytest.raises(ValidationError):
+            PipEnvironment(packages=[package])

@@ -1,15 +1,17 @@
 """The ResNet-50 scaling benchmark: one job per virtual partition, then throughput and efficiency.
 
 HAL's paper shows the recipe's throughput from 1 GPU to whole racks against ideal linear
-scaling. This runs the same measurement on the cluster at hand:
+scaling. This runs the same measurement on the cluster at hand, on GPUs (gpuxN) or on the CPUs
+of whole nodes (cpunN):
 
     python3 scaling.py submit --script resnet50.swbatch --partitions gpux1,gpux2,gpux4,gpux8 \\
-        --out DIR [--steps 50] [--dry-run]
+        --out DIR [--steps 50] [--dry-run] [-- RECIPE OPTIONS]
     python3 scaling.py report DIR [--plot DIR/scaling.png] [--no-plot]
 
 `submit` runs, one after another (each waits for its job; no shell),
 
-    swbatch -p VPART --output=DIR/VPART-%j.out --wait SCRIPT --data synthetic --steps-per-epoch N --epochs 1
+    swbatch -p VPART --output=DIR/VPART-%j.out --wait SCRIPT --data synthetic --steps-per-epoch N --epochs 1 \\
+        [RECIPE OPTIONS]
 
 and then `report`, which reads every DIR/*.out (named VPART-JOBID.out), takes the last
 `RESULT {json}` line train_resnet50.py printed, and prints
@@ -19,7 +21,9 @@ and then `report`, which reads every DIR/*.out (named VPART-JOBID.out), takes th
        ...
 
 Scaling efficiency of a run is its images/s per GPU over that of the run with the fewest GPUs.
-The plot (images/s against GPUs, log2 axis, measured and ideal) needs matplotlib, imported only
+CPU runs (RESULT "device": "cpu") scale over nodes instead: the table's columns are nodes,
+ranks, images/s and per node, and efficiency is per-node throughput against the one-node run's.
+One directory holds GPU runs or CPU runs, not both. The plot (images/s against GPUs, log2 axis, measured and ideal) needs matplotlib, imported only
 in `plot`; everything else is standard library, so the cluster's python3 runs it as it is.
 """
 
@@ -36,6 +40,7 @@ from pathlib import Path
 
 RESULT_PREFIX = "RESULT "
 COLUMNS = ("GPUs", "nodes", "images/s", "per GPU", "scaling efficiency (%)")
+CPU_COLUMNS = ("nodes", "ranks", "images/s", "per node", "scaling efficiency (%)")
 
 
 class ScalingError(Exception):
@@ -46,12 +51,23 @@ class ScalingError(Exception):
 class Run:
     """One benchmark job's figures."""
 
-    gpus: int
+    gpus: int               # 0 on CPUs
     nodes: int
     images_per_second: float
-    batch_per_gpu: int
+    batch_per_gpu: int      # per rank on CPUs
     job_id: str = ""
     partition: str = ""
+    device: str = "cuda"
+    ranks: int = 0          # on CPUs: srun tasks (one per socket)
+
+    @property
+    def units(self) -> int:
+        """What the run scales over: GPUs, or nodes on CPUs."""
+        return self.gpus if self.device == "cuda" else self.nodes
+
+    @property
+    def per_unit(self) -> float:
+        return self.images_per_second / self.units
 
     @property
     def per_gpu(self) -> float:
@@ -74,13 +90,19 @@ def parse_result(text: str, source: str = "<output>") -> dict:
 
 
 def run_from_result(result: dict, job_id: str = "", partition: str = "", source: str = "<output>") -> Run:
+    cpu = result.get("device") == "cpu"
     try:
-        run = Run(int(result["gpus"]), int(result["nodes"]), float(result["images_per_second"]),
-                  int(result["batch_per_gpu"]), job_id, partition)
+        if cpu:
+            run = Run(0, int(result["nodes"]), float(result["images_per_second"]), int(result["batch_per_rank"]),
+                      job_id, partition, "cpu", int(result["ranks"]))
+        else:
+            run = Run(int(result["gpus"]), int(result["nodes"]), float(result["images_per_second"]),
+                      int(result["batch_per_gpu"]), job_id, partition)
     except (KeyError, TypeError, ValueError) as exc:
         raise ScalingError(f"{source}: the RESULT line lacks or garbles {exc}") from None
-    if run.gpus < 1 or run.images_per_second <= 0:
-        raise ScalingError(f"{source}: the RESULT line has gpus={run.gpus}, images_per_second={run.images_per_second}")
+    if run.units < 1 or run.images_per_second <= 0:
+        unit = "nodes" if cpu else "gpus"
+        raise ScalingError(f"{source}: the RESULT line has {unit}={run.units}, images_per_second={run.images_per_second}")
     return run
 
 
@@ -92,33 +114,42 @@ def load_run(path: Path) -> Run:
 
 
 def load_runs(directory: Path) -> tuple[list[Run], list[str]]:
-    """Every *.out in `directory`: (runs, one problem per file without a usable result)."""
-    runs, problems = [], []
+    """Every *.out in `directory`: (runs, one problem per file without a usable result). GPU and
+    CPU runs do not scale over the same thing: the kind most files hold counts (GPUs on a tie),
+    and each run of the other kind is a problem."""
+    loaded, problems = [], []
     for path in sorted(directory.glob("*.out")):
         try:
-            runs.append(load_run(path))
+            loaded.append((path, load_run(path)))
         except (ScalingError, OSError) as exc:
             problems.append(str(exc))
-    return runs, problems
+    kinds = [run.device for _, run in loaded]
+    kind = "cpu" if kinds.count("cpu") > kinds.count("cuda") else "cuda"
+    problems += [f"{path}: a {run.device} run among {kind} runs: give each kind its own directory"
+                 for path, run in loaded if run.device != kind]
+    return [run for _, run in loaded if run.device == kind], problems
 
 
 def _ordered(runs: list[Run]) -> list[Run]:
-    return sorted(runs, key=lambda r: (r.gpus, r.nodes, r.job_id))
+    return sorted(runs, key=lambda r: (r.units, r.nodes, r.job_id))
 
 
 def efficiency(runs: list[Run]) -> list[float]:
-    """Per run, in the given order: its images/s per GPU over the smallest run's (1.0 = linear)."""
+    """Per run, in the given order: its images/s per GPU (per node on CPUs) over the smallest
+    run's (1.0 = linear)."""
     if not runs:
         return []
-    base = _ordered(runs)[0].per_gpu
-    return [run.per_gpu / base for run in runs]
+    base = _ordered(runs)[0].per_unit
+    return [run.per_unit / base for run in runs]
 
 
 def render_table(runs: list[Run]) -> str:
-    """The runs as aligned text, fewest GPUs first."""
+    """The runs as aligned text, fewest GPUs (nodes) first."""
     ordered = _ordered(runs)
-    rows = [COLUMNS] + [
-        (str(r.gpus), str(r.nodes), f"{r.images_per_second:.1f}", f"{r.per_gpu:.1f}", f"{e * 100:.1f}")
+    cpu = bool(ordered) and ordered[0].device == "cpu"
+    rows = [CPU_COLUMNS if cpu else COLUMNS] + [
+        ((str(r.nodes), str(r.ranks)) if cpu else (str(r.gpus), str(r.nodes)))
+        + (f"{r.images_per_second:.1f}", f"{r.per_unit:.1f}", f"{e * 100:.1f}")
         for r, e in zip(ordered, efficiency(ordered))
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
@@ -135,43 +166,47 @@ def plot(runs: list[Run], path: str | os.PathLike) -> None:
     if not runs:
         raise ScalingError("no runs to plot")
     ordered = _ordered(runs)
-    gpus = [r.gpus for r in ordered]
+    cpu = ordered[0].device == "cpu"
+    gpus = [r.units for r in ordered]
     base = ordered[0]
     fig = Figure(figsize=(6.4, 4.4), dpi=120)
     FigureCanvasAgg(fig)  # the Agg backend, without pyplot's global state
     ax = fig.add_subplot()
-    ax.plot(gpus, [base.per_gpu * g for g in gpus], linestyle="--", color="gray", label="ideal (linear)")
+    ax.plot(gpus, [base.per_unit * g for g in gpus], linestyle="--", color="gray", label="ideal (linear)")
     ax.plot(gpus, [r.images_per_second for r in ordered], marker="o", label="measured")
     for run, eff in zip(ordered, efficiency(ordered)):
-        ax.annotate(f"{eff:.0%}", (run.gpus, run.images_per_second), textcoords="offset points",
+        ax.annotate(f"{eff:.0%}", (run.units, run.images_per_second), textcoords="offset points",
                     xytext=(0, 8), ha="center", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(gpus)))
     ax.set_xticklabels([str(g) for g in sorted(set(gpus))])
     ax.minorticks_off()
-    ax.set_xlabel("GPUs")
+    ax.set_xlabel("nodes (CPUs)" if cpu else "GPUs")
     ax.set_ylabel("images/s")
     batches = sorted({r.batch_per_gpu for r in ordered})
-    ax.set_title(f"ResNet-50 training throughput (batch {','.join(map(str, batches))} per GPU)")
+    ax.set_title(f"ResNet-50 training throughput (batch {','.join(map(str, batches))} per "
+                 f"{'rank, on CPUs' if cpu else 'GPU'})")
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(os.fspath(path), format="png")
 
 
-def swbatch_command(partition: str, script: str, out: str, steps: int) -> list[str]:
-    """One benchmark job: the script on `partition`, its output in OUT/VPART-JOBID.out."""
+def swbatch_command(partition: str, script: str, out: str, steps: int, recipe_args: list[str] = ()) -> list[str]:
+    """One benchmark job: the script on `partition`, its output in OUT/VPART-JOBID.out; the
+    recipe's own options (a smaller --arch or --image-size on CPUs) after the fixed ones."""
     return ["swbatch", "-p", partition, f"--output={os.path.join(out, partition)}-%j.out", "--wait",
-            script, "--data", "synthetic", "--steps-per-epoch", str(steps), "--epochs", "1"]
+            script, "--data", "synthetic", "--steps-per-epoch", str(steps), "--epochs", "1", *recipe_args]
 
 
-def submit(script: str, partitions: list[str], out: str, steps: int, dry_run: bool = False) -> int:
+def submit(script: str, partitions: list[str], out: str, steps: int, dry_run: bool = False,
+           recipe_args: list[str] = ()) -> int:
     """Run the jobs one after another; then report. Exit status: 1 if a job or the report failed."""
     status = 0
     if not dry_run:
         os.makedirs(out, exist_ok=True)
     for partition in partitions:
-        argv = swbatch_command(partition, script, out, steps)
+        argv = swbatch_command(partition, script, out, steps, recipe_args)
         print(f"scaling: {shlex.join(argv)}", flush=True)
         if dry_run:
             continue
@@ -217,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True, help="directory for the jobs' output files")
     s.add_argument("--steps", type=int, default=50, help="steps per job (default 50)")
     s.add_argument("--dry-run", action="store_true", help="print the swbatch commands only")
+    s.add_argument("recipe_args", nargs=argparse.REMAINDER,
+                   help="after --: options for train_resnet50.py in every job (e.g. -- --arch resnet18)")
     r = sub.add_parser("report", help="table and plot of the results in DIR")
     r.add_argument("directory", help="directory of VPART-JOBID.out files")
     r.add_argument("--plot", default=None, help="PNG to write (default DIR/scaling.png)")
@@ -226,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
         if not partitions or args.steps < 1:
             parser.error("submit needs at least one partition and --steps of at least 1")
-        return submit(args.script, partitions, args.out, args.steps, args.dry_run)
+        recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+        return submit(args.script, partitions, args.out, args.steps, args.dry_run, recipe_args)
     directory = Path(args.directory)
     if not directory.is_dir():
         parser.error(f"{directory} is not a directory")

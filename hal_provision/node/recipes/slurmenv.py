@@ -16,8 +16,10 @@ proves the settings the recipe will use.
     master_addr       MASTER_ADDR, else the first host of SLURM_STEP_NODELIST, else of
                       SLURM_JOB_NODELIST (node 0 of the step: Slurm lists nodes in index order)
     master_port       HAL_RECIPE_PORT, else MASTER_PORT, else 20000 + SLURM_JOB_ID % 20000
-    visible_devices   CUDA_VISIBLE_DEVICES (Slurm sets it to the step's GPUs on the node)
+    visible_devices   CUDA_VISIBLE_DEVICES (Slurm sets it to the step's GPUs on the node);
+                      in a CPU step (gpus=False) whatever is set, often nothing
     device            local_rank: the CUDA index of this rank's GPU among the visible ones
+                      (unused in a CPU step)
     gpu_ids           SLURM_STEP_GPUS, else SLURM_JOB_GPUS: node-global GPU numbers, which on
                       HAL are the /dev/nvidiaN minor numbers (gres.conf lists File=/dev/nvidia0
                       first); may be empty
@@ -45,6 +47,9 @@ from typing import Mapping
 PORT_BASE = 20000
 PORT_SPAN = 20000
 PORT_VAR = "HAL_RECIPE_PORT"
+# "cpu" in a job without GPUs: the job script's CPU branch sets it, and the recipe and the
+# probe then expect no GPU (from_slurm(gpus=False)).
+DEVICE_VAR = "HAL_RECIPE_DEVICE"
 
 
 class SlurmEnvError(ValueError):
@@ -81,11 +86,12 @@ class Rendezvous:
         }
 
 
-def from_slurm(environ: Mapping[str, str], hostname: str | None = None) -> Rendezvous:
+def from_slurm(environ: Mapping[str, str], hostname: str | None = None, gpus: bool = True) -> Rendezvous:
     """The Rendezvous of the srun task whose environment is `environ`.
 
     `hostname` defaults to socket.gethostname(). SlurmEnvError, naming the variable, when one
-    is missing or malformed or the variables disagree with each other.
+    is missing or malformed or the variables disagree with each other. gpus=False: a step on
+    CPUs (a cpunN job), where no GPU need be visible to the tasks.
     """
     rank = _int(environ, "SLURM_PROCID")
     world_size = _int(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", minimum=1)
@@ -106,8 +112,8 @@ def from_slurm(environ: Mapping[str, str], hostname: str | None = None) -> Rende
         raise SlurmEnvError(f"SLURM_LOCALID={local_rank} is not below this node's {local_world_size} tasks "
                             f"({per_node_var}={per_node_text!r})")
 
-    visible = visible_devices(environ)
-    if len(visible) < local_world_size:
+    visible = visible_devices(environ) if gpus or "CUDA_VISIBLE_DEVICES" in environ else []
+    if gpus and len(visible) < local_world_size:
         raise SlurmEnvError(
             f"CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '')!r} shows {len(visible)} GPU(s) to "
             f"{local_world_size} tasks on this node: start one task per GPU, every task seeing all the "

@@ -38,6 +38,9 @@ path, files and bytes, the bytes it read, the copy's seconds, and the mount the 
 every rank read the whole copy, and its OK line gains `staged=FILES files BYTES bytes
 SECONDS s` (the slowest node's copy).
 
+In a job on CPUs (the job script's CPU branch sets HAL_RECIPE_DEVICE=cpu) there is no GPU to
+check: the records have device_path null and device_ok true, and the rest is checked as above.
+
 For tests and the sandbox: HAL_PROBE_HOSTNAME replaces socket.gethostname() (several "nodes"
 on one machine), HAL_PROBE_DEV_DIR replaces /dev, and --bind replaces 0.0.0.0 as rank 0's
 listening address (127.0.0.1 keeps a test on the loopback).
@@ -111,10 +114,12 @@ def open_device(path: str) -> tuple[bool, str | None]:
     return True, None
 
 
-def record(rv: slurmenv.Rendezvous, dev_dir: str = "/dev") -> dict:
-    """This rank's report to rank 0."""
-    path = device_file(rv, dev_dir)
-    if path is None:
+def record(rv: slurmenv.Rendezvous, dev_dir: str = "/dev", gpus: bool = True) -> dict:
+    """This rank's report to rank 0; gpus=False (a job on CPUs): no device to check."""
+    path = device_file(rv, dev_dir) if gpus else None
+    if not gpus:
+        ok, error = True, None
+    elif path is None:
         ok, error = False, (f"no device file for CUDA device {rv.device} (CUDA_VISIBLE_DEVICES="
                             f"{','.join(rv.visible_devices)}, GPU ids={','.join(rv.gpu_ids) or 'none'})")
     else:
@@ -404,12 +409,13 @@ def main(argv: list[str] | None = None, environ=None) -> int:
     if args.stage != bool(args.data) or (args.stage_dest and not args.stage):
         parser.error("--stage and --data go together (--stage-dest needs both)")
     environ = os.environ if environ is None else environ
+    gpus = environ.get(slurmenv.DEVICE_VAR) != "cpu"
     try:
-        rv = slurmenv.from_slurm(environ, hostname=environ.get(HOSTNAME_VAR) or None)
+        rv = slurmenv.from_slurm(environ, hostname=environ.get(HOSTNAME_VAR) or None, gpus=gpus)
     except slurmenv.SlurmEnvError as exc:
         print(f"wiring_probe: {exc}", file=sys.stderr)
         return 1
-    own = record(rv, environ.get(DEV_DIR_VAR) or "/dev")
+    own = record(rv, environ.get(DEV_DIR_VAR) or "/dev", gpus)
     if args.stage:
         try:
             own["data"] = read_data(hal_stage.stage(args.data, args.stage_dest, environ))

@@ -4,11 +4,18 @@
 # The cluster's own ResNet-50 scaling benchmark (synthetic data): one job per virtual partition,
 # gpux1 (1 GPU), gpux2 (2 GPUs), gpux4 (4 GPUs), gpux8 (8 GPUs), gpux16 (16 GPUs),
 # one after another; then a table of images/s and scaling efficiency, and a PNG plot.
-#   scaling.sh [OUTDIR] [STEPS]      (default: ~/resnet50-scaling, 50 steps per run)
+# With --cpu, the CPUs of whole nodes instead (one task per socket; the table per node):
+# cpun1 (1 node), cpun2 (2 nodes), cpun4 (4 nodes).
+#   scaling.sh [--cpu] [OUTDIR [STEPS [RECIPE OPTIONS]]]
+#     (default: ~/resnet50-scaling or ~/resnet50-scaling-cpu, 50 steps per run; e.g.
+#      scaling.sh --cpu ~/cpu-scaling 30 --arch resnet18 --image-size 64 for a short run)
 set -euo pipefail
 recipe_dir=/opt/hal/recipes/resnet50
 source "$recipe_dir/recipe.env"
-out=${1:-$HOME/resnet50-scaling}
+partitions=gpux1,gpux2,gpux4,gpux8,gpux16 out=$HOME/resnet50-scaling
+if [ "${1:-}" = --cpu ]; then shift; partitions=cpun1,cpun2,cpun4 out=$HOME/resnet50-scaling-cpu; fi
+out=${1:-$out} steps=${2:-50}
+shift $(( $# < 2 ? $# : 2 ))
 mkdir -p "$out"
 exec python3 "$recipe_dir/scaling.py" submit --script "$recipe_dir/resnet50.swbatch" \
-    --partitions gpux1,gpux2,gpux4,gpux8,gpux16 --out "$out" --steps "${2:-50}"
+    --partitions "$partitions" --out "$out" --steps "$steps" -- "$@"
