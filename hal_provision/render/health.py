@@ -3,9 +3,10 @@
 * ``files/etc/hal-provision/health/<group>.json``: what the nodes of one compute group must
   have, check by check (only the checks `health.checks` names): CPU topology, memory with its
   tolerance, GPU device files, GPU count/model/memory, the shared file systems and the local
-  scratch mounted there, the services every node runs, the cabled InfiniBand ports. The healthcheck role installs the
-  node's group file as /etc/hal-provision/health.json; hal-healthcheck (hal_provision/node/health)
-  reads it; the testinfra hardware tests read the same files.
+  scratch mounted there, the services every node runs, the cabled InfiniBand ports. The
+  healthcheck role installs the node's group file as /etc/hal-provision/health.json;
+  hal-healthcheck (hal_provision/node/health) reads it; the testinfra hardware tests read the
+  same files.
 * ``files/etc/hal-provision/health.json``: the program, its path, and the groups, for the role.
 * ``files/etc/nhc/nhc.conf``: the same expectations as NHC checks, one line per check and
   group (NHC's `{hostlist}` match), for sites that choose `health.program: nhc`.

@@ -26,7 +26,7 @@ FACTS = "files/etc/hal-provision/scratch.json"
 SCRATCH_DIR = "files/etc/hal-provision/scratch"
 MD_DEVICE = "/dev/md/scratch"  # the raid0 array's name on every node
 MDADM_CONF_D = "/etc/mdadm/mdadm.conf.d/hal-scratch.conf"
-MOUNT_OPTIONS = {"xfs": "defaults,noatime", "ext4": "defaults,noatime"}
+MOUNT_OPTIONS = "defaults,noatime"  # xfs and ext4 alike
 
 
 def source(profile: HardwareProfile) -> str:
@@ -54,7 +54,7 @@ def mount_unit(cluster: Cluster, name: str, profile: HardwareProfile) -> str:
         f"What={source(profile)}\n"
         f"Where={scratch.mount_point}\n"
         f"Type={scratch.filesystem}\n"
-        f"Options={MOUNT_OPTIONS[scratch.filesystem]}\n"
+        f"Options={MOUNT_OPTIONS}\n"
         "\n[Install]\n"
         "WantedBy=local-fs.target\n"
     )

@@ -296,10 +296,11 @@ def _loop_device(backing: Path, size_gib: int) -> str:
     if not backing.exists():
         with backing.open("wb") as f:
             f.truncate(size_gib * 2**30)
-    found = subprocess.run(["losetup", "-j", str(backing), "-O", "NAME", "-n"], capture_output=True, text=True)
-    if found.returncode == 0 and found.stdout.split():
-        return found.stdout.split()[0]
-    made = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(backing)], capture_output=True, text=True)
+    found = _loops_over(backing)
+    if found:
+        return found[0]
+    made = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(backing)],
+                          capture_output=True, text=True)
     if made.returncode != 0:
         raise LifecycleError(f"no loop device for {backing}: {made.stderr.strip()}")
     return made.stdout.strip()
@@ -364,14 +365,19 @@ def _settle_mount_namespaces(host: str, log=print) -> None:
         log(f"{host}: {made} mount namespaces made before a job's could be bound on every CPU")
 
 
+def _loops_over(backing: Path) -> list[str]:
+    """The loop devices attached to `backing`."""
+    found = subprocess.run(["losetup", "-j", str(backing), "-O", "NAME", "-n"], capture_output=True, text=True)
+    return found.stdout.split() if found.returncode == 0 else []
+
+
 def _detach_loops(workdir: Path, log=print) -> None:
     """Detach the loop devices over the sandbox's scratch disks (their containers are gone)."""
     disks = workdir / "disks"
     if not disks.is_dir() or tools.find("losetup") is None:
         return
     for backing in sorted(disks.glob("*.img")):
-        found = subprocess.run(["losetup", "-j", str(backing), "-O", "NAME", "-n"], capture_output=True, text=True)
-        for dev in found.stdout.split():
+        for dev in _loops_over(backing):
             subprocess.run(["losetup", "-d", dev], capture_output=True)
             log(f"loop device {dev} ({backing.name}) detached")
 
