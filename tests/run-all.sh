@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 # From ./bootstrap.sh's start when it runs this (set-up included), else from here.
 all_start=${HAL_BOOTSTRAP_START:-$(date +%s)}
 
-passed=0; failed=0; timings=()
+passed=0; failed=0; timings=(); failed_logs=()
+# Each scenario's output is also kept, so that a failure's cause is printed again after the
+# timings: CI shows a run's tail, and a scenario's first error is often far above it.
+logs=$(mktemp -d -t hal-scenarios.XXXXXX)
 # Every scenario runs a locally built node image (no registry): the bare one and the one with
 # the roles' packages on it, built if missing in the background while pytest runs (mostly
 # downloads and dpkg beside pytest's CPU work); their output follows pytest's.
@@ -34,10 +37,11 @@ for scenario in $(sed 's/#.*//' molecule/ci-scenarios); do
   [ -f "$dir/molecule.yml" ] || { echo "no scenario $dir"; failed=$((failed + 1)); continue; }
   echo "== molecule test -s $scenario"
   start=$(date +%s)
-  if molecule -c molecule/shared/config.yml test -s "$scenario"; then
+  log="$logs/$scenario.log"
+  if molecule -c molecule/shared/config.yml test -s "$scenario" 2>&1 | tee "$log"; then
     passed=$((passed + 1)); result=passed
   else
-    failed=$((failed + 1)); result=FAILED
+    failed=$((failed + 1)); result=FAILED; failed_logs+=("$log")
   fi
   timings+=("$(printf '%-16s %-7s %4ds' "$scenario" "$result" "$(( $(date +%s) - start ))")")
 done
@@ -47,5 +51,12 @@ printf '%-16s %-7s %4ds (beside pytest)\n' "node images" - "${image_s:-0}"
 printf '%s\n' "${timings[@]}"
 total=$(( $(date +%s) - all_start ))
 printf '%-16s %-7s %4ds (%dm%02ds)\n' total - "$total" $((total / 60)) $((total % 60))
+for log in "${failed_logs[@]}"; do
+  echo "== why $(basename "$log" .log) failed (its errors, then its last lines; whole output above)"
+  grep -a -E -A6 'fatal: |FAILED|failed=[1-9]|ERROR|[Ee]rror: |Traceback|AssertionError' "$log" | cut -c1-400 | tail -n 60
+  echo "-- last lines"
+  tail -n 25 "$log" | cut -c1-400
+done
+rm -rf "$logs"
 echo "molecule: $passed passed, $failed failed"
 [ "$pytest_rc" -eq 0 ] && [ "$failed" -eq 0 ]
