@@ -13,19 +13,22 @@ REC = ("recipes",)
 
 @check
 def recipes_virtual_partitions(c: Cluster):
-    """The job script's and the benchmark's virtual partitions exist and have GPUs; the
-    benchmark runs from the fewest GPUs up, each size once."""
+    """The job script's and the benchmark's virtual partitions exist and have GPUs (a cluster
+    without GPU virtual partitions: cpu ones, whose jobs train on the CPUs); the benchmark runs
+    from the fewest GPUs (or nodes) up, each size once."""
     r = c.recipes
     if r is None:
         return
     gpus = gpu_partitions(c.swsuite)
     known = [vp.name for vp in c.swsuite.virtual_partitions]
+    nodes = {vp.name: vp.nodes for vp in c.swsuite.virtual_partitions if vp.kind == "cpu"}
 
     def problem(name: str) -> str | None:
         if name not in known:
             return f"virtual partition {name!r} is not in swsuite.virtual_partitions{did_you_mean(name, known)}"
-        if name not in gpus:
-            return f"virtual partition {name!r} has no GPUs: the recipe trains on GPUs"
+        if gpus and name not in gpus:
+            return (f"virtual partition {name!r} has no GPUs: the recipe's defaults are GPU partitions where the "
+                    f"cluster has them (its CPU runs: swbatch -p {name}, scaling.sh --cpu)")
         return None
 
     if (msg := problem(r.virtual_partition)) is not None:
@@ -36,12 +39,13 @@ def recipes_virtual_partitions(c: Cluster):
     for again, first in duplicates(r.scaling_partitions):
         yield error((*REC, "scaling_partitions", again), f"{r.scaling_partitions[again]!r} is listed twice "
                     f"(first at [{first}])")
-    sizes = [gpus[n] for n in r.scaling_partitions if n in gpus]
+    what, size = ("GPUs", gpus) if gpus else ("nodes", nodes)
+    sizes = [size[n] for n in r.scaling_partitions if n in size]
     if sizes != sorted(sizes):
-        yield error((*REC, "scaling_partitions"), "list the benchmark's virtual partitions from the fewest GPUs to "
-                    f"the most (GPUs: {sizes}): efficiency is measured against the first")
+        yield error((*REC, "scaling_partitions"), f"list the benchmark's virtual partitions from the fewest {what} "
+                    f"to the most ({what}: {sizes}): efficiency is measured against the first")
     if not scaling_partitions(r, c.swsuite):
-        yield error((*REC, "scaling_partitions"), "no GPU virtual partition with a power-of-two GPU count to "
+        yield error((*REC, "scaling_partitions"), f"no virtual partition with a power-of-two count of {what} to "
                     "benchmark: list the virtual partitions to run")
 
 

@@ -25,10 +25,11 @@ app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster 
 WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbox's rendered tree lives.")
 
 
-def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, caches: bool = True) -> lifecycle.Sandbox:
+def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, caches: bool = True,
+          cpu_only: bool = False) -> lifecycle.Sandbox:
     _loaded, model = checked(file)
     try:
-        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches)
+        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only)
     except SandboxError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
@@ -53,15 +54,17 @@ def up(
                                 "nodes that install everything from the public archives, as a new site's do."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print Ansible's own output as it runs, instead of "
                                  "a progress line and a log file."),
+    cpu_only: bool = typer.Option(False, "--cpu-only", help="Make the compute nodes a CPU-only group: their hardware "
+                                  "profile without GPUs, only the cpu virtual partitions (the recipe trains on CPUs)."),
 ) -> None:
     """Build the node image if missing, start the containers, render and run site.yml."""
-    sb = _plan(file, workdir, computes, subnet, caches)
+    sb = _plan(file, workdir, computes, subnet, caches, cpu_only)
     try:
         lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
     except (lifecycle.LifecycleError, ImageError, WheelhouseError, WriteError, subprocess.CalledProcessError) as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
-    lifecycle.record_source(sb, file, computes, subnet)
+    lifecycle.record_source(sb, file, computes, subnet, cpu_only)
     for stray in lifecycle.strays(sb):  # never removed here: it may still run jobs
         out.print(f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
                   f"then `podman rm -f {stray}`", markup=False)

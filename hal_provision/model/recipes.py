@@ -57,10 +57,13 @@ def gpu_partitions(swsuite) -> dict[str, int]:
 
 def scaling_partitions(recipes: Recipes, swsuite) -> list[str]:
     """The benchmark's virtual partitions: the model's list, else every GPU virtual partition
-    with a power-of-two GPU count, fewest GPUs first (1, 2, 4, 8, 16 on HAL)."""
+    with a power-of-two GPU count, fewest GPUs first (1, 2, 4, 8, 16 on HAL); on a cluster
+    without GPU virtual partitions, the cpu ones with a power-of-two node count."""
     if recipes.scaling_partitions:
         return list(recipes.scaling_partitions)
     gpus = gpu_partitions(swsuite)
+    if not gpus:
+        return cpu_scaling_partitions(swsuite)
     return sorted((n for n, g in gpus.items() if g & (g - 1) == 0), key=lambda n: (gpus[n], n))
 
 

@@ -208,7 +208,8 @@ def scaling_script(cluster: Cluster) -> str:
     gpus = gpu_partitions(cluster.swsuite)
     cpu_parts = cpu_scaling_partitions(cluster.swsuite) if cpu_layouts(cluster) else []
     nodes = {vp.name: vp.nodes for vp in cluster.swsuite.virtual_partitions}
-    listed = ", ".join(f"{p} ({gpus[p]} GPU{'s' if gpus[p] > 1 else ''})" for p in parts)
+    listed = ", ".join(f"{p} ({gpus[p]} GPU{'s' if gpus[p] > 1 else ''})" if p in gpus
+                       else f"{p} ({nodes[p]} node{'s' if nodes[p] > 1 else ''})" for p in parts)
     head = [
         "#!/bin/bash\n",
         header(cluster),

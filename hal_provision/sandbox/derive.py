@@ -32,7 +32,7 @@ class SandboxError(ValueError):
     pass
 
 
-def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET) -> Cluster:
+def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False) -> Cluster:
     data = cluster.model_dump(mode="json", exclude_none=True)
     primary = cluster.cluster.primary_network
     mgmt_host = nodeset(cluster.services.slurmctld)[0]
@@ -132,8 +132,34 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["recipes"] = _sandbox_recipes(data["recipes"], vps)
     if data.get("health"):
         data["health"] = _sandbox_health(data["health"])
+    if cpu_only:
+        _cpu_only(data, first_compute.name)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
     return Cluster.model_validate(data)
+
+
+def _cpu_only(data: dict, compute: str) -> None:
+    """The sandbox's compute group as a CPU-only one (issue 30): its profile without GPUs, the
+    GPU virtual partitions gone and whatever named them narrowed to the cpu ones."""
+    group = next(g for g in data["nodes"] if g["name"] == compute)
+    data["hardware"][group["hardware"]].pop("gpus", None)
+    vps = [vp for vp in data.get("swsuite", {}).get("virtual_partitions", []) if vp["kind"] == "cpu"]
+    if "swsuite" in data:
+        data["swsuite"]["virtual_partitions"] = vps
+    kept = {vp["name"] for vp in vps}
+    if data.get("recipes"):
+        r = data["recipes"]
+        if r.get("virtual_partition") not in kept and vps:
+            r["virtual_partition"] = vps[0]["name"]
+        r["scaling_partitions"] = [n for n in r.get("scaling_partitions", []) if n in kept]
+    portal = data.get("portal")
+    if portal:
+        apps = []
+        for app in portal.get("apps", []):
+            names = [n for n in app.get("virtual_partitions", []) if n in kept]
+            if names:
+                apps.append(dict(app, virtual_partitions=names))
+        portal["apps"] = apps
 
 
 def _sandbox_scratch(data: dict, compute: dict) -> None:

@@ -114,19 +114,20 @@ def sandbox_name(cluster: Cluster) -> str:
     return f"{cluster.cluster.name}-sandbox"
 
 
-def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True) -> Sandbox:
-    cluster = derive_sandbox(full, computes=computes, subnet=subnet)
+def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True,
+         cpu_only: bool = False) -> Sandbox:
+    cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only)
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(full, keep).items())
     return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches)
 
 
-def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str) -> None:
+def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str, cpu_only: bool = False) -> None:
     """What `sandbox up` was given, beside the derived model: the tests that scale the sandbox
     out and back run `sandbox up` again with the same description and one more compute node."""
     doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet,
-           "caches": sb.caches}
+           "caches": sb.caches, "cpu_only": cpu_only}
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
 
 

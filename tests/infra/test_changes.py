@@ -133,7 +133,8 @@ def running_job():
 
 
 def source() -> dict:
-    """What `sandbox up` was given (WORKDIR/sandbox.json): description, compute nodes, subnet."""
+    """What `sandbox up` was given (WORKDIR/sandbox.json): description, compute nodes, subnet,
+    caches, whether the compute group was made CPU-only."""
     return json.loads((WORKDIR / "sandbox.json").read_text())
 
 
@@ -143,7 +144,7 @@ def sandbox_up(computes: int) -> str:
     src = source()
     argv = [tools.self_command(), "sandbox", "up", *([src["file"]] if src["file"] else []),
             "--computes", str(computes), "--subnet", src["subnet"], "--workdir", str(WORKDIR), "--no-converge",
-            "--caches" if src.get("caches", True) else "--no-caches"]
+            "--caches" if src.get("caches", True) else "--no-caches", *(["--cpu-only"] if src.get("cpu_only") else [])]
     proc = subprocess.run(argv, env=tools.child_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     return proc.stdout

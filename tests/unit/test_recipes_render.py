@@ -257,3 +257,21 @@ def test_recipes_list_says_how_jobs_run_on_cpus():
     assert "on CPUs partition gpu (ac922): 2 tasks per node (one per socket), 80 CPUs and 20 threads each" in lines
     assert ("benchmark on CPUs /opt/hal/recipes/resnet50/scaling.sh --cpu [OUTDIR [STEPS [OPTIONS]]]: cpun1 (1), "
             "cpun2 (2), cpun4 (4) nodes") in lines
+
+
+def test_a_cluster_without_gpu_partitions_runs_the_recipe_on_cpu_ones(hal_text):
+    """A CPU-only site: no GPU virtual partition, the recipe's default and benchmark on the cpu
+    ones (ordered by nodes), and no recipe finding."""
+    from hal_provision.checks import run_all
+    from hal_provision.loader import load_text
+    from hal_provision.model.recipes import scaling_partitions
+
+    text = "\n".join(line for line in hal_text.splitlines() if "kind: gpu," not in line) + "\n"
+    text = text.replace(VP, "  virtual_partition: cpun1 ").replace(SCALING, "  scaling_partitions: []")
+    loaded = load_text(text, "c.yml")
+    assert loaded.model is not None, [f.format() for f in loaded.findings]
+    assert [f.format() for f in run_all(loaded.model) if f.path[:1] == ("recipes",)] == []
+    assert scaling_partitions(loaded.model.recipes, loaded.model.swsuite) == ["cpun1", "cpun2", "cpun4"]
+    wrong = load_text(text.replace("  scaling_partitions: []", "  scaling_partitions: [cpun2, cpun1]"), "c.yml")
+    assert any("from the fewest nodes to the most (nodes: [2, 1])" in f.message
+               for f in run_all(wrong.model) if f.path[:1] == ("recipes",))

@@ -101,6 +101,31 @@ def test_other_cluster_derives_too(twogen):
     assert sb.cluster.description.startswith(f"sandbox of {twogen.cluster.name}: ")
 
 
+@pytest.mark.parametrize("computes", [1, 2])
+def test_cpu_only_sandbox_has_no_gpus_and_sends_the_recipe_to_cpu_partitions(hal, computes):
+    """`sandbox up --cpu-only` (issue 30): the compute group's profile without GPUs, only the
+    cpu virtual partitions, and what named a GPU one (the recipe, its benchmark, the portal's
+    apps) narrowed to them; the derived model passes every check and renders without GPUs."""
+    sb = derive_sandbox(hal, computes=computes, cpu_only=True)
+    assert not has_errors(run_all(sb))
+    compute = sb.groups_with_role(Role.compute)[0]
+    assert not sb.hardware[compute.hardware].gpus
+    vps = sb.swsuite.virtual_partitions
+    assert vps and {vp.kind for vp in vps} == {"cpu"}
+    assert {vp.name for vp in vps} == {f"cpun{n}" for n in range(1, computes + 1)}
+    kept = {vp.name for vp in vps}
+    assert sb.recipes.virtual_partition in kept and set(sb.recipes.scaling_partitions) <= kept
+    assert all(set(app.virtual_partitions) <= kept for app in sb.portal.apps)
+    files = render_all(sb)
+    conf = files["files/etc/slurm/slurm.conf"]
+    node_lines = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert node_lines and not any("Gres=" in line for line in node_lines), node_lines
+    gres = files["files/etc/slurm/gres.conf"]
+    assert "NodeName=" not in gres, gres
+    # The full model's GPU nodes are untouched: the option changes only the sandbox's copy.
+    assert hal.hardware[compute.hardware].gpus
+
+
 def test_more_computes_than_the_group_has_is_an_error(hal):
     with pytest.raises(SandboxError, match="fewer than 17 hosts"):
         derive_sandbox(hal, computes=17)
