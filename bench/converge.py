@@ -69,7 +69,7 @@ def main() -> int:
     print(f"bench/converge.py {datetime.date.today()} on {platform.node()}: {os.cpu_count()} cores, "
           f"strategy {args.strategy}, sandbox {', '.join(sb.hosts)}")
     t0 = time.monotonic()
-    lifecycle.create(sb, log=lambda m: None)
+    sb = lifecycle.create(sb, log=lambda m: None)
     rows = [("containers up (image present)", time.monotonic() - t0, None)]
     logs = Path(tempfile.mkdtemp(prefix="hal-bench-converge-"))  # kept: the sandbox's workdir goes
     runs = []

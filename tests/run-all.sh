@@ -57,6 +57,12 @@ for log in "${failed_logs[@]}"; do
   echo "-- last lines"
   tail -n 25 "$log" | cut -c1-400
 done
+if [ "${#failed_logs[@]}" -gt 0 ]; then  # what a machine-dependent failure is most often about
+  echo "== this machine: $(nproc) CPUs, user $(id -un), HOME=${HOME:-unset}, $(uname -r)"
+  df -h . /tmp /var/lib/containers 2>/dev/null | cut -c1-200
+  free -m | head -2
+  losetup -l 2>/dev/null | head -n 12
+fi
 rm -rf "$logs"
 echo "molecule: $passed passed, $failed failed"
 [ "$pytest_rc" -eq 0 ] && [ "$failed" -eq 0 ]

@@ -60,7 +60,7 @@ def up(
     """Build the node image if missing, start the containers, render and run site.yml."""
     sb = _plan(file, workdir, computes, subnet, caches, cpu_only)
     try:
-        lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
+        sb = lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
     except (lifecycle.LifecycleError, ImageError, WheelhouseError, WriteError, subprocess.CalledProcessError) as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None

@@ -138,6 +138,17 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     return Cluster.model_validate(data)
 
 
+def without_module_packages(cluster: Cluster, modules: set[str]) -> Cluster:
+    """The sandbox's model with the named modules' (name/version) pip environments left out:
+    their packages are in none of this machine's pip sources. Their modulefiles stay; the
+    lmod role installs nothing for them, and the tests that need what they hold skip."""
+    data = cluster.model_dump(mode="json", exclude_none=True)
+    for module in data.get("software", {}).get("modules", []):
+        if f"{module['name']}/{module['version']}" in modules:
+            module.pop("pip", None)
+    return Cluster.model_validate(data)
+
+
 def _cpu_only(data: dict, compute: str) -> None:
     """The sandbox's compute group as a CPU-only one (issue 30): its profile without GPUs, the
     GPU virtual partitions gone and whatever named them narrowed to the cpu ones."""

@@ -9,7 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from ipaddress import IPv4Address
 from pathlib import Path
 
@@ -19,7 +19,7 @@ from ..model import Cluster
 from ..render.writer import write_tree
 from . import image as image_mod
 from . import wheelhouse
-from .derive import DEFAULT_SUBNET, derive_sandbox
+from .derive import DEFAULT_SUBNET, derive_sandbox, without_module_packages
 from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
 from .storage import shared_mounts
 
@@ -228,8 +228,10 @@ def with_user_keys(sb: Sandbox) -> Cluster:
     return sb.cluster.model_copy(update={"accounts": accounts.model_copy(update={"users": users})})
 
 
-def create(sb: Sandbox, log=print) -> None:
-    """Render, build the image if missing, start the network and one container per host."""
+def create(sb: Sandbox, log=print) -> Sandbox:
+    """Render, build the image if missing, start the network and one container per host.
+    Returns the sandbox as made: without the module environments whose packages this machine's
+    pip cannot find (see wheelhouse.fill_available), when there are such."""
     for tool in ("podman", "ssh-keygen"):
         if tools.find(tool) is None:
             raise LifecycleError(f"{tool} is not installed (./bootstrap.sh demo installs it)")
@@ -239,8 +241,14 @@ def create(sb: Sandbox, log=print) -> None:
     image = image_mod.build_packages() if sb.caches else image_mod.build()
     wheels = None
     if sb.caches:
-        wheels = wheelhouse.fill(wheelhouse.requirements(rendered_files(sb)), wheelhouse.default_dir(), image,
-                                 host_pip_cert(), log)
+        wheels = wheelhouse.default_dir()
+        missing = wheelhouse.fill_available(rendered_files(sb), wheels, image, host_pip_cert(), log)
+        for module, why in sorted(missing.items()):
+            log(f"module {module}: its packages are in none of this machine's pip sources ({why}); the sandbox "
+                "writes its modulefile and installs nothing for it, and the tests that need it skip")
+        if missing:
+            sb = replace(sb, cluster=without_module_packages(sb.cluster, set(missing)))
+            render(sb)
     net = sb.name
     primary = sb.cluster.cluster.primary_network
     if _podman("network", "exists", net, check=False).returncode != 0:
@@ -286,6 +294,7 @@ def create(sb: Sandbox, log=print) -> None:
     write_known_hosts(sb)
     for host, ip in sb.addresses.items():
         _wait_ssh(host, ip)
+    return sb
 
 
 def _loop_device(backing: Path, size_gib: int) -> str:

@@ -18,6 +18,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,30 +46,64 @@ def hub_extras(roles: Path = REPO / "roles") -> list[str]:
     return list(data.get("__portal_hub_extra_packages") or [])
 
 
-def requirements(files: dict[str, str]) -> list[str]:
-    """Everything the portal and lmod roles pip-install for this rendered tree."""
-    reqs: set[str] = set()
+def requirement_sets(files: dict[str, str]) -> tuple[list[str], dict[str, list[str]]]:
+    """What the portal role pip-installs for this rendered tree, and what the lmod role installs
+    into each module environment (by module, name/version)."""
+    portal: set[str] = set()
     text = files.get(CATALOGUE)
     if text is not None:
         catalogue = json.loads(text)
         if catalogue.get("front_end") == "jupyterhub":
-            reqs |= set(catalogue["user_environment"]["packages"]) | set(hub_extras())
+            portal |= set(catalogue["user_environment"]["packages"]) | set(hub_extras())
     software = json.loads(files.get(SOFTWARE) or "{}").get("lmod") or {}
-    for env in software.get("environments", []):
-        reqs |= set(env["packages"])
-    return sorted(reqs)
+    modules = {env["module"]: sorted(env["packages"]) for env in software.get("environments", [])}
+    return sorted(portal), modules
+
+
+def requirements(files: dict[str, str]) -> list[str]:
+    """Everything the portal and lmod roles pip-install for this rendered tree."""
+    portal, modules = requirement_sets(files)
+    return sorted(set(portal).union(*modules.values()))
+
+
+def fill_available(files: dict[str, str], wheelhouse: Path, image: str, pip_cert: Path | None = None,
+                   log=print) -> dict[str, str]:
+    """fill() for everything this tree's roles pip-install, or, where some module environment's
+    packages are in none of this machine's pip sources (a CPU build of PyTorch, say, which PyPI
+    does not carry), for the rest: returns those modules, each with pip's reason. The portal's
+    own requirements must be there (WheelhouseError otherwise)."""
+    portal, modules = requirement_sets(files)
+    try:
+        fill(requirements(files), wheelhouse, image, pip_cert, log)
+        return {}
+    except WheelhouseError:
+        if not modules:
+            raise
+    fill(portal, wheelhouse, image, pip_cert, log)
+    missing: dict[str, str] = {}
+    for module, packages in modules.items():
+        try:
+            fill(sorted(set(portal) | set(packages)), wheelhouse, image, pip_cert, log)
+        except WheelhouseError as exc:
+            lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+            missing[module] = next((ln for ln in lines if "No matching distribution" in ln), lines[-1] if lines else "")
+    return missing
 
 
 def host_find_links(environ: dict[str, str] | None = None) -> list[Path]:
-    """The local directories the host's pip finds wheels in (PIP_FIND_LINKS and pip's own
-    configuration): a wheel that is only there (a CPU build of PyTorch on this machine kind)
+    """The local directories the host's pip finds wheels in (PIP_FIND_LINKS and every
+    find-links of pip's own configuration: global, install, wheel, download; user, global and
+    site files): a wheel that is only there (a CPU build of PyTorch on this machine kind)
     reaches the nodes' wheelhouse the way the host's pip would find it."""
     environ = os.environ if environ is None else environ
     found = environ.get("PIP_FIND_LINKS", "").split()
-    conf = subprocess.run(["python3", "-m", "pip", "config", "get", "global.find-links"],
-                          capture_output=True, text=True, check=False)
+    conf = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                          check=False, env=dict(environ))
     if conf.returncode == 0:
-        found += conf.stdout.split()
+        for line in conf.stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip().endswith(".find-links"):
+                found += value.strip().strip("'\"").split()
     dirs = [Path(f.removeprefix("file://")) for f in found if not f.startswith(("http://", "https://"))]
     return list(dict.fromkeys(d for d in dirs if d.is_dir()))
 
@@ -92,7 +127,8 @@ def fill(reqs: list[str], wheelhouse: Path, image: str, pip_cert: Path | None = 
         args += ["--mount", f"type=bind,src={pip_cert},dst=/etc/ssl/hal-wheelhouse.crt,ro=true",
                  "--env", "PIP_CERT=/etc/ssl/hal-wheelhouse.crt"]
     links = ""
-    for i, d in enumerate(host_find_links()):
+    dirs = host_find_links()
+    for i, d in enumerate(dirs):
         args += ["--mount", f"type=bind,src={d},dst=/find-links/{i},ro=true"]
         links += f" --find-links /find-links/{i}"
     quoted = " ".join(shlex.quote(r) for r in reqs)
@@ -100,8 +136,8 @@ def fill(reqs: list[str], wheelhouse: Path, image: str, pip_cert: Path | None = 
              "--find-links /wheelhouse" + links)
     script = (f"python3 -m venv /tmp/pip && ( {wheel} --no-index {quoted} >/dev/null 2>&1 || "
               f"{{ echo fetching >&2; {wheel} {quoted}; }} )")
-    log(f"wheelhouse {wheelhouse}: the portal's and the modules' {len(reqs)} requirements and what they need, "
-        "for the nodes' Python")
+    log(f"wheelhouse {wheelhouse}: {len(reqs)} requirements of the portal and the modules and what they need, "
+        f"for the nodes' Python (from the index{''.join(', ' + str(d) for d in dirs)})")
     proc = subprocess.run([*args, image, "sh", "-c", script], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise WheelhouseError(f"pip wheel into {wheelhouse} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")

@@ -112,6 +112,55 @@ def test_the_host_pips_local_wheel_directories_reach_the_wheelhouse(tmp_path):
     assert all(not str(p).startswith("http") for p in links)
 
 
+def test_find_links_of_any_section_of_pips_configuration_file_are_found(tmp_path):
+    """A find-links in pip's own configuration (here an [install] section of the file
+    PIP_CONFIG_FILE names, not only global.find-links) reaches the wheelhouse too."""
+    (tmp_path / "wheels").mkdir()
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[install]\nfind-links = {tmp_path / 'wheels'}\n")
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PIP_CONFIG_FILE": str(conf)}
+    assert wheelhouse.host_find_links(environ) == [tmp_path / "wheels"]
+
+
+def test_a_module_whose_packages_no_pip_source_has_is_left_out_of_the_wheelhouse(monkeypatch, tmp_path):
+    """fill_available: everything at once when pip finds it all; otherwise the portal's own
+    requirements, then each module environment alone, and the modules pip could not fill are
+    returned with pip's reason (the real pip runs in the sandbox scenario)."""
+    files = render_all(derive_sandbox(load().model))
+    portal, modules = wheelhouse.requirement_sets(files)
+    assert modules == {"pytorch/2.13.0-cpu": ["torch==2.13.0+cpu"]} and "jupyterhub==5.2.1" in portal
+    filled = []
+
+    def fill(reqs, *args, **kw):
+        if "torch==2.13.0+cpu" in reqs:
+            raise wheelhouse.WheelhouseError("pip wheel into /w failed: ERROR: Could not find a version\n"
+                                             "ERROR: No matching distribution found for torch==2.13.0+cpu")
+        filled.append(reqs)
+        return tmp_path
+
+    monkeypatch.setattr(wheelhouse, "fill", fill)
+    missing = wheelhouse.fill_available(files, tmp_path, "image")
+    assert missing == {"pytorch/2.13.0-cpu": "ERROR: No matching distribution found for torch==2.13.0+cpu"}
+    assert filled == [portal]
+    monkeypatch.setattr(wheelhouse, "fill", lambda reqs, *a, **kw: filled.append(reqs))
+    assert wheelhouse.fill_available(files, tmp_path, "image") == {}
+    assert filled[-1] == wheelhouse.requirements(files)
+
+
+def test_a_sandbox_without_a_modules_packages_keeps_its_modulefile_and_installs_nothing_for_it():
+    from hal_provision.checks import run_all
+    from hal_provision.findings import has_errors
+    from hal_provision.sandbox.derive import without_module_packages
+
+    sb = without_module_packages(derive_sandbox(load().model), {"pytorch/2.13.0-cpu"})
+    assert not has_errors(run_all(sb))
+    files = render_all(sb)
+    _portal, modules = wheelhouse.requirement_sets(files)
+    assert modules == {}
+    assert any(path.endswith("pytorch/2.13.0-cpu.lua") for path in files)
+    assert sb.recipes.cpu_framework_module == "pytorch/2.13.0-cpu"
+
+
 def test_the_wheelhouse_lives_in_the_users_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert wheelhouse.default_dir() == tmp_path / "hal-provision" / "wheelhouse"
