@@ -127,6 +127,12 @@ class Deployed:
     def gpu_partitions(self) -> list[str]:
         return [p for p, nodes in self.partitions().items() if nodes and all(self.gpus(h) for h in nodes)]
 
+    def compute_partitions(self) -> list[str]:
+        """Partitions with nodes, those whose nodes all have GPUs first: a change or a job that
+        needs some compute node, on a GPU cluster or a CPU-only one (sandbox up --cpu-only)."""
+        gpu = self.gpu_partitions()
+        return gpu + [p for p, nodes in self.partitions().items() if nodes and p not in gpu]
+
     def gpus(self, host: str) -> int:
         return len(self.hardware(host).get("gpu_devices") or [])
 

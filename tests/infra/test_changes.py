@@ -50,8 +50,8 @@ def load_model() -> dict:
     return json.loads((WORKDIR / "model.json").read_text())
 
 
-def gpu_partition(model: dict) -> dict:
-    return next(p for p in model["slurm"]["partitions"] if p["name"] in D.gpu_partitions())
+def compute_partition(model: dict) -> dict:
+    return next(p for p in model["slurm"]["partitions"] if p["name"] in D.compute_partitions())
 
 
 def render(model: dict, into: Path) -> Path:
@@ -125,8 +125,8 @@ def job_state(job_id: str) -> str:
 @pytest.fixture(scope="module")
 def running_job():
     """A job of the test user on a compute node, running through every change."""
-    node = D.partitions()[D.gpu_partitions()[0]][0]
-    job_id = D.sbatch(f"-p {D.gpu_partitions()[0]} -w {node} -N1 -t 60 --chdir=/tmp -o /dev/null --wrap 'sleep 3000'")
+    node = D.partitions()[D.compute_partitions()[0]][0]
+    job_id = D.sbatch(f"-p {D.compute_partitions()[0]} -w {node} -N1 -t 60 --chdir=/tmp -o /dev/null --wrap 'sleep 3000'")
     assert retry(lambda: job_state(job_id) == "RUNNING", 60), f"job {job_id}: {job_state(job_id)}"
     yield job_id
     D.host(D.controller).run(f"scancel {job_id}")
@@ -181,7 +181,7 @@ def test_plan_of_no_change_is_empty(changes):
 
 def test_raised_limit_reconfigures_and_the_job_survives(running_job, changes):
     model = load_model()
-    gpu_partition(model)["max_time"] = "3-00:00:00"
+    compute_partition(model)["max_time"] = "3-00:00:00"
     new = changes / "limit.json"
     new.write_text(json.dumps(model))
     code, doc = plan(new, changes / "deployed.json")
@@ -193,13 +193,13 @@ def test_raised_limit_reconfigures_and_the_job_survives(running_job, changes):
     assert handlers_run(output) == expected_handlers(actions), tail(output, 120)
     assert pid(D.controller, "slurmctld") == ctld, "slurmctld restarted for a limit change"
     assert job_state(running_job) == "RUNNING"
-    part = D.host(D.controller).check_output(f"scontrol show partition {gpu_partition(model)['name']}")
+    part = D.host(D.controller).check_output(f"scontrol show partition {compute_partition(model)['name']}")
     assert "MaxTime=3-00:00:00" in part, part
 
 
 def test_memory_reserve_restarts_and_the_job_survives(running_job, changes):
     model = load_model()
-    gpu_partition(model)["max_time"] = "3-00:00:00"  # the change above stays
+    compute_partition(model)["max_time"] = "3-00:00:00"  # the change above stays
     # Less reserve, more RealMemory: a larger reserve can leave a virtual partition's memory
     # per CPU above the node's (the checks refuse it, rightly, on the workstation).
     model["slurm"]["memory_reserve_mib"] = model["slurm"]["memory_reserve_mib"] - 1024
@@ -215,7 +215,7 @@ def test_memory_reserve_restarts_and_the_job_survives(running_job, changes):
     assert handlers_run(output) == expected_handlers(actions), tail(output, 120)
     assert pid(D.controller, "slurmctld") != ctld, "slurmctld was not restarted"
     assert job_state(running_job) == "RUNNING"
-    node = D.partitions()[D.gpu_partitions()[0]][0]
+    node = D.partitions()[D.compute_partitions()[0]][0]
     shown = D.host(D.controller).check_output(f"scontrol show node {node}")
     want = int(re.search(r"RealMemory=(\d+)", D.rendered("etc/slurm/slurm.conf") or "").group(1)) + 1024
     assert f"RealMemory={want}" in shown, shown
@@ -277,7 +277,7 @@ def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
     deployed_model = json.loads((changes / "deployed.json").read_text())
     gone = sorted({h for g in scaled["nodes"] for h in expand(g["hosts"])}
                   - {h for g in deployed_model["nodes"] for h in expand(g["hosts"])})[0]
-    partition = D.gpu_partitions()[0]
+    partition = D.compute_partitions()[0]
     job = D.sbatch(f"-p {partition} -w {gone} -N1 -t 5 --chdir=/tmp -o /dev/null --wrap 'sleep 40'")
     assert retry(lambda: job_state(job) == "RUNNING", 60), f"job {job}: {job_state(job)}"
 

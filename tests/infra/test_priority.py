@@ -58,7 +58,7 @@ def _subject() -> tuple[str, str, str] | None:
 
 
 SUBJECT = _subject()
-NODE = next((n for p in D.gpu_partitions() for n in D.partitions()[p]), None)
+NODE = next((n for p in D.compute_partitions() for n in D.partitions()[p]), None)
 
 pytestmark = [
     pytest.mark.skipif(_setting("PriorityType") != "priority/multifactor",
@@ -114,9 +114,10 @@ def test_a_higher_qos_submitted_later_starts_first_and_sprio_shows_fairshare_and
     assert retry(lambda: fair_share(user) > 0, period_s + 90, 10), (
         f"sshare shows no fair-share factor for {user} after PriorityCalcPeriod ({period_s} s):\n"
         + as_subject("sshare -a -l"))
-    gres = D.gpu_request([NODE])
-    partition = next(p for p in D.gpu_partitions() if NODE in D.partitions()[p])
-    common = f"-p {partition} -w {NODE} -N1 -n1 --gres={gres} -t 0:10"
+    # Each job takes the whole node: all its GPUs, or on a CPU-only node all of it.
+    whole = f"--gres={D.gpu_request([NODE])}" if D.gpus(NODE) else "--exclusive"
+    partition = next(p for p in D.compute_partitions() if NODE in D.partitions()[p])
+    common = f"-p {partition} -w {NODE} -N1 -n1 {whole} -t 0:10"
     holder = sbatch(f"{common} --qos={low} -J hold --wrap 'sleep 600'")
     jobs = [holder]
     try:
