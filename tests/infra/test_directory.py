@@ -98,8 +98,10 @@ def test_directory_user_in_no_passwd_file_logs_in_with_the_model_key_and_sees_di
 @needs_keys
 def test_directory_user_submits_with_swrun_and_sacct_shows_the_model_account():
     vps = json.loads(D.rendered("etc/swsuite/virtual-partitions.json"))["virtual_partitions"]
-    gpux1 = next(n for n, v in vps.items() if v["kind"] == "gpu" and v["gpus"] == 1)
-    out = ssh_ok(USER, f"cd /tmp && swrun -p {gpux1} -t 0:05 -- bash -c 'echo job=$SLURM_JOB_ID'")
+    # The smallest virtual partition: one GPU, or one node where the cluster has no GPUs.
+    smallest = (next((n for n, v in vps.items() if v["kind"] == "gpu" and v["gpus"] == 1), None)
+                or next(n for n, v in vps.items() if v["kind"] == "cpu" and v.get("nodes") == 1))
+    out = ssh_ok(USER, f"cd /tmp && swrun -p {smallest} -t 0:05 -- bash -c 'echo job=$SLURM_JOB_ID'")
     job = re.search(r"job=(\d+)", out).group(1)
     row = retry(lambda: ssh_ok(USER, f"sacct -n -P -X -j {job} -o User,Account,State").strip(), 60, 2)
     assert row.split("|")[:2] == [USER, USERS[USER]["default_account"]], f"sacct: {row!r}"
