@@ -1,22 +1,30 @@
 """Backups: the model's section and its derived jobs, the checks (one row per mistake, as an
-edit of the embedded HAL description, as in test_checks.py), and the systemd calendar validator
-(against systemd itself where `systemd-analyze` exists)."""
+edit of the embedded HAL description, as in test_checks.py), the systemd calendar validator
+(against systemd itself where `systemd-analyze` exists), and the rendered backup.json and
+units (loaded by `systemd-analyze verify`)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
 from hal_provision.checks.backup import backup_not_served_from_a_backed_up_host
 from hal_provision.findings import Level
 from hal_provision.loader import load_text
 from hal_provision.model.oncalendar import calendar_problem
+from hal_provision.render import render_all
+from hal_provision.render.backup import CONFIG, PROGRAM, SERVICE, TIMER
 
 from tests.conftest import HAL_TEXT, _apply
 
 E, W = Level.error, Level.warning
+ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 NO_SYSTEMD = "systemd-analyze is not installed on this machine (Debian: apt-get install systemd)"
 
@@ -172,3 +180,96 @@ def test_calendar_agrees_with_systemd():
     assert [e for e in GOOD if not systemd_takes(e)] == []
     assert [e for e in BAD if systemd_takes(e)] == []
     assert [e for e in SYSTEMD_ONLY if not systemd_takes(e)] == []
+
+
+# ---- the rendered files -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hal_files() -> dict[str, str]:
+    return render_all(hal_with())
+
+
+def test_backup_json_takes_its_values_from_the_other_renderers(hal_files):
+    """The database, suffix and state directory are those slurmdbd.conf, the directory, the
+    monitoring facts and slurm.conf name."""
+    doc = json.loads(hal_files[CONFIG])
+    assert (doc["format"], doc["cluster"], doc["destination"], doc["keep"]) == (1, "hal", "/backup/hal", 7)
+    assert set(doc) == {"format", "cluster", "destination", "keep", "jobs"}
+    jobs = {job["name"]: job for job in doc["jobs"]}
+    assert [(j["name"], j["kind"], j["host"], j["secret"]) for j in doc["jobs"]] == [
+        ("accounting_db", "mariadb", "hal-mgmt1", False), ("directory", "slapd", "hal-mgmt1", True),
+        ("monitoring", "influxdb", "hal-mgmt1", False), ("slurmctld_state", "files", "hal-mgmt1", True),
+        ("secrets-hal-mgmt1", "files", "hal-mgmt1", True), ("secrets-hal-mgmt2", "files", "hal-mgmt2", True)]
+    storage_loc = re.search(r"^StorageLoc=(\S+)$", hal_files["files/etc/slurm/slurmdbd.conf"], re.M)[1]
+    state_save = re.search(r"^StateSaveLocation=(\S+)$", hal_files["files/etc/slurm/slurm.conf"], re.M)[1]
+    assert jobs["accounting_db"]["databases"] == [storage_loc]
+    assert jobs["directory"]["suffix"] == json.loads(hal_files["files/etc/hal-provision/ldap-directory.json"])["base_dn"]
+    assert jobs["monitoring"]["databases"] == [json.loads(hal_files["files/etc/hal-provision/monitoring.json"])["database"]]
+    assert jobs["slurmctld_state"]["paths"] == [state_save]
+    hub = hal_files["files/etc/jupyterhub/jupyterhub_config.py"]
+    portal = json.loads(hal_files["files/etc/hal-provision/portal.json"])["tls"]
+    cookie = re.search(r'^c\.JupyterHub\.cookie_secret_file = "(\S+)"$', hub, re.M)[1]
+    assert jobs["secrets-hal-mgmt2"]["paths"] == [portal["key"], portal["certificate"], cookie]
+
+
+def _role_values(role: str) -> dict:
+    values: dict = {}
+    for sub in ("defaults", "vars"):
+        for path in sorted((ROOT / "roles" / role / sub).glob("*.yml")):
+            values.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return values
+
+
+def test_secret_files_are_where_the_roles_generate_them(hal_files):
+    """Each path of the secrets jobs is a file a role makes (its variable's default)."""
+    munge, mariadb, influxdb, ldap = (_role_values(r) for r in ("munge", "mariadb", "influxdb", "ldap_server"))
+    made = {munge["__munge_key_path"], mariadb["mariadb_slurm_password_file"],
+            *(f"{influxdb['influxdb_secrets_dir']}/influxdb_{user}_pass" for user in influxdb["__influxdb_vault_passwords"]),
+            *(ldap[key] for key in ("ldap_server_admin_password_file", "ldap_server_ca_key_file",
+                                    "ldap_server_ca_cert_file", "ldap_server_tls_key_file", "ldap_server_tls_cert_file"))}
+    [job] = [j for j in json.loads(hal_files[CONFIG])["jobs"] if j["name"] == "secrets-hal-mgmt1"]
+    assert set(job["paths"]) == made and len(job["paths"]) == len(made)
+
+
+def test_units_run_hal_backup_on_the_schedule(hal_files):
+    service, timer = hal_files[SERVICE], hal_files[TIMER]
+    assert f"ExecStart={PROGRAM} run\n" in service and "RequiresMountsFor=/backup/hal\n" in service
+    assert "Type=oneshot\n" in service and "IOSchedulingClass=idle\n" in service and "ReadWritePaths=/backup\n" in service
+    assert "OnCalendar=*-*-* 02:30:00\n" in timer and "Persistent=true\n" in timer
+    assert "RandomizedDelaySec=15min\n" in timer
+
+
+def test_nothing_rendered_without_a_backup_section():
+    for name in ("examples/campus.yml", "tests/data/clusters/x86-twogen.yml"):
+        files = render_all(load_text((ROOT / name).read_text(encoding="utf-8"), name).model)
+        assert not {CONFIG, SERVICE, TIMER} & set(files), name
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason=NO_SYSTEMD)
+def test_systemd_verifies_the_units(hal_files, tmp_path):
+    """systemd-analyze verify loads both units as systemd would, in a root that holds the
+    system's units and a stand-in hal-backup (verify checks that ExecStart is executable).
+    The controls: a timer with a bad calendar, and a root without the program, are refused."""
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "hal-backup.service").write_text(hal_files[SERVICE])
+    (units / "hal-backup.timer").write_text(hal_files[TIMER])
+
+    def verify() -> subprocess.CompletedProcess:
+        return subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", "hal-backup.service",
+                               "hal-backup.timer"], capture_output=True, text=True)
+
+    missing = verify()
+    assert missing.returncode != 0 and f"Command {PROGRAM} is not executable" in missing.stderr, missing.stderr
+    program = root / PROGRAM.lstrip("/")
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    ok = verify()
+    assert ok.returncode == 0 and not ok.stderr.strip(), ok.stderr
+    (units / "hal-backup.timer").write_text(hal_files[TIMER].replace("OnCalendar=*-*-* 02:30:00", "OnCalendar=nightly"))
+    bad = verify()
+    assert "Failed to parse calendar specification" in bad.stderr, bad.stderr
