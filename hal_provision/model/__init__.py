@@ -11,6 +11,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from ..hostlist import common_count, empty, nodeset, overlap, overlaps, union_shared
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
+from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
 from .base import Strict
 from .identity import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
@@ -36,6 +37,15 @@ class MountedFilesystem(NamedTuple):
     name: str  # the GPFS file system's, or the NFS export's
     mount_point: str
     hosts: NodeSet  # shared: never change it
+
+
+class BackupJob(NamedTuple):
+    """One backup job: which state it backs up and the host that holds it (and runs it)."""
+
+    name: str  # in backup.json: the state's, or secrets-<host> where secrets lie on several hosts
+    state: str  # one of model.backup.STATES
+    host: str
+    sources: tuple[str, ...] = ()  # a secrets job's: the services (Services' keys) whose secrets it holds
 
 
 class PartitionBuild(NamedTuple):
@@ -69,6 +79,9 @@ class Cluster(Strict):
     accounts: Accounts | None = Field(None, description="Research groups and users (LDAP directory, Slurm associations).")
     health: Health | None = Field(
         None, description="Node health check run by slurmd (HealthCheckProgram): compares each node with the model.")
+    backup: Backup | None = Field(
+        None, description="Backups of the cluster's lasting state (accounting database, directory, monitoring "
+        "database, slurmctld's state, generated secrets) to a shared file system, on a schedule.")
 
     @model_validator(mode="after")
     def _site_defaults(self) -> Cluster:
@@ -84,6 +97,8 @@ class Cluster(Strict):
         grafana = self.monitoring.grafana if self.monitoring else None
         if grafana is not None and grafana.datasource is None:
             grafana.datasource = f"{info.name.upper()} InfluxDB"
+        if self.backup is not None and self.backup.destination.subdirectory is None:
+            self.backup.destination.subdirectory = info.name
         return self
 
     # resolved placement hostlist -> the expression with @references it was written as
@@ -242,6 +257,90 @@ class Cluster(Strict):
         """The mount points of the shared file systems every host of `hosts` mounts, sorted."""
         return sorted({m.mount_point for m in self.shared_mounts if hosts.issubset(m.hosts)})
 
+    # ---- backups (properties, not cached: a handful of hosts, and a model_copy stays right) ----
+    @property
+    def backup_sources(self) -> dict[str, str]:
+        """Each kind of state the cluster has but its secrets (model.backup.STATES) -> the host
+        that holds it: the accounting database and slurmctld's state always; the directory
+        where an LDAP host serves an accounts section, the monitoring database where a
+        monitoring section has its database host (without the section the roles deploy
+        neither). The first host where a service names several."""
+        s = self.services
+        out = {"accounting_db": nodeset(s.accounting_db)[0]}
+        if s.ldap is not None and self.accounts is not None:
+            out["directory"] = nodeset(s.ldap)[0]
+        if s.monitoring_db is not None and self.monitoring is not None:
+            out["monitoring"] = nodeset(s.monitoring_db)[0]
+        out["slurmctld_state"] = nodeset(s.slurmctld)[0]
+        return out
+
+    @property
+    def secret_holders(self) -> dict[str, tuple[str, ...]]:
+        """Host -> the services (Services' keys) whose secrets the roles generate there, hosts
+        in the order of their first service: the munge key on the first controller (the munge
+        role's key host), the database password on the accounting database host, the InfluxDB
+        passwords on the monitoring database host, the directory's admin password, the cluster
+        CA and slapd's key on the LDAP host, and the portal's key (when the site brings no
+        certificate) and JupyterHub's cookie secret on the portal host."""
+        s = self.services
+        holders = [("slurmctld", s.slurmctld), ("accounting_db", s.accounting_db)]
+        if "monitoring" in self.backup_sources:
+            holders.append(("monitoring_db", s.monitoring_db))
+        if "directory" in self.backup_sources:
+            holders.append(("ldap", s.ldap))
+        p = self.portal
+        if p is not None and s.portal is not None and (p.tls.certificate is None or p.front_end == "jupyterhub"):
+            holders.append(("portal", s.portal))
+        out: dict[str, list[str]] = {}
+        for service, hosts in holders:
+            out.setdefault(nodeset(hosts)[0], []).append(service)
+        return {host: tuple(services) for host, services in out.items()}
+
+    @property
+    def backup_states(self) -> list[str]:
+        """backup.state, else every kind of state the cluster has (STATES order); empty without
+        a backup section."""
+        if self.backup is None:
+            return []
+        if self.backup.state is not None:
+            return list(dict.fromkeys(self.backup.state))
+        return [state for state in BACKUP_STATES if state in self.backup_sources or state == "secrets"]
+
+    @property
+    def backup_jobs(self) -> tuple[BackupJob, ...]:
+        """The backup jobs, in backup_states order: one per kind of state, on the host that holds
+        it; secrets one per host that holds some (named secrets-<host> when there are several).
+        A state the cluster does not have has no job (a check reports it)."""
+        jobs = []
+        for state in self.backup_states:
+            if state == "secrets":
+                several = len(self.secret_holders) > 1
+                jobs += [BackupJob(f"secrets-{host}" if several else "secrets", state, host, services)
+                         for host, services in self.secret_holders.items()]
+            elif state in self.backup_sources:
+                jobs.append(BackupJob(state, state, self.backup_sources[state]))
+        return tuple(jobs)
+
+    @property
+    def backup_mount(self) -> MountedFilesystem | None:
+        """The shared mount of backup.destination.filesystem on the first backup job's host (the
+        one whose mount point every job's host must share); None without a backup section or
+        where that host does not mount it (a check reports it)."""
+        if self.backup is None or not self.backup_jobs:
+            return None
+        host = self.backup_jobs[0].host
+        return next((m for m in self.shared_mounts
+                     if m.name == self.backup.destination.filesystem and host in m.hosts), None)
+
+    @property
+    def backup_destination(self) -> str | None:
+        """The directory the snapshots go to on every backed-up host: backup_mount's mount point
+        and the destination's subdirectory. None where backup_mount is."""
+        mount = self.backup_mount
+        if mount is None:
+            return None
+        return f"{mount.mount_point.rstrip('/')}/{self.backup.destination.subdirectory}"
+
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
 
@@ -269,7 +368,7 @@ class Cluster(Strict):
 
 
 __all__ = [
-    "Accounts", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
+    "Accounts", "Backup", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",

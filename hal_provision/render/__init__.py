@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, software, storage, swsuite
+from . import accounting, accounts, backup, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -20,6 +20,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(grafana.render(cluster))
     files.update(recipes.render(cluster))
     files.update(health.render(cluster))
+    files.update(backup.render(cluster))
     files.update(scratch.render(cluster))
     files.update(swsuite.render(cluster))
     files.update(storage.render(cluster))

@@ -39,6 +39,9 @@ HUB_CONFIG = "files/etc/jupyterhub/jupyterhub_config.py"
 # The certificate the portal role has the cluster CA sign when the site brings none.
 CA_SIGNED_CERT = "/etc/jupyterhub/tls/portal.crt"
 CA_SIGNED_KEY = "/etc/jupyterhub/tls/portal.key"
+# The hub's state: the cookie secret it generates at its first start, and its database.
+HUB_STATE_DIR = "/var/lib/jupyterhub"
+COOKIE_SECRET = f"{HUB_STATE_DIR}/jupyterhub_cookie_secret"
 
 # Where each kind of app opens, relative to the session's base URL.
 DEFAULT_URL = {
@@ -268,8 +271,8 @@ c.JupyterHub.ssl_cert = "{cert}"
 c.JupyterHub.ssl_key = "{key}"
 c.JupyterHub.hub_ip = "0.0.0.0"  # sessions on compute nodes call the hub's API back
 c.JupyterHub.hub_connect_ip = "{nodeset(cluster.services.portal)[0]}"
-c.JupyterHub.cookie_secret_file = "/var/lib/jupyterhub/jupyterhub_cookie_secret"
-c.JupyterHub.db_url = "sqlite:////var/lib/jupyterhub/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{COOKIE_SECRET}"
+c.JupyterHub.db_url = "sqlite:///{HUB_STATE_DIR}/jupyterhub.sqlite"
 c.JupyterHub.data_files_path = "{prefix}/hub/share/jupyterhub"
 c.JupyterHub.allow_named_servers = {p.sessions_per_user > 1}
 c.JupyterHub.named_server_limit_per_user = {p.sessions_per_user}

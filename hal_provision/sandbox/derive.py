@@ -124,6 +124,10 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         if binds is not None:  # containers bind only the shared file systems the sandbox keeps
             shared = storage.filesystem_names()
             data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
+        if "backup" in data:
+            data["backup"] = _sandbox_backup(data["backup"], storage.filesystem_names(), svc)
+            if data["backup"] is None:
+                del data["backup"]
     kept_roles = {g["role"] for g in data["nodes"]}
     if "monitoring" in data:
         data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep, kept_roles,
@@ -204,6 +208,18 @@ def _sandbox_monitoring(mon: dict, mgmt_host: str, keep, kept_roles: set[str], k
     if grafana is not None and not set(nodeset(grafana["host"])) & set(keep):
         mon["grafana"] = dict(grafana, host=mgmt_host)
     return mon
+
+
+def _sandbox_backup(backup: dict, filesystems: set[str], services: dict) -> dict | None:
+    """The backup section where its file system survives the narrowing (None where it does
+    not: HAL's is the data node's export, and the sandbox keeps no data node), without the
+    states whose service the sandbox lost."""
+    if backup["destination"]["filesystem"] not in filesystems:
+        return None
+    needs = {"directory": "ldap", "monitoring": "monitoring_db"}
+    if "state" in backup:
+        backup = dict(backup, state=[s for s in backup["state"] if needs.get(s, "slurmctld") in services])
+    return backup if backup.get("state", True) else None
 
 
 def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:

@@ -327,7 +327,8 @@ ACCEPTED = [
                                            ('max_wall: "1-00:00:00"}', "max_wall: UNLIMITED}")]),
     ("qos-shorter-than-partition", [('max_wall: "1-00:00:00"}', 'max_wall: "12:00:00"}')]),
     ("unused-qos-longer-than-partitions", [('max_wall: "04:00:00"', 'max_wall: "7-00:00:00"')]),
-    ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n")]),
+    ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n"),  # its secrets are backed up there
+                         lambda t: t.replace('clients: "hal-mgmt1,hal-mgmt2"', 'clients: "hal-mgmt1,hal-login"')]),
     ("job-tmp-on-raid0-nvme-scratch",
      [("    features: [ac922, power9, v100, nvlink]\n", "    features: [ac922, power9, v100, nvlink]\n"
        "    local_disks: [{device: /dev/nvme0n1, size_gib: 800}, {device: /dev/nvme1n1, size_gib: 800}]\n"
@@ -425,6 +426,8 @@ def test_all_independent_mistakes_reported_in_one_run(check_file, edited):
         ("services.slurmctld", "a compute node"),
         # ... and so the Slurm collector, listed for the management role, is off the controller
         ("monitoring.inputs.management[6]", "the slurm collector runs on the slurmctld host (hal01)"),
+        # ... and its state and the munge key are backed up where the backup file system is not mounted
+        ("backup.destination.filesystem", "hal01 backs up state (hal01: slurmctld_state, secrets-hal01)"),
         ("fabric.links[4].first_switch_port", "takes port 40"),
         ("swsuite.virtual_partitions[6].partition", "'gpux'"),
     }

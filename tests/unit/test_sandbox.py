@@ -192,9 +192,10 @@ def test_shared_file_systems_are_the_models_mount_points(hal, tmp_path):
     sb = plan(hal, tmp_path)
     shared = {(m.name, m.mount_point): m.hosts for m in sb.shared}
     # GPFS halfs at /home on every GPFS member the sandbox keeps, NFS misc at /sw on its clients;
-    # hal-mgmt1 is in neither.
+    # hal-mgmt1 is in neither, but mounts the backups' export at /backup.
     assert shared == {("halfs", "/home"): ("hal01", "hal02", "hal-login"),
-                      ("misc", "/sw"): ("hal01", "hal02", "hal-login")}
+                      ("misc", "/sw"): ("hal01", "hal02", "hal-login"),
+                      ("backup", "/backup"): ("hal-mgmt1",)}
     assert sb.backing(sb.shared[0]) == tmp_path.resolve() / "shared" / "halfs"
     assert sb.addresses == {"hal-mgmt1": "10.89.77.10", "hal-login": "10.89.77.11",
                             "hal01": "10.89.77.21", "hal02": "10.89.77.22"}

@@ -243,9 +243,9 @@ def test_filesystem_mounts_are_a_model_rule(edited):
     export mounted at a second place keeps its first mount point."""
     first = "      - {export: misc, mount_point: /misc-first, clients: hal-login}\n"
     model = load_text(edited(("    mounts:\n", "    mounts:\n" + first)), "c.yml").model
-    assert model.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/misc-first"}
+    assert model.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/misc-first", "backup": "/backup"}
     hal = load_text(edited(), "c.yml").model
-    assert hal.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/sw"}
+    assert hal.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/sw", "backup": "/backup"}
 
 
 def test_apptainer_config_path(edited):

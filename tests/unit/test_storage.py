@@ -315,8 +315,9 @@ def test_ansible_reads_the_storage_groups(tmp_path, hal_files):
 
 def test_nfs_manifest_names_export_paths_and_each_unit_with_its_group(hal_files):
     doc = json.loads(hal_files["files/nfs/nfs.json"])
-    assert doc["servers"] == {"hal-data": {"paths": ["/export/sw"]}}
-    assert doc["mounts"] == [{"group": "nfs_mount_sw", "mount_point": "/sw", "unit": "sw.mount"}]
+    assert doc["servers"] == {"hal-data": {"paths": ["/export/sw", "/export/backup"]}}
+    assert doc["mounts"] == [{"group": "nfs_mount_sw", "mount_point": "/sw", "unit": "sw.mount"},
+                             {"group": "nfs_mount_backup", "mount_point": "/backup", "unit": "backup.mount"}]
 
 
 def test_storage_renders_100000_nodes_quickly(edited):

@@ -165,6 +165,7 @@ ACCEPTED = [
        "          - {name: ddn2dat, count: 4, device: /dev/mapper/ddn2dat, servers: [ddn2-a, ddn2-b], failure_group: 2, "
        "usage: dataOnly, pool: data}")]),
     ("nfs-export-of-gpfs-mount", [("      - host: hal-data ", "      - host: hal-dtn "), ("        server: hal-data\n", "        server: hal-dtn\n"),
+                                  ("{name: backup, server: hal-data,", "{name: backup, server: hal-dtn,"),
                                   (EXPORT, EXPORT.replace("/export/sw", "/home/shared"))]),
 ]
 

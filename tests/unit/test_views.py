@@ -35,7 +35,8 @@ def test_gpfs_members_and_its_model_nodes(hal):
 def test_shared_mounts_name_each_file_system_its_mount_point_and_hosts(hal, twogen):
     assert [(m.name, m.mount_point, str(m.hosts)) for m in hal.shared_mounts] == [
         ("halfs", "/home", "hal[01-16],hal-dev,hal-dtn,hal-login"),
-        ("misc", "/sw", str(nodeset(hal.storage.nfs.mounts[0].clients)))]
+        ("misc", "/sw", str(nodeset(hal.storage.nfs.mounts[0].clients))),
+        ("backup", "/backup", "hal-mgmt[1-2]")]
     assert [(m.name, m.mount_point, str(m.hosts)) for m in twogen.shared_mounts] == [
         ("home", "/home", "tg[01-08],tg-login"), ("sw", "/sw", "tg[01-08],tg-login")]
 
@@ -48,7 +49,8 @@ def test_hosts_mounting_a_path_and_mount_points_on_hosts(hal, twogen):
     assert hal.mount_points_on(nodeset("hal[01-16]")) == ["/home", "/sw"]
     assert hal.mount_points_on(nodeset("hal-dtn")) == ["/home"]
     assert hal.mount_points_on(nodeset("hal-dtn,hal01")) == ["/home"]  # on every host of them
-    assert hal.mount_points_on(nodeset("hal-mgmt1")) == []
+    assert hal.mount_points_on(nodeset("hal-mgmt1")) == ["/backup"]
+    assert hal.mount_points_on(nodeset("hal-mgmt1,hal-login")) == []
 
 
 def test_hosts_mounting_is_a_new_set(hal):
@@ -61,7 +63,8 @@ def test_the_sandbox_binds_what_the_model_mounts(hal):
     keep = nodeset("hal-mgmt1,hal-login,hal[01-02]")
     assert {key: str(hosts) for key, hosts in shared_mounts(hal, keep).items()} == {
         ("halfs", "/home"): "hal[01-02],hal-login",
-        ("misc", "/sw"): str(overlap(nodeset(hal.storage.nfs.mounts[0].clients), keep))}
+        ("misc", "/sw"): str(overlap(nodeset(hal.storage.nfs.mounts[0].clients), keep)),
+        ("backup", "/backup"): "hal-mgmt1"}
 
 
 # ---- the hardware behind a partition ---------------------------------------------------------
