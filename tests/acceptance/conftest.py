@@ -13,7 +13,6 @@ from typing import Callable
 
 import pytest
 
-from hal_provision.hostlist import nodeset
 from hal_provision.loader import load
 from hal_provision.model import Cluster
 
@@ -96,7 +95,7 @@ def start_controller(
     scratch.install_harness_configs()
     if edit:
         edit(scratch)
-    return Controller(scratch, nodeset(cluster.services.slurmctld)[0])
+    return Controller(scratch, cluster.controllers[0])
 
 
 @pytest.fixture(scope="session")
