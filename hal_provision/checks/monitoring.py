@@ -51,7 +51,7 @@ def monitoring_inputs_fit_hardware(c: Cluster):
     m = c.monitoring
     if m is None:
         return
-    ctld = nodeset(c.services.slurmctld)[0] if c.services.slurmctld else None
+    ctld = c.controllers[0] if c.services.slurmctld else None
     ctld_group = c.group_of(ctld) if ctld else None
     by_name = {g.name: g for g in c.nodes}
     for path, names in _lists(m):

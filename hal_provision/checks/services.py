@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..findings import error, warning
 from ..hostlist import nodeset, outside, overlap
 from ..model import Cluster, Role
@@ -89,3 +91,29 @@ def configured_sections_have_hosts(c: Cluster):
                 f"{section} is configured but services.{service} names no host for it; "
                 f"set services.{service}",
             )
+
+
+# slurm.conf may name more SlurmctldHost lines, but the slurm role's restart order (the backup,
+# then the primary), the shared-state check and `plan` know one backup: a third host would run
+# a controller nothing here has tested.
+MAX_CONTROLLERS = 2
+
+
+@check
+def slurmctld_at_most_two(c: Cluster):
+    if len(c.controllers) > MAX_CONTROLLERS:
+        yield error(("services", "slurmctld"),
+                    f"slurmctld placed on {shown(nodeset(c.services.slurmctld))}; hal-provision runs a primary "
+                    "controller and at most one backup: name one or two hosts")
+
+
+@check
+def slurmctld_hosts_distinct(c: Cluster):
+    if len(c.slurmctld_named) == len(c.controllers):
+        return
+    twice = [host for host, times in Counter(c.slurmctld_named).items() if times > 1]
+    if twice:
+        yield error(("services", "slurmctld"),
+                    f"services.slurmctld names {', '.join(twice)} more than once: a backup controller on the "
+                    "primary's own host survives nothing the primary does not; name a second management host "
+                    "as the backup, or the host once for a single controller")

@@ -7,6 +7,7 @@ from ..hostlist import nodeset, outside, overlap, union
 from ..model import Cluster, Role
 from ..model import slurmtime
 from ..model.slurm import PRIORITY_MAX
+from ..model.storage import lies_under
 from . import check
 from .common import (
     compute_hosts_outside,
@@ -258,3 +259,76 @@ def fair_share_usage_decays(c: Cluster):
             "forgotten, so past usage lowers an account's fair-share forever; set a half-life or "
             "a reset period",
         )
+
+
+# ---- a backup controller -------------------------------------------------------------------
+# slurm.conf's MessageTimeout, which the model leaves at Slurm's default: how long one of the
+# backup's pings of the primary may wait for an answer.
+MESSAGE_TIMEOUT_S = 10
+# The backup asks the primary every SlurmctldTimeout/3 s and takes over once it has had no
+# answer for SlurmctldTimeout (slurmctld's backup.c): three asks, each allowed MessageTimeout,
+# is the least that a primary busy for a moment does not lose its place over.
+TAKEOVER_MIN_S = 3 * MESSAGE_TIMEOUT_S
+
+
+def _backup(c: Cluster) -> tuple[str, str] | None:
+    """(primary, backup) where services.slurmctld names two hosts, else None."""
+    return (c.controllers[0], c.controllers[1]) if len(c.controllers) == 2 else None
+
+
+@check
+def slurmctld_state_shared(c: Cluster):
+    """With a backup controller, StateSaveLocation is one directory both controllers mount: the
+    backup takes over from what the primary last saved there (slurm.conf(5))."""
+    pair = _backup(c)
+    if pair is None:
+        return
+    path = c.slurm.state_save_location
+    mounting = c.hosts_mounting(path)
+    missing = [host for host in pair if host not in mounting]
+    if not missing:
+        return
+    covering = [m.mount_point for m in c.shared_mounts if lies_under(path, m.mount_point)]
+    if covering:
+        where = (f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not mount "
+                 f"{', '.join(dict.fromkeys(covering))}: add {'it' if len(missing) == 1 else 'them'} to the "
+                 "clients of that mount")
+    else:
+        where = ("it lies on no shared file system of the model: put it under the mount point of a GPFS file "
+                 "system or an NFS mount that both controllers mount")
+    yield error(("slurm", "state_save_location"),
+                f"services.slurmctld ({c.written(c.services.slurmctld)}) names a backup controller, {pair[1]} "
+                f"(primary {pair[0]}), so the state directory {path} must be one both read and write, or the "
+                f"backup takes over from its own empty or stale copy and loses the queue; {where}")
+
+
+@check
+def slurmctld_state_export_lets_root_create(c: Cluster):
+    """The slurm role creates the shared state directory as root on a controller and gives it
+    to the slurm user: an NFS export that squashes root refuses both."""
+    pair = _backup(c)
+    if pair is None:
+        return
+    path = c.slurm.state_save_location
+    for mount in c.storage.nfs.mounts:
+        export = c.storage.nfs.export(mount.export)
+        if (export is None or not lies_under(path, mount.mount_point) or "no_root_squash" in export.options
+                or not any(host in nodeset(mount.clients) for host in pair)):
+            continue
+        yield warning(("slurm", "state_save_location"),
+                      f"the state directory {path} lies on NFS export {export.name!r}, which squashes root "
+                      "(exports(5)'s default): the slurm role cannot create it as root on the primary controller "
+                      "nor give it to the slurm user; add no_root_squash to that export's options, or create the "
+                      "directory, owned by slurm, on the server by hand")
+
+
+@check
+def slurmctld_timeout_allows_takeover(c: Cluster):
+    if _backup(c) is None or c.slurm.slurmctld_timeout_s >= TAKEOVER_MIN_S:
+        return
+    t = c.slurm.slurmctld_timeout_s
+    yield warning(("slurm", "slurmctld_timeout_s"),
+                  f"SlurmctldTimeout {t} s with a backup controller ({c.controllers[1]}, services.slurmctld): "
+                  f"the backup asks the primary every third of it and each ask may wait MessageTimeout "
+                  f"({MESSAGE_TIMEOUT_S} s, Slurm's default) for an answer, so below {TAKEOVER_MIN_S} s a primary that is busy or restarting for a moment is taken "
+                  "over; keep it at least that (Slurm's default is 120 s)")

@@ -8,7 +8,7 @@ from typing import Literal, NamedTuple
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..hostlist import common_count, empty, nodeset, overlap, overlaps, union_shared
+from ..hostlist import common_count, empty, expand, nodeset, overlap, overlaps, pieces, union_shared
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
@@ -18,7 +18,7 @@ from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
 from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
-from .placement import Placement, resolving
+from .placement import NodeGroups, Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
 from .monitoring import Grafana, InfluxDb, Monitoring
@@ -134,6 +134,20 @@ class Cluster(Strict):
     def slurm_nodes(self) -> NodeSet:
         """Nodes that run slurmd: every compute group."""
         return union_shared(g.hosts for g in self.groups_with_role(Role.compute))
+
+    @cached_property
+    def slurmctld_named(self) -> tuple[str, ...]:
+        """The hosts services.slurmctld names, in the order written (a hostlist range or an
+        @GROUP / @role:ROLE reference in its own, sorted, order), a host named twice kept twice."""
+        groups = NodeGroups.of(self)
+        written = self.written(self.services.slurmctld)
+        return tuple(host for piece in pieces(written) for host in expand(groups.resolve(piece)))
+
+    @cached_property
+    def controllers(self) -> tuple[str, ...]:
+        """slurmctld's hosts, each once: the primary, then the backup where there is one
+        (slurm.conf's SlurmctldHost lines in this order; a sorted hostlist would lose it)."""
+        return tuple(dict.fromkeys(self.slurmctld_named))
 
     def group_of(self, host: str) -> NodeGroup | None:
         for g in self.nodes:

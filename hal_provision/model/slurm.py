@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from . import slurmtime
-from .base import Name, Strict
+from .base import AbsolutePath, Name, Strict
 from .placement import PLACED, Placement
 
 SlurmTime = Annotated[str, AfterValidator(slurmtime.check)]
@@ -141,8 +141,12 @@ class Slurm(Strict):
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
     slurmctld_timeout_s: int = Field(
-        120, ge=1, description="SlurmctldTimeout: seconds a backup controller waits for the primary before "
-        "taking over.")
+        120, ge=1, le=65533, description="SlurmctldTimeout: seconds a backup controller waits for the primary before "
+        "taking over (it asks every third of it).")
+    state_save_location: AbsolutePath = Field(
+        "/var/lib/slurm/slurmctld", description="StateSaveLocation: where slurmctld keeps the queue, the running "
+        "jobs and the nodes' states (Debian's default here). With a backup controller both controllers read and "
+        "write it, so it must lie on a shared file system of `storage` mounted on both controller hosts.")
     slurmd_timeout_s: int = Field(
         300, ge=1, description="SlurmdTimeout: seconds slurmctld waits for a slurmd to answer before it sets "
         "the node DOWN (a health check interval beyond it is reported).")

@@ -124,13 +124,14 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     clients = _hosts(component, files, sides) - controller - computes
 
     allowed = {k.lower() for k in rule["reconfigure_keys"]}
+    old_conf, new_conf = SlurmConf.parse(sides.old.get(conf_path, "")), SlurmConf.parse(sides.new.get(conf_path, ""))
     if restart:
         outside = [k for k in keys if k not in allowed]
         why = "; ".join(filter(None, [
             f"{', '.join(others)} changed: read only at start" if others else "",
             f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
         ]))
-        out = [Consequence("restart slurmctld", fold_or_dash(controller), why),
+        out = [*_controller_restarts(controller, new_conf.controllers, why, rule["backup_ready"]),
                Consequence("restart slurmd", fold_or_dash(computes), "running jobs survive a slurmd restart")]
     else:
         out = [Consequence("scontrol reconfigure", fold_or_dash(controller),
@@ -139,7 +140,6 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     if clients:
         out.append(Consequence("file only", fold_or_dash(clients), component.detail))
 
-    old_conf, new_conf = SlurmConf.parse(sides.old.get(conf_path, "")), SlurmConf.parse(sides.new.get(conf_path, ""))
     slurm = SlurmEffect(restart, (controller | computes) if restart else set(), old_conf, new_conf,
                         removed=old_conf.nodes.keys() - new_conf.nodes.keys(),
                         added=new_conf.nodes.keys() - old_conf.nodes.keys(),
@@ -147,8 +147,26 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     return Effect(out, _slurm_notes(slurm), slurm)
 
 
+def _controller_restarts(hosts: set[str], order: list[str], why: str, ready: str) -> list[Consequence]:
+    """slurmctld restarted on `hosts`: at once with one controller; with a backup (slurm.conf's
+    SlurmctldHost lines, in `order`) the backup first, then the primary once `ready` (the
+    policy's `backup_ready`) shows the backup UP, each its own consequence, in that order."""
+    primary, backups = (order[0], [h for h in order[1:] if h in hosts]) if order else (None, [])
+    if primary not in hosts or not backups:
+        return [Consequence("restart slurmctld", fold_or_dash(hosts), why)]
+    shown = ", ".join(backups)
+    return [Consequence("restart slurmctld", fold_or_dash(backups),
+                        f"backup controller, first{': ' + why if why else ''}"),
+            Consequence("restart slurmctld", primary,
+                        f"primary controller, once `{ready}` shows {shown} UP: one controller always runs, "
+                        f"and {shown} takes over should {primary} not come back")]
+
+
 def _slurm_notes(s: SlurmEffect) -> list[str]:
     notes = []
+    if s.old.controllers != s.new.controllers:
+        notes.append(f"controllers (primary first): {', '.join(s.old.controllers) or '-'} -> "
+                     f"{', '.join(s.new.controllers) or '-'}")
     if s.added:
         notes.append(f"nodes added: {fold_or_dash(s.added)} (Slurm 22.05: slurmctld and every slurmd restart to learn them)")
     if s.removed:

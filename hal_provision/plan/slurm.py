@@ -47,8 +47,9 @@ def _fields(line: str) -> dict[str, str]:
 
 @dataclass
 class SlurmConf:
-    """What slurm.conf says about nodes (per host), node sets and partitions."""
+    """What slurm.conf says about its controllers, nodes (per host), node sets and partitions."""
 
+    controllers: list[str] = field(default_factory=list)  # SlurmctldHost lines: the primary, then backups
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     nodesets: dict[str, str] = field(default_factory=dict)
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -67,7 +68,9 @@ class SlurmConf:
         for line in conf_lines(text):
             key = line.split("=", 1)[0].lower()
             values = _fields(line)
-            if key == "nodename" and values.get("NodeName", "").upper() != "DEFAULT":
+            if key == "slurmctldhost":
+                conf.controllers.append(values["SlurmctldHost"].split("(", 1)[0])  # host(address): the host
+            elif key == "nodename" and values.get("NodeName", "").upper() != "DEFAULT":
                 attrs = {k: v for k, v in values.items() if k != "NodeName"}
                 for host in expand(values["NodeName"]):
                     conf.nodes[host] = attrs

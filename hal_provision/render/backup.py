@@ -21,7 +21,6 @@ from ..model import BackupJob, Cluster
 from ..model.accounts import base_dn
 from .common import header
 from .portal import CA_SIGNED_CERT, CA_SIGNED_KEY, COOKIE_SECRET
-from .slurm import STATE_DIR
 
 CONFIG = "files/etc/hal-provision/backup.json"
 SERVICE = "files/etc/systemd/system/hal-backup.service"
@@ -81,7 +80,7 @@ def job_entry(cluster: Cluster, job: BackupJob) -> dict:
     elif job.state == "monitoring":
         entry.update(kind="influxdb", databases=[cluster.monitoring.influxdb.database])
     elif job.state == "slurmctld_state":
-        entry.update(kind="files", paths=[STATE_DIR])
+        entry.update(kind="files", paths=[cluster.slurm.state_save_location])
     else:
         entry.update(kind="files", paths=secret_files(cluster, job.sources))
     return entry

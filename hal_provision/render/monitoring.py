@@ -140,7 +140,7 @@ def render(cluster: Cluster) -> dict[str, str]:
             continue
         what = f"every {group.role.value} node" if "/roles/" in path else f"the nodes of group {group.name}"
         files[path] = telegraf_conf(cluster, _agent_inputs(group_inputs(cluster, group)), what)
-    ctld = nodeset(cluster.services.slurmctld)[0] if cluster.services.slurmctld else None
+    ctld = cluster.controllers[0] if cluster.controllers else None
     if ctld and any(INPUTS[n].needs == "slurm_controller" for n in m.all_inputs()):
         out = [header(cluster), f"# The Slurm collector, on the slurmctld host {ctld} alone.\n"]
         _table(out, "inputs.exec", exec_input(cluster, "slurm"))

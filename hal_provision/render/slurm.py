@@ -15,8 +15,8 @@ from .health import slurm_conf_lines as health_lines
 
 ETC = "files/etc/slurm"
 
-# Debian's Slurm packaging: paths and the slurm user it creates.
-STATE_DIR = "/var/lib/slurm/slurmctld"
+# Debian's Slurm packaging: paths and the slurm user it creates (StateSaveLocation is the
+# model's, slurm.state_save_location).
 SPOOL_DIR = "/var/lib/slurm/slurmd"
 LOG_DIR = "/var/log/slurm"
 
@@ -109,7 +109,9 @@ def slurm_conf(cluster: Cluster) -> str:
     svc = cluster.services
     out = [header(cluster)]
     out.append(f"ClusterName={cluster.cluster.name}\n")
-    for host in nodeset(svc.slurmctld):
+    if len(cluster.controllers) > 1:
+        out.append("# The primary controller first, then its backup; both share StateSaveLocation.\n")
+    for host in cluster.controllers:
         out.append(f"SlurmctldHost={host}\n")
     out.append(
         "SlurmUser=slurm\n"
@@ -118,7 +120,7 @@ def slurm_conf(cluster: Cluster) -> str:
         "CredType=cred/munge\n"
         f"SlurmctldPort={s.controller_port}\n"
         f"SlurmdPort={s.slurmd_port}\n"
-        f"StateSaveLocation={STATE_DIR}\n"
+        f"StateSaveLocation={s.state_save_location}\n"
         f"SlurmdSpoolDir={SPOOL_DIR}\n"
         "SlurmctldPidFile=/run/slurmctld.pid\n"
         "SlurmdPidFile=/run/slurmd.pid\n"

@@ -35,7 +35,7 @@ class SandboxError(ValueError):
 def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False) -> Cluster:
     data = cluster.model_dump(mode="json", exclude_none=True)
     primary = cluster.cluster.primary_network
-    mgmt_host = nodeset(cluster.services.slurmctld)[0]
+    mgmt_host = cluster.controllers[0]  # the primary
     logins = cluster.groups_with_role(Role.login)
     comps = cluster.groups_with_role(Role.compute)
     if not logins or not comps:

@@ -13,7 +13,6 @@ from typing import Callable
 
 import pytest
 
-from hal_provision.hostlist import nodeset
 from hal_provision.loader import load
 from hal_provision.model import Cluster
 
@@ -27,6 +26,7 @@ CLUSTER_FILES: dict[str, Path | None] = {
     "hal": None,
     "x86-twogen": CLUSTERS_DIR / "x86-twogen.yml",
     "workstation": CLUSTERS_DIR / "workstation.yml",  # one node: login, controller and compute at once
+    "x86-backup-controller": CLUSTERS_DIR / "x86-backup-controller.yml",  # a primary and a backup slurmctld
     # Other sites' clusters, as a new admin starts from them (README: "Describe your own cluster").
     **{f"example-{p.stem}": p for p in sorted(EXAMPLES_DIR.glob("*.yml"))},
 }
@@ -96,7 +96,7 @@ def start_controller(
     scratch.install_harness_configs()
     if edit:
         edit(scratch)
-    return Controller(scratch, nodeset(cluster.services.slurmctld)[0])
+    return Controller(scratch, cluster.controllers[0])
 
 
 @pytest.fixture(scope="session")

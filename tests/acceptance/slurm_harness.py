@@ -116,14 +116,17 @@ class Rewrite:
     optional: bool = False  # the model decides whether the rendered file sets the key
 
 
-def slurm_conf_rewrites(scratch: Path, munge_socket: Path) -> list[Rewrite]:
+def slurm_conf_rewrites(scratch: Path, munge_socket: Path, controller: str = "") -> list[Rewrite]:
+    """The harness's keys; `controller` names a backup's own pid and log files (two slurmctld
+    on one pid file: the second kills the first as a stale daemon). Both share the state."""
+    own = f"-{controller}" if controller else ""
     return [
         Rewrite("SlurmUser", "root", "the scratch files belong to root; no slurm account needed"),
         Rewrite("StateSaveLocation", str(scratch / "state"), "fresh state for every run"),
         Rewrite("SlurmdSpoolDir", str(scratch / "spool"), "nothing under /var/lib"),
-        Rewrite("SlurmctldPidFile", str(scratch / "slurmctld.pid"), "nothing under /run"),
+        Rewrite("SlurmctldPidFile", str(scratch / f"slurmctld{own}.pid"), "nothing under /run"),
         Rewrite("SlurmdPidFile", str(scratch / "slurmd.pid"), "nothing under /run"),
-        Rewrite("SlurmctldLogFile", str(scratch / "log/slurmctld.log"), "log kept with the run"),
+        Rewrite("SlurmctldLogFile", str(scratch / f"log/slurmctld{own}.log"), "log kept with the run"),
         Rewrite("SlurmdLogFile", str(scratch / "log/slurmd.log"), "log kept with the run"),
         Rewrite(
             "AccountingStorageType", "accounting_storage/none",
@@ -281,6 +284,17 @@ class Scratch:
         )
         dbd.chmod(0o600)  # slurmdbd: "fatal: slurmdbd.conf file ... should be 600"
 
+    def install_backup_config(self, host: str) -> Path:
+        """slurm.conf for the backup controller `host`: the harness's rewrites with its own pid
+        and log files, beside the primary's (the other rendered files are read from there)."""
+        path = self.conf_dir / f"slurm-{host}.conf"
+        path.write_text(
+            apply_rewrites(self.rendered_text("slurm.conf"),
+                           slurm_conf_rewrites(self.root, self.munge_socket, host), "slurm.conf"),
+            encoding="utf-8",
+        )
+        return path
+
     def log(self, name: str) -> str:
         path = self.root / "log" / name
         return path.read_text(errors="replace") if path.exists() else f"({path} does not exist)"
@@ -335,6 +349,7 @@ class Namespace:
             "exec cat >/dev/null",
         ]
         self.host = host
+        self.addresses = addresses
         self.holder = subprocess.Popen(
             [_prog("unshare"), "--uts", "--mount", "--net", "--", "sh", "-ec", "\n".join(steps)],
             stdin=subprocess.PIPE,
@@ -352,6 +367,22 @@ class Namespace:
 
     def argv(self, *argv: str) -> list[str]:
         return [_prog("nsenter"), "-t", str(self.holder.pid), "-u", "-m", "-n", "--", *argv]
+
+    def link(self, other: "Namespace") -> None:
+        """A veth pair between this namespace and `other`, each routing the other's rendered
+        addresses over it: two hosts that reach each other, and still nothing else."""
+        mine, theirs = "hal-peer0", "hal-peer1"
+        steps = [
+            [_prog("ip"), "link", "add", mine, "netns", str(self.holder.pid), "type", "veth",
+             "peer", "name", theirs, "netns", str(other.holder.pid)],
+            *([*ns.argv(_prog("ip"), "link", "set", dev, "up")] for ns, dev in ((self, mine), (other, theirs))),
+            *([*a.argv(_prog("ip"), "route", "add", f"{addr}/32", "dev", dev, "src", a.addresses[0])]
+              for a, b, dev in ((self, other, mine), (other, self, theirs)) for addr in b.addresses),
+        ]
+        for argv in steps:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+            if done.returncode != 0:
+                raise HarnessError(f"could not link {self.host} and {other.host}: {' '.join(argv)}: {done.stderr}")
 
     def run(self, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -385,7 +416,9 @@ class Namespace:
 class ServiceHost:
     """One service host of the description: its namespace and a private munged."""
 
-    def __init__(self, scratch: Scratch, host: str):
+    def __init__(self, scratch: Scratch, host: str, peer: "ServiceHost | None" = None):
+        """`peer`: a host of the same scratch this one reaches over a link, whose munged (its
+        socket a path in the scratch, the same key) serves both."""
         self.scratch = scratch
         self.host = host
         self.stack = ExitStack()
@@ -393,7 +426,10 @@ class ServiceHost:
             addresses = host_addresses(scratch.hosts_file.read_text(), host)
             self.ns = Namespace(host, scratch.hosts_file, addresses)
             self.stack.callback(self.ns.close)
-            self._start_munged()
+            if peer is None:
+                self._start_munged()
+            else:
+                self.ns.link(peer.ns)
         except BaseException:
             self.stack.close()
             raise
@@ -432,13 +468,18 @@ class ServiceHost:
 class Controller:
     """slurmctld on the rendered configuration, answering scontrol in its namespace."""
 
-    def __init__(self, scratch: Scratch, host: str):
+    def __init__(self, scratch: Scratch, host: str, backup_of: "Controller | None" = None):
+        """slurmctld on `host`; `backup_of`: the running primary this one is the backup of, on
+        its own slurm.conf (Scratch.install_backup_config), linked to the primary's host."""
         self.scratch = scratch
-        self.env = {"SLURM_CONF": str(scratch.slurm_conf)}
-        self.service = ServiceHost(scratch, host)
+        self.host = host
+        conf = scratch.slurm_conf if backup_of is None else scratch.install_backup_config(host)
+        self.log_name = "slurmctld.log" if backup_of is None else f"slurmctld-{host}.log"
+        self.env = {"SLURM_CONF": str(conf)}
+        self.service = ServiceHost(scratch, host, None if backup_of is None else backup_of.service)
         try:
             self.proc = self.service.spawn(
-                "slurmctld", _prog("slurmctld"), "-D", "-f", str(scratch.slurm_conf)
+                "slurmctld" if backup_of is None else f"slurmctld-{host}", _prog("slurmctld"), "-D", "-f", str(conf)
             )
             retry(lambda: self.proc.poll() is not None or self._up(), START_TIMEOUT, 0.1)
             if self.proc.poll() is not None or not self._up():
@@ -450,15 +491,19 @@ class Controller:
                 raise HarnessError(
                     f"slurmctld on {host} {what}.\n"
                     f"--- slurmctld log ---\n{self.log()}\n"
-                    f"--- slurmctld output ---\n{scratch.log('slurmctld.out')}"
+                    f"--- slurmctld output ---\n{scratch.log(self.log_name.replace('.log', '.out'))}"
                 )
         except BaseException:
             self.service.close()
             raise
 
     def _up(self) -> bool:
-        ping = self.service.ns.run(_prog("scontrol"), "ping", env=self.env)
-        return "is UP" in ping.stdout
+        """`scontrol ping` says this host's slurmctld is UP (a backup's line too, not only the
+        primary's)."""
+        return f"at {self.host} is UP" in self.ping()
+
+    def ping(self) -> str:
+        return self.service.ns.run(_prog("scontrol"), "ping", env=self.env).stdout
 
     def scontrol(self, *args: str) -> str:
         result = self.service.ns.run(_prog("scontrol"), *args, env=self.env)
@@ -470,7 +515,7 @@ class Controller:
         return result.stdout
 
     def log(self) -> str:
-        return self.scratch.log("slurmctld.log")
+        return self.scratch.log(self.log_name)
 
     def close(self) -> None:
         self.service.close()

@@ -13,9 +13,12 @@ from hal_provision.findings import Level
 from hal_provision.hostlist import nodeset
 from hal_provision.model import Cluster
 
+from infra.deployed import retry  # tests/ is on sys.path, as for the harness
+
 from . import expected
 from .conftest import load_cluster
 from .slurm_harness import (
+    Controller,
     HarnessError,
     line_key,
     records,
@@ -39,6 +42,9 @@ KNOWN_LOG_ERRORS = {
         "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so (package libpmix-dev), absent here",
     r"Could not open (node|job|reservation|trigger) state file|Trying backup state save file":
         "first start on an empty StateSaveLocation",
+    r"_shutdown_bu_thread:send/recv \S+: Network is unreachable":
+        "a primary alone in its namespace: at its start it tells the backup host to stand down, and the "
+        "cases start no backup (test_a_backup_controller_stands_by_and_takes_over_from_the_shared_state does)",
     r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD, ignoring":
         "the harness's accounting_storage/none: age and fair-share come from slurmdbd's records",
 }
@@ -336,6 +342,36 @@ def test_cgroup_conf_is_parsed_with_the_model_values(case):
             assert config.get(key, "").lower() == line.split("=", 1)[1].lower(), line
     assert config["ProctrackType"] == "proctrack/cgroup"
     assert "task/cgroup" in config["TaskPlugin"]
+
+
+def test_a_backup_controller_stands_by_and_takes_over_from_the_shared_state(extra_controller):
+    """x86-backup-controller: slurmctld loads both SlurmctldHost lines, the second host's slurmctld
+    runs as the backup beside the primary (`scontrol ping` from either lists both UP, in order),
+    and on `scontrol takeover` it takes control from the state the primary saved in the
+    StateSaveLocation both use (here one scratch directory; on a cluster the shared file system)."""
+    cluster = load_cluster("x86-backup-controller")
+    primary_host, backup_host = cluster.controllers
+    primary = extra_controller(cluster)
+    backup = Controller(primary.scratch, backup_host, backup_of=primary)
+    try:
+        config = show_config(primary.scontrol("show", "config"))
+        assert (config["SlurmctldHost[0]"], config["SlurmctldHost[1]"]) == (primary_host, backup_host)
+        both_up = [f"Slurmctld(primary) at {primary_host} is UP", f"Slurmctld(backup) at {backup_host} is UP"]
+        assert primary.ping().splitlines() == backup.ping().splitlines() == both_up
+        assert "slurmctld running in background mode" in backup.log(), backup.log()  # standby, not in control
+        assert "Running as primary controller" not in backup.log(), backup.log()
+
+        # Something only the primary's saved state carries, then the backup takes control.
+        primary.scontrol("update", "nodename=tg01", "state=drain", "reason=before-takeover")
+        backup.scontrol("takeover")
+        assert retry(lambda: "Running as primary controller" in backup.log(), 60, 0.5), backup.log()
+        assert retry(lambda: primary.proc.poll() is not None, 30, 0.5), "the primary kept running after the takeover"
+        assert backup.ping().splitlines()[:2] == [f"Slurmctld(primary) at {primary_host} is DOWN",
+                                                  f"Slurmctld(backup) at {backup_host} is UP"]
+        node = records(backup.scontrol("-o", "show", "node", "tg01"), "NodeName")["tg01"]
+        assert "DRAIN" in node["State"] and node["Reason"] == "before-takeover", node
+    finally:
+        backup.close()
 
 
 def test_log_has_no_unexpected_errors(case):

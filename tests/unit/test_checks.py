@@ -61,6 +61,17 @@ CPU_PARTITION = (  # a compute group without GPUs, its partition and a gpu virtu
 
 E, W, I = Level.error, Level.warning, Level.info
 
+# A backup controller: hal-mgmt2 beside hal-mgmt1, and slurmctld's state on an NFS export of the
+# data node that both mount (no_root_squash: the slurm role creates the directory as root).
+TWO_CONTROLLERS = ("  slurmctld: hal-mgmt1\n", '  slurmctld: "hal-mgmt1,hal-mgmt2"\n')
+MISC_MOUNT = '      - {export: misc, mount_point: /sw, clients: "hal[01-16],hal-login,hal-dev"}'
+SHARED_STATE = (
+    ("    mounts:\n", '      - {name: ctld, server: hal-data, path: /export/ctld, clients: "hal-mgmt[1-2]",\n'
+                   "         options: [rw, sync, no_subtree_check, no_root_squash]}\n    mounts:\n"),
+    (MISC_MOUNT, '      - {export: ctld, mount_point: /srv/ctld, clients: "hal-mgmt[1-2]"}\n' + MISC_MOUNT),
+    ("  memory_reserve_mib: 8192 ", "  state_save_location: /srv/ctld/state\n  memory_reserve_mib: 8192 "),
+)
+
 BASIC = ("type: multifactor ", "type: basic       ")  # HAL keeps its fair-shares and QOS priorities
 NO_PRIORITY_POLICY = (  # sacctmgr's default shares, QOS without a priority: nothing for multifactor to weigh
     lambda text: text.replace("fairshare: 10\n", "fairshare: 1\n"),
@@ -312,6 +323,27 @@ ROWS = [
      E, "nodes[5].hosts", "not a valid hostlist expression: '@login'"),
     ("placement-on-wrong-role-group", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "@login"\n')],
      E, "services.slurmctld", "slurmctld placed on hal-login, a login node"),
+    # --- a backup controller -------------------------------------------------------------------
+    ("slurmctld-on-three-hosts", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "hal-mgmt[1-2],hal-dev"\n')],
+     E, "services.slurmctld", "slurmctld placed on hal-dev,hal-mgmt[1-2] (3 hosts); hal-provision runs a "
+     "primary controller and at most one backup"),
+    ("slurmctld-backup-on-the-primary", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "hal-mgmt1,hal-mgmt1"\n')],
+     E, "services.slurmctld", "names hal-mgmt1 more than once: a backup controller on the primary's own host"),
+    ("backup-controller-state-on-local-disk", [TWO_CONTROLLERS],
+     E, "slurm.state_save_location", "services.slurmctld (hal-mgmt1,hal-mgmt2) names a backup controller, hal-mgmt2 "
+     "(primary hal-mgmt1), so the state directory "
+     "/var/lib/slurm/slurmctld must be one both read and write, or the backup takes over from its own empty or stale "
+     "copy and loses the queue; it lies on no shared file system of the model"),
+    ("backup-controller-does-not-mount-the-state",
+     [TWO_CONTROLLERS, *SHARED_STATE, ('/srv/ctld, clients: "hal-mgmt[1-2]"', "/srv/ctld, clients: hal-mgmt1")],
+     E, "slurm.state_save_location", "hal-mgmt2 does not mount /srv/ctld: add it to the clients of that mount"),
+    ("backup-controller-state-export-squashes-root",
+     [TWO_CONTROLLERS, *SHARED_STATE, ("no_subtree_check, no_root_squash]", "no_subtree_check, root_squash]")],
+     W, "slurm.state_save_location", "lies on NFS export 'ctld', which squashes root"),
+    ("backup-controller-timeout-too-short",
+     [TWO_CONTROLLERS, *SHARED_STATE, ("  memory_reserve_mib: 8192 ", "  slurmctld_timeout_s: 20\n  memory_reserve_mib: 8192 ")],
+     W, "slurm.slurmctld_timeout_s", "SlurmctldTimeout 20 s with a backup controller (hal-mgmt2, "
+     "services.slurmctld): the backup asks the primary every third of it"),
     # --- storage: see test_storage_checks.py (same table style) ---------------------------------
 ]
 
@@ -353,6 +385,15 @@ ACCEPTED = [
     ("placements-by-group-and-role", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "@mgmt-main"\n'),
                                       ("      nodes: hal[01-16]\n", '      nodes: "@role:compute"\n'),
                                       ("  portal: hal-mgmt2\n", '  portal: "@mgmt-aux"\n')]),
+    ("backup-controller-with-shared-state", [TWO_CONTROLLERS, *SHARED_STATE]),
+    # The NFS server holds the export's files at the same path: a controller serving it needs no mount.
+    ("backup-controller-serves-the-state", [
+        ("  slurmctld: hal-mgmt1\n", '  slurmctld: "hal-data,hal-mgmt1"\n'),
+        ("    hosts: hal-data\n", "    hosts: hal-data\n    also: [management]\n"),
+        ("    mounts:\n", '      - {name: ctld, server: hal-data, path: /export/ctld, clients: hal-mgmt1,\n'
+                       "         options: [rw, sync, no_subtree_check, no_root_squash]}\n    mounts:\n"),
+        (MISC_MOUNT, "      - {export: ctld, mount_point: /export/ctld, clients: hal-mgmt1}\n" + MISC_MOUNT),
+        ("  memory_reserve_mib: 8192 ", "  state_save_location: /export/ctld/state\n  memory_reserve_mib: 8192 ")]),
 ]
 
 
@@ -550,5 +591,8 @@ def test_100000_nodes_mistakes_found_without_expanding(edited, compressed_only):
     assert ("nodes[6].count", "count is 99999 but hosts 'hal[000001-100000]' names 100000; fix the hostlist or set "
             "count to match") in found
     slurmctld = [m for p, m in found if p == "services.slurmctld"]
-    assert slurmctld == ["slurmctld placed on hal[000001-050000] (50000 hosts), a compute node; it must run on "
-                         "management nodes (or add one of those roles to node group 'compute' with `also:`)"]
+    assert sorted(slurmctld) == [
+        "slurmctld placed on hal[000001-050000] (50000 hosts), a compute node; it must run on "
+        "management nodes (or add one of those roles to node group 'compute' with `also:`)",
+        "slurmctld placed on hal[000001-050000] (50000 hosts); hal-provision runs a primary controller and at most "
+        "one backup: name one or two hosts"]

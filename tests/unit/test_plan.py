@@ -151,10 +151,11 @@ RULE_CASES = [
 ]
 
 
-def role_rule(old: str, new: str, changed_files: list[str], rendered: Path) -> tuple[list[str], bool]:
-    """The slurm role's __slurm_conf_changed_keys and __slurm_restart_required, evaluated by
-    Ansible's own templating from roles/slurm/defaults and vars. `rendered` stands in for the
-    rendered files/ tree (hal_rendered_dir), holding the update policy the role may read."""
+def role_values(names: list[str], rendered: Path, **facts) -> list:
+    """The slurm role's variables `names`, evaluated by Ansible's own templating from
+    roles/slurm/defaults and vars with `facts` (the role's registered results, the host's
+    inventory). `rendered` stands in for the rendered files/ tree (hal_rendered_dir), holding
+    the update policy the role may read."""
     template = pytest.importorskip("ansible.template")
     from ansible.parsing.dataloader import DataLoader
     from ansible.plugins.loader import init_plugin_loader
@@ -166,15 +167,19 @@ def role_rule(old: str, new: str, changed_files: list[str], rendered: Path) -> t
     role_vars = {**yaml.safe_load((REPO / "roles/slurm/defaults/main.yml").read_text()),
                  **yaml.safe_load((REPO / "roles/slurm/vars/main.yml").read_text())}
     variables = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in role_vars.items()}
-    variables.update(
+    variables.update(hal_rendered_dir=str(rendered), **facts)
+    templar = template.Templar(loader=DataLoader(), variables=variables)
+    return [templar.template(template.trust_as_template("{{ %s }}" % name)) for name in names]
+
+
+def role_rule(old: str, new: str, changed_files: list[str], rendered: Path) -> tuple[list[str], bool]:
+    """The slurm role's __slurm_conf_changed_keys and __slurm_restart_required."""
+    keys, restart = role_values(
+        ["__slurm_conf_changed_keys", "__slurm_restart_required"], rendered,
         __slurm_conf_text=new,
         __slurm_conf_installed={"content": base64.b64encode(old.encode()).decode()},
-        __slurm_config_copy={"stdout_lines": [f"<fcsT...... {name}" for name in changed_files]},
-        hal_rendered_dir=str(rendered),  # the role's slurm_reconfigure_keys: read from the policy there
-    )
-    templar = template.Templar(loader=DataLoader(), variables=variables)
-    value = lambda name: templar.template(template.trust_as_template("{{ %s }}" % name))  # noqa: E731
-    return list(value("__slurm_conf_changed_keys")), bool(value("__slurm_restart_required"))
+        __slurm_config_copy={"stdout_lines": [f"<fcsT...... {name}" for name in changed_files]})
+    return list(keys), bool(restart)
 
 
 @pytest.mark.parametrize("new, changed, keys, restart", RULE_CASES)
@@ -242,6 +247,93 @@ def test_gpfs_tuning_is_storage_gpfs_plan(hal_tree, tuning, actions) -> None:
     plan = build(hal_tree, new)
     [component] = [c for c in plan.components if c.name == "gpfs_tuning"]
     assert [(c.action, c.hosts, list(c.commands)) for c in component.consequences] == actions
+
+
+# ---- a backup controller -------------------------------------------------------------------------
+BACKUP = (TESTS / "data" / "clusters" / "x86-backup-controller.yml").read_text()
+ONE_CONTROLLER = [("  slurmctld: tg-mgmt1,tg-mgmt2 ", "  slurmctld: tg-mgmt1          ")]
+BACKUP_RESERVE = [("  memory_reserve_mib: 16384 ", "  memory_reserve_mib: 32768 ")]  # NodeName: a restart
+
+
+@pytest.fixture(scope="module")
+def backup_tree() -> dict[str, str]:
+    return tree(BACKUP)
+
+
+def test_with_a_backup_controller_the_backup_restarts_first(backup_tree) -> None:
+    plan = build(backup_tree, tree(edit(BACKUP_RESERVE, BACKUP)))
+    assert consequences(plan, "slurm") == [("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1"),
+                                           ("restart slurmd", "tg[01-04]"), ("file only", "tg-login")]
+    [component] = [c for c in plan.components if c.name == "slurm"]
+    backup, primary = component.consequences[:2]
+    assert backup.detail == "backup controller, first: keys outside reconfigure_keys: nodename"
+    assert primary.detail == ("primary controller, once `scontrol ping` shows tg-mgmt2 UP: one controller always "
+                              "runs, and tg-mgmt2 takes over should tg-mgmt1 not come back")
+    assert "restart slurmctld on tg-mgmt2; restart slurmctld on tg-mgmt1; restart slurmd on tg[01-04]" in plan.summary
+
+
+def test_with_one_controller_it_restarts_alone(backup_tree) -> None:
+    one = edit(ONE_CONTROLLER, BACKUP)
+    plan = build(tree(one), tree(edit(BACKUP_RESERVE, one)))
+    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "tg-mgmt1"), ("restart slurmd", "tg[01-04]")]
+
+
+def test_a_reconfigure_needs_no_order(backup_tree) -> None:
+    plan = build(backup_tree, tree(edit([('max_time: "2-00:00:00"\n', 'max_time: "3-00:00:00"\n')], BACKUP)))
+    assert consequences(plan, "slurm") == [("scontrol reconfigure", "tg-mgmt[1-2]"), ("reload slurmd", "tg[01-04]"),
+                                           ("file only", "tg-login")]
+
+
+def test_a_backup_added_restarts_it_first_and_says_so(backup_tree) -> None:
+    """tg-mgmt2 was a management host already: its slurmctld starts as the backup, before the
+    primary restarts to learn of it (SlurmctldHost needs a restart, slurm.conf(5))."""
+    plan = build(tree(edit(ONE_CONTROLLER, BACKUP)), backup_tree)
+    assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1")]
+    [component] = [c for c in plan.components if c.name == "slurm"]
+    assert "controllers (primary first): tg-mgmt1 -> tg-mgmt1, tg-mgmt2" in component.notes
+
+
+def test_the_plan_prints_the_order(in_tmp) -> None:
+    (in_tmp / "old.yml").write_text(BACKUP)
+    (in_tmp / "new.yml").write_text(edit(BACKUP_RESERVE, BACKUP))
+    result = run("new.yml", "--from", "old.yml")
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.stdout.split())
+    assert "backup controller, first" in text and "once `scontrol ping` shows tg-mgmt2 UP" in text, result.stdout
+    assert text.index("tg-mgmt2") < text.index("tg-mgmt1")
+    doc = json.loads(run("new.yml", "--from", "old.yml", "--json").stdout)
+    [slurm] = [c for c in doc["components"] if c["name"] == "slurm"]
+    assert [(q["action"], q["hosts"]) for q in slurm["consequences"]][:2] == [
+        ("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1")]
+
+
+def test_the_role_finds_the_controllers_the_plan_orders(backup_tree, tmp_path) -> None:
+    """The slurm role reads the primary and the backup from the same rendered slurm.conf the plan
+    reads, creates the shared state directory once and on no controller by itself, and its
+    handlers restart the backup, wait for its `scontrol ping`, then restart the primary."""
+    from hal_provision.plan.slurm import SlurmConf
+
+    conf = backup_tree["files/etc/slurm/slurm.conf"]
+    assert SlurmConf.parse(conf).controllers == ["tg-mgmt1", "tg-mgmt2"]
+    groups = {"service_slurmctld": ["tg-mgmt1", "tg-mgmt2"], "service_slurmdbd": ["tg-mgmt1"],
+              "slurm_nodes": ["tg01"], "role_login": ["tg-login"]}
+    names = ["__slurm_ctld_hosts", "__slurm_is_ctld_backup", "__slurm_ctld_state_shared", "__slurm_ctld_in_play",
+             "__slurm_dirs"]
+    facts = dict(__slurm_conf_text=conf, __slurmdbd_conf_text="", groups=groups,
+                 ansible_play_hosts=["tg-mgmt2", "tg-mgmt1"])
+    primary = role_values(names, tmp_path, inventory_hostname="tg-mgmt1", **facts)
+    backup = role_values(names, tmp_path, inventory_hostname="tg-mgmt2", **facts)
+    assert primary[0] == backup[0] == ["tg-mgmt1", "tg-mgmt2"]
+    assert (bool(primary[1]), bool(backup[1])) == (False, True)
+    assert bool(primary[2]) and primary[3] == ["tg-mgmt1", "tg-mgmt2"]  # the primary first, whatever the play's order
+    assert "/srv/slurmctld/state" not in primary[4] + backup[4] and "/var/log/slurm" in primary[4]
+    one = role_values(names, tmp_path, inventory_hostname="tg-mgmt1",
+                      **{**facts, "__slurm_conf_text": conf.replace("SlurmctldHost=tg-mgmt2\n", "")})
+    assert not one[2] and "/srv/slurmctld/state" in one[4]  # one controller: its own directory, as before
+    handlers = [h["name"] for h in yaml.safe_load((REPO / "roles/slurm/handlers/main.yml").read_text())]
+    assert handlers.index("Restart the backup slurmctld") < handlers.index(
+        "Wait until the backup slurmctld answers scontrol ping") < handlers.index("Restart slurmctld")
+    assert update_policy.load().component("slurm").extra["backup_ready"] == "scontrol ping"
 
 
 def test_files_the_front_end_does_not_deploy_do_nothing(hal_tree) -> None:

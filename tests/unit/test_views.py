@@ -153,6 +153,35 @@ def test_slurm_daemon_timeouts_are_model_fields(hal, edited):
         "than a node that stops answering"]
 
 
+@pytest.mark.parametrize(("written", "controllers"), [
+    ("hal-mgmt1", ("hal-mgmt1",)),
+    ('"hal-mgmt2,hal-mgmt1"', ("hal-mgmt2", "hal-mgmt1")),  # the order written, not the sorted one
+    ('"@mgmt-aux,@mgmt-main"', ("hal-mgmt2", "hal-mgmt1")),  # references too, each in its group's order
+    ('"@role:management"', ("hal-mgmt1", "hal-mgmt2")),
+    ('"hal-mgmt1,hal-mgmt1"', ("hal-mgmt1",)),  # each host once (slurmctld_hosts_distinct reports it)
+])
+def test_controllers_are_the_primary_then_the_backup(edited, written, controllers):
+    from hal_provision.render.slurm import slurm_conf
+
+    model = load_text(edited(("  slurmctld: hal-mgmt1\n", f"  slurmctld: {written}\n")), "c.yml").model
+    assert model.controllers == controllers
+    assert [line for line in slurm_conf(model).splitlines() if line.startswith("SlurmctldHost=")] == [
+        f"SlurmctldHost={host}" for host in controllers]
+
+
+def test_state_save_location_is_a_model_field(hal, edited):
+    from hal_provision.render.slurm import slurm_conf
+
+    assert hal.slurm.state_save_location == "/var/lib/slurm/slurmctld"  # the default: Debian's, today's value
+    assert "\nStateSaveLocation=/var/lib/slurm/slurmctld\n" in slurm_conf(hal)
+    model = load_text(edited(("  memory_reserve_mib:", "  state_save_location: /srv/ctld/state\n"
+                                                      "  memory_reserve_mib:")), "c.yml").model
+    assert "\nStateSaveLocation=/srv/ctld/state\n" in slurm_conf(model)
+    bad = load_text(edited(("  memory_reserve_mib:", "  state_save_location: var/ctld\n  memory_reserve_mib:")),
+                    "c.yml")
+    assert bad.model is None and [f.dotted for f in bad.findings] == ["slurm.state_save_location"]
+
+
 # ---- Slurm time strings ----------------------------------------------------------------------
 
 def test_slurm_times_read_and_written_in_one_module():
