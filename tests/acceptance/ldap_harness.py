@@ -35,7 +35,7 @@ def make_config(root: Path, base: str) -> tuple[Path, Path]:
     assert not missing, "slapd is not installed: run ./bootstrap.sh"
     assert LPK.is_file(), f"{LPK} is missing"
     conf, db = root / "slapd.d", root / "db"
-    conf.mkdir()
+    conf.mkdir(parents=True)
     db.mkdir()
     (root / "config.ldif").write_text(config_ldif(base, db))
     made = subprocess.run([SLAPADD, "-n0", "-F", str(conf), "-l", str(root / "config.ldif")],
