@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from hal_provision.node import backup
 
@@ -477,3 +478,42 @@ def test_list_shows_an_unfinished_run(tmp_path, source, capsys):
     rc, out, _ = hal_backup(capsys, "verify", "--dest", str(tmp_path / "dest"))
     assert rc == 1 and "FAIL slurmctld_state/20260301T040000Z: no MANIFEST.json" in out
     assert ".partial-" not in out  # an unfinished run may still be running: not verified
+
+
+# ---- hal-provision backup list|verify ---------------------------------------------------------
+
+def _cli(*args: str):
+    from hal_provision.cli.main import app
+
+    return CliRunner().invoke(app, ["backup", *args])
+
+
+def test_hal_provision_backup_list_and_verify(tmp_path, source):
+    config = write_config(tmp_path, [files_job("slurmctld_state", source), files_job("secrets", source, secret=True)])
+    [state] = run_at(config, "slurmctld_state", T0)
+    [secret] = run_at(config, "secrets", T0)
+    dest = tmp_path / "dest"
+    done = _cli("list", str(dest))
+    assert done.exit_code == 0, done.output
+    for word in ("slurmctld_state", "secrets", "20260301T023000Z", "h1", "files", "secret"):
+        assert word in done.stdout, word
+    done = _cli("verify", str(dest))
+    assert done.exit_code == 0, done.output
+    assert "ok secrets/20260301T023000Z (1 file," in done.stdout and "2 snapshots verified" in done.stdout
+
+    (secret.path / "files.tar").unlink()
+    (state.path / "stray").write_text("?")
+    done = _cli("verify", str(dest))
+    assert done.exit_code == 1
+    assert "error: secrets/20260301T023000Z: files.tar: missing" in done.stderr
+    assert "error: slurmctld_state/20260301T023000Z: stray: not in the manifest" in done.stderr
+    assert "Traceback" not in done.output
+    done = _cli("verify", str(dest), "nothing/20260301T023000Z")
+    assert done.exit_code == 1 and "error: nothing/20260301T023000Z: no such snapshot under" in done.stderr
+
+
+def test_hal_provision_backup_on_a_missing_directory_exits_2(tmp_path):
+    for command in ("list", "verify"):
+        done = _cli(command, str(tmp_path / "nowhere"))
+        assert done.exit_code == 2
+        assert done.stderr.strip() == f"error: {tmp_path / 'nowhere'}: no such directory"
