@@ -51,6 +51,8 @@ LAZY: dict[str, tuple[str, str, str]] = {
                 "the responsiveness probe."),
     "recipes": ("hal_provision.cli.recipes", "app",
                 "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
+    "backup": ("hal_provision.cli.backup", "app",
+               "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums."),
 }
 
 

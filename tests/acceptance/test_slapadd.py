@@ -8,7 +8,6 @@ Needs Debian's slapd (bootstrap.sh installs it; its daemon is not started).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,46 +16,22 @@ import pytest
 from hal_provision.loader import load
 from hal_provision.render import accounts
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEMA = Path("/etc/ldap/schema")
-LPK = REPO / "roles" / "ldap_server" / "files" / "openssh-lpk.ldif"
+from .ldap_harness import SLAPADD, make_config
 
 pytestmark = pytest.mark.acceptance
 
 
-def _config_ldif(base: str, db: Path) -> str:
-    includes = "".join(f"include: file://{SCHEMA / name}.ldif\n" for name in ("core", "cosine", "nis", "inetorgperson"))
-    return (
-        "dn: cn=config\nobjectClass: olcGlobal\ncn: config\n\n"
-        "dn: cn=module{0},cn=config\nobjectClass: olcModuleList\ncn: module{0}\n"
-        "olcModulePath: /usr/lib/ldap\nolcModuleLoad: back_mdb\n\n"
-        "dn: cn=schema,cn=config\nobjectClass: olcSchemaConfig\ncn: schema\n\n"
-        f"{includes}include: file://{LPK}\n\n"
-        "dn: olcDatabase={1}mdb,cn=config\nobjectClass: olcDatabaseConfig\nobjectClass: olcMdbConfig\n"
-        f"olcDatabase: {{1}}mdb\nolcSuffix: {base}\nolcDbDirectory: {db}\n"
-    )
-
-
 @pytest.fixture(scope="module")
 def slapd_config(tmp_path_factory):
-    missing = [tool for tool in ("slapadd",) if shutil.which(tool) is None and not Path(f"/usr/sbin/{tool}").exists()]
-    assert not missing, "slapd is not installed: run ./bootstrap.sh"
-    assert LPK.is_file(), f"{LPK} is missing"
     cluster = load(None).model
     base = accounts.tree(cluster, cluster.accounts)["base"]
     root = tmp_path_factory.mktemp("slapd")
-    conf, db = root / "slapd.d", root / "db"
-    conf.mkdir()
-    db.mkdir()
-    (root / "config.ldif").write_text(_config_ldif(base, db))
-    made = subprocess.run(["/usr/sbin/slapadd", "-n0", "-F", str(conf), "-l", str(root / "config.ldif")],
-                          capture_output=True, text=True, check=False)
-    assert made.returncode == 0, made.stderr
+    conf, _db = make_config(root, base)
     return cluster, base, conf, root
 
 
 def slapadd_dry_run(conf: Path, base: str, ldif: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["/usr/sbin/slapadd", "-u", "-F", str(conf), "-b", base, "-l", str(ldif)],
+    return subprocess.run([SLAPADD, "-u", "-F", str(conf), "-b", base, "-l", str(ldif)],
                           capture_output=True, text=True, check=False)
 
 
