@@ -338,7 +338,8 @@ ROWS = [
      [TWO_CONTROLLERS, *SHARED_STATE, ('/srv/ctld, clients: "hal-mgmt[1-2]"', "/srv/ctld, clients: hal-mgmt1")],
      E, "slurm.state_save_location", "hal-mgmt2 does not mount /srv/ctld: add it to the clients of that mount"),
     ("backup-controller-state-export-squashes-root",
-     [TWO_CONTROLLERS, *SHARED_STATE, ("no_subtree_check, no_root_squash]", "no_subtree_check, root_squash]")],
+     [TWO_CONTROLLERS, *SHARED_STATE, ('clients: "hal-mgmt[1-2]",\n         options: [rw, sync, no_subtree_check, no_root_squash]',
+                                      'clients: "hal-mgmt[1-2]",\n         options: [rw, sync, no_subtree_check, root_squash]')],
      W, "slurm.state_save_location", "lies on NFS export 'ctld', which squashes root"),
     ("backup-controller-timeout-too-short",
      [TWO_CONTROLLERS, *SHARED_STATE, ("  memory_reserve_mib: 8192 ", "  slurmctld_timeout_s: 20\n  memory_reserve_mib: 8192 ")],
@@ -393,7 +394,9 @@ ACCEPTED = [
         ("    mounts:\n", '      - {name: ctld, server: hal-data, path: /export/ctld, clients: hal-mgmt1,\n'
                        "         options: [rw, sync, no_subtree_check, no_root_squash]}\n    mounts:\n"),
         (MISC_MOUNT, "      - {export: ctld, mount_point: /export/ctld, clients: hal-mgmt1}\n" + MISC_MOUNT),
-        ("  memory_reserve_mib: 8192 ", "  state_save_location: /export/ctld/state\n  memory_reserve_mib: 8192 ")]),
+        ("  memory_reserve_mib: 8192 ", "  state_save_location: /export/ctld/state\n  memory_reserve_mib: 8192 "),
+        # hal-data, a controller now, serves the backup export: its own state goes elsewhere.
+        ("  keep: 7 ", "  state: [accounting_db, directory, monitoring]\n  keep: 7 ")]),
 ]
 
 
