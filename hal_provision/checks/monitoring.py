@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
-from ..model.monitoring import INPUTS, group_gpus, measurements, producers, running_inputs
+from ..model.monitoring import INPUTS, group_gpus, listable, measurements, producers, running_inputs
 from . import check
 from .common import did_you_mean, duplicates, nearest_host
 
@@ -21,16 +21,20 @@ def _lists(m) -> list[tuple[tuple, list[str]]]:
 
 @check
 def monitoring_inputs_known(c: Cluster):
-    """Every input is Telegraf's or one of the toolkit's collectors, named once per list, on a
-    role that has nodes or a node group that exists."""
+    """Every input is Telegraf's or one of the toolkit's collectors that may be listed, named
+    once per list, on a role that has nodes or a node group that exists."""
     m = c.monitoring
     if m is None:
         return
+    known = sorted(name for name in INPUTS if listable(name))
     for path, names in _lists(m):
         for i, name in enumerate(names):
             if name not in INPUTS:
-                yield error((*path, i), f"unknown input {name!r}{did_you_mean(name, INPUTS)}; known: "
-                            + ", ".join(sorted(INPUTS)))
+                yield error((*path, i), f"unknown input {name!r}{did_you_mean(name, known)}; known: "
+                            + ", ".join(known))
+            elif not listable(name):
+                yield error((*path, i), f"the {name} collector is not listed: it runs on every host with backup "
+                            "jobs whenever the description has a backup section; remove it from this list")
         for again, first in duplicates(names):
             yield error((*path, again), f"input {names[again]!r} is listed twice (first at [{first}])")
     for role in m.inputs:
@@ -81,11 +85,12 @@ def monitoring_inputs_fit_hardware(c: Cluster):
 
 @check
 def monitoring_interval_fits_inputs(c: Cluster):
-    """The interval is no shorter than any configured input needs for one run."""
+    """The interval is no shorter than any configured input needs for one run (the backup
+    collector's included)."""
     m = c.monitoring
     if m is None:
         return
-    slow = sorted({(INPUTS[n].min_interval_seconds, n) for n in m.all_inputs() if n in INPUTS
+    slow = sorted({(INPUTS[n].min_interval_seconds, n) for n in m.all_inputs() | running_inputs(c) if n in INPUTS
                    and INPUTS[n].min_interval_seconds > m.interval_seconds})
     for seconds, name in slow:
         yield error((*MON, "interval_seconds"), f"interval {m.interval_seconds} s is shorter than the {name} input "

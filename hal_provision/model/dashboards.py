@@ -30,10 +30,14 @@ from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import expand, fold, nodeset, pieces, union_shared
 from . import Cluster, NodeGroup, Role
-from .monitoring import group_gpus, group_inputs
+from .monitoring import backup_collector_hosts, group_gpus, group_inputs
+from .oncalendar import period_seconds
 
 Kind = Literal["stat", "timeseries", "table", "bargauge", "gauge"]
 
+# A backup is late past this, where the schedule's period is not simple to tell (36 h: a
+# nightly run missed, or half a day late).
+BACKUP_LATE_HOURS = 36.0
 # A running job's state tag from the Slurm collector, in any case (squeue prints RUNNING).
 RUNNING = "/^(?i)running$/"
 NOT_LOOPBACK = "\"interface\" != 'lo'"
@@ -100,6 +104,14 @@ def groups_with_input(cluster: Cluster, name: str) -> list[NodeGroup]:
     roles', GPU inputs only where there are GPUs); every group when none does (the checks
     report the panel that reads it)."""
     return [g for g in cluster.nodes if name in (group_inputs(cluster, g) or ())] or list(cluster.nodes)
+
+
+def backup_late_hours(cluster: Cluster) -> float:
+    """The age (hours) from which a backup job's last good snapshot is late: one and a half
+    periods of backup.schedule where that is a simple form (oncalendar.period_seconds), else
+    BACKUP_LATE_HOURS."""
+    period = period_seconds(cluster.backup.schedule) if cluster.backup is not None else None
+    return 1.5 * period / 3600 if period else BACKUP_LATE_HOURS
 
 
 def reporting_hosts(cluster: Cluster) -> NodeSet:
@@ -432,6 +444,39 @@ def admin(cluster: Cluster) -> Dashboard:
                             (_query("A", inventory, "gpu_info", ("memory_total_mib", "ecc_enabled"),
                                     ("host", "index", "name", "pci_bus_id", "driver_version"), fmt="table"),),
                             width=24, height=10, field_units=(("memory_total_mib", "mbytes"),)))
+    backups = backup_panels(cluster)
     return Dashboard("hal-admin", f"{cluster.cluster.name.upper()} admin",
-                     "Thermal load and power: BMC and GPU temperatures, power, fans; the GPU inventory.",
-                     tuple(panels))
+                     "Thermal load and power: BMC and GPU temperatures, power, fans; the GPU inventory"
+                     + ("; the backups' age." if backups else "."), tuple(panels + backups))
+
+
+def backup_panels(cluster: Cluster) -> list[Panel]:
+    """Where the backup collector runs (model.monitoring.backup_collector_hosts): how many jobs
+    are late or have no good snapshot now, and each job's age over time. Every host with jobs
+    reports every job of the shared destination: per job, the oldest age reported counts."""
+    hosts = backup_collector_hosts(cluster)
+    if not hosts:
+        return []
+    jobs = len(cluster.backup_jobs)
+    late = backup_late_hours(cluster)
+    on_hosts = f'"host" =~ /{host_regex(",".join(hosts))}/'
+    # Each job's oldest age reported now; a job without a good snapshot prints no age_s, so it
+    # has no row here and counts as missing, as does one whose hosts stopped reporting.
+    now = (f'SELECT max("age_s") AS "age_s" FROM "hal_backup" '
+           f'WHERE {_where(_now(cluster.monitoring.interval_seconds), on_hosts)} GROUP BY "job"')
+    count = f'SELECT {jobs} - count("age_s") AS "late or missing" FROM ({now}) WHERE "age_s" < {late * 3600:.0f}'
+    schedule = cluster.backup.schedule
+    return [
+        Panel("Backups late or missing", "stat", "none",
+              f"Of the {jobs} backup jobs, those whose last good snapshot is older than {late:g} h, that have none, "
+              f"or whose age was not reported in the last two collection intervals (schedule {schedule}).",
+              (_query("A", count, "hal_backup", ("age_s",), ("host", "job")),),
+              width=6, height=8, alert_at=1, no_value=str(jobs)),
+        Panel("Backup age", "timeseries", "h",
+              f"Hours since each backup job's last good snapshot (hal-backup age: complete, every file there at its "
+              f"size); red from {late:g} h (schedule {schedule}). A job without a good snapshot has no line: "
+              "Backups late or missing counts it.",
+              (_query("A", _per_series('max("age_s") / 3600 AS "age"', "hal_backup", on_hosts, ("job",)),
+                      "hal_backup", ("age_s",), ("host", "job"), "$tag_job"),),
+              width=18, height=8, alert_at=late),
+    ]

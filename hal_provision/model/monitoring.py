@@ -7,6 +7,12 @@ their documented schema that the dashboards use; the custom collectors (hal_prov
 run by Telegraf's exec input) with what they print. The checks compare dashboard panels with
 this catalogue; the collectors' tests compare their output with it.
 
+One collector is not listed in monitoring.inputs: `backup` (the age of each backup job's last
+good snapshot, `hal-backup age --influx`) runs on every host with backup jobs whenever the
+description has a backup section and monitoring (backup_collector_hosts): the backup section
+already says where the jobs run, and a backup nobody watches is the one found broken on the
+day it is needed.
+
 No secret lives here: the InfluxDB passwords are generated on the database node (or come from
 Ansible Vault).
 """
@@ -35,7 +41,7 @@ class InputSpec:
     measurements: dict[str, tuple[str, ...]]  # measurement -> fields the dashboards may use
     tags: dict[str, tuple[str, ...]]  # measurement -> tags it carries (besides host)
     min_interval_seconds: int  # one run takes up to this long on a busy node
-    needs: Literal["", "gpus", "fabric", "slurm_controller"] = ""
+    needs: Literal["", "gpus", "fabric", "slurm_controller", "backup_jobs"] = ""
     description: str = ""
 
 
@@ -79,10 +85,24 @@ INPUTS: dict[str, InputSpec] = {
     "storage_responsiveness": InputSpec("exec", {"storage_responsiveness": ("list_home_ms", "stat_ms", "entries")},
                                         {"storage_responsiveness": ("path",)}, 5,
                                         description="time to list the home directories and stat a file"),
+    # Not listed in monitoring.inputs: it follows from the backup section (module text).
+    "backup": InputSpec("exec", {"hal_backup": ("age_s", "bytes")}, {"hal_backup": ("job",)}, 10,
+                        needs="backup_jobs",
+                        description="per backup job, seconds since its newest good snapshot and that snapshot's "
+                        "size (hal-backup age --influx, run as root: the secret jobs' snapshots are root's); a job "
+                        "without one has bytes=0 and no age_s"),
 }
+# Inputs that run on chosen hosts only, in a file of their own (files/etc/telegraf/hosts/<host>/).
+HOST_ONLY = ("slurm_controller", "backup_jobs")
 
 DASHBOARDS = ("status", "nodes", "admin")
 DURATION = re.compile(r"^(INF|\d+[hdw])$")
+
+
+def listable(name: str) -> bool:
+    """Whether monitoring.inputs may name the input (the backup collector follows from the
+    backup section instead)."""
+    return INPUTS[name].needs != "backup_jobs"
 
 
 def producers(measurement: str) -> list[str]:
@@ -114,7 +134,8 @@ class Grafana(Strict):
     dashboards: list[Literal["status", "nodes", "admin"]] = Field(
         default_factory=lambda: list(DASHBOARDS),
         description="Dashboards provisioned: status (nodes up/down/drained, GPUs in use, jobs, top users, storage "
-        "responsiveness), nodes (per-node CPU, memory, GPU, network), admin (thermal load and power).")
+        "responsiveness), nodes (per-node CPU, memory, GPU, network), admin (thermal load and power; the age of "
+        "each backup job's last good snapshot where there is a backup section).")
 
 
 class Monitoring(Strict):
@@ -128,7 +149,9 @@ class Monitoring(Strict):
         "nvidia_smi, infiniband) and the toolkit's collectors (slurm, bmc, gpu, storage_responsiveness). A node "
         "group runs the lists of all its roles (role, then `also`), each input once, unless inputs_by_group "
         "names it. Inputs that read GPUs (nvidia_smi, gpu) run only on groups whose hardware profile has GPUs: "
-        "a CPU-only compute group takes the compute list without them.")
+        "a CPU-only compute group takes the compute list without them. Not listed: the backup collector (the "
+        "age of each backup job's last good snapshot), which runs on every host with backup jobs whenever "
+        "there is a backup section.")
     inputs_by_group: dict[Name, Annotated[list[Name], Field(min_length=1)]] = Field(
         default_factory=dict,
         description="Telegraf inputs of one node group, by the group's name: the group's whole list, in place "
@@ -183,6 +206,17 @@ def group_inputs(cluster: Cluster, group: NodeGroup) -> list[str] | None:
     return cluster.monitoring.inputs_for(group, group_gpus(cluster, group))
 
 
+def backup_collector_hosts(cluster: Cluster) -> list[str]:
+    """The hosts that run the backup collector: each host of a backup job (backup.json's
+    "host"), once, in the jobs' order. None without monitoring, and none where the backup's
+    destination is not resolved (no backup.json is rendered; a check says why)."""
+    if cluster.monitoring is None or cluster.backup_destination is None:
+        return []
+    return list(dict.fromkeys(job.host for job in cluster.backup_jobs))
+
+
 def running_inputs(cluster: Cluster) -> set[str]:
-    """Every input that runs on some node group (what the database will hold)."""
-    return {name for g in cluster.nodes for name in group_inputs(cluster, g) or ()}
+    """Every input that runs on some node group (what the database will hold), and the backup
+    collector where it runs."""
+    names = {name for g in cluster.nodes for name in group_inputs(cluster, g) or ()}
+    return names | ({"backup"} if backup_collector_hosts(cluster) else set())

@@ -16,6 +16,9 @@ Accepted (each is also accepted by systemd; tests/unit/test_backup.py compares t
 
 Refused although systemd takes them (write the common form instead): other time zones,
 the last days of a month (`~`), `@` timestamps and the old `Mon-Fri` for `Mon..Fri`.
+
+`period_seconds` gives the longest time between two elapses for the simple forms (a
+shorthand, one time a day, one minute an hour), what a backup's age is compared with.
 """
 
 from __future__ import annotations
@@ -31,6 +34,13 @@ FORMS = ("a shorthand (minutely, hourly, daily, weekly, monthly, quarterly, semi
          "followed by UTC, e.g. '*-*-* 02:30:00' or 'Mon..Fri 02:30'")
 """What calendar_problem accepts, for messages and descriptions."""
 
+# The longest time between two elapses of each shorthand (a month of 31 days, a quarter of 92,
+# half a year of 184, a leap year).
+_DAY = 86400
+SHORTHAND_PERIODS = {"minutely": 60, "hourly": 3600, "daily": _DAY, "weekly": 7 * _DAY, "monthly": 31 * _DAY,
+                     "quarterly": 92 * _DAY, "semiannually": 184 * _DAY, "semi-annually": 184 * _DAY,
+                     "yearly": 366 * _DAY, "annually": 366 * _DAY}
+_EVERY_DAY = ("*-*-*", "*-*")
 _NUMBER = re.compile(r"[0-9]+", re.ASCII)
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]{1,6})?", re.ASCII)
 # (field name, lowest, highest)
@@ -50,6 +60,30 @@ def calendar_problem(expression: str) -> str | None:
     except _Invalid as exc:
         return f"{expression!r} is not a calendar expression: {exc}; write {FORMS}"
     return None
+
+
+def period_seconds(expression: str) -> int | None:
+    """The longest time between two elapses of `expression` for the simple forms: a shorthand,
+    one fixed time every day (`02:30`, `*-*-* 02:30:00`: a day), one fixed minute every hour
+    (`*:15`, `*-*-* *:15:00`: an hour), each optionally in UTC. None for anything else (lists,
+    ranges, repetitions, weekdays, dates) and for what calendar_problem refuses."""
+    if calendar_problem(expression) is not None:
+        return None
+    parts = expression.split()
+    if parts[-1].upper() == "UTC":
+        parts = parts[:-1]
+    if len(parts) == 1 and parts[0].lower() in SHORTHAND_PERIODS:
+        return SHORTHAND_PERIODS[parts[0].lower()]
+    if len(parts) == 2 and parts[0] in _EVERY_DAY:
+        parts = parts[1:]
+    if len(parts) != 1 or ":" not in parts[0]:
+        return None
+    hour, *rest = parts[0].split(":")
+    if not all(_SECONDS.fullmatch(field) for field in rest):
+        return None
+    if _NUMBER.fullmatch(hour):
+        return _DAY
+    return 3600 if hour == "*" else None
 
 
 def _parse(expression: str) -> None:

@@ -109,6 +109,9 @@ def _panel(p: Panel, number: int, interval_seconds: int):
     if p.alert_at is not None:
         b.thresholds(board.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
             [dm.Threshold(None, "green"), dm.Threshold(p.alert_at, "red")]))
+        if p.kind == "timeseries":  # a graph draws its thresholds only when asked to
+            b.thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(
+                cm.GraphTresholdsStyleMode.LINE_AND_AREA))
     for column, unit in p.field_units:
         b.override_by_name(column, [dm.DynamicConfigValue("unit", unit)])
     if p.kind in ("stat", "gauge", "bargauge"):

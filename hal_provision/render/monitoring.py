@@ -11,6 +11,13 @@
   its role's; conf_path says which.
 * ``files/etc/telegraf/hosts/<host>/hal-slurm.conf``: the Slurm collector, for the slurmctld
   host alone (a second copy elsewhere would count every job twice).
+* ``files/etc/telegraf/hosts/<host>/hal-backup.conf``: the backup collector, on every host with
+  backup jobs (model.monitoring.backup_collector_hosts): ``sudo -n hal-backup age --influx``.
+  Each reports every job of the shared destination, so a job whose host is down still shows
+  its age growing. Root, because the secret jobs' snapshots are root's alone (as the telegraf
+  user, `age` would report them as having none); ``hal-backup.sudoers`` beside it lets the
+  telegraf user run exactly that command line as root, and nothing else (the telegraf role
+  installs it into /etc/sudoers.d, checked by visudo).
 * ``files/etc/hal-provision/monitoring.json``: database, retention, port and users for the
   influxdb role; no password.
 
@@ -26,10 +33,16 @@ import tomllib
 
 from ..hostlist import nodeset
 from ..model import Cluster, NodeGroup
-from ..model.monitoring import INPUTS, group_inputs
+from ..model.monitoring import HOST_ONLY, INPUTS, backup_collector_hosts, group_inputs
+from .backup import PROGRAM as BACKUP_PROGRAM
 from .common import header, json_comment
 
 COLLECT = "/usr/local/bin/hal-collect"
+SUDO = "/usr/bin/sudo"
+# The system user Telegraf's package makes and the stand-in runs as (the telegraf role's
+# __telegraf_user; tests/unit/test_monitoring.py compares the two).
+TELEGRAF_USER = "telegraf"
+BACKUP_AGE = f"{BACKUP_PROGRAM} age --influx"  # what the sudoers rule allows, argument for argument
 PASSWORD_ENV = "HAL_INFLUX_PASSWORD"  # in /etc/default/telegraf, made by the telegraf role
 USERS = {  # InfluxDB users and what they may do (the influxdb role grants exactly this)
     "telegraf": "WRITE",
@@ -73,6 +86,8 @@ def exec_input(cluster: Cluster, name: str) -> dict:
     args = [COLLECT, name]
     if name == "storage_responsiveness":
         args.append(cluster.monitoring.storage_probe_path)
+    if name == "backup":  # -n: fail at once, never wait for a password, should the rule be missing
+        args = [SUDO, "-n", BACKUP_AGE]
     return {
         "commands": [" ".join(args)],
         "timeout": f"{max(5, min(spec.min_interval_seconds, cluster.monitoring.interval_seconds) - 2)}s",
@@ -114,8 +129,33 @@ def telegraf_conf(cluster: Cluster, inputs: list[str], what: str) -> str:
 
 
 def _agent_inputs(names: list[str]) -> list[str]:
-    """The inputs of a node's telegraf.conf: the Slurm collector goes to its host's own file."""
-    return [n for n in names if INPUTS[n].needs != "slurm_controller"]
+    """The inputs of a node's telegraf.conf: the Slurm collector goes to its host's own file
+    (HOST_ONLY; the backup collector is never listed, but would too)."""
+    return [n for n in names if INPUTS[n].needs not in HOST_ONLY]
+
+
+def host_conf(cluster: Cluster, name: str, *what: str) -> str:
+    """A host's own file with one of HAL's collectors; `what`: comment lines saying where it
+    runs and why."""
+    out = [header(cluster), *(f"# {line}\n" for line in what)]
+    _table(out, "inputs.exec", exec_input(cluster, name))
+    text = "".join(out)
+    tomllib.loads(text)
+    return text
+
+
+def backup_sudoers(cluster: Cluster) -> str:
+    """The sudoers drop-in beside hal-backup.conf: the telegraf user may run exactly the backup
+    collector's command line as root. Its runs (one per collection interval) are not logged and
+    open no PAM session; a refused attempt is still logged."""
+    return header(cluster) + f"""\
+# Telegraf's exec input (hal-backup.conf beside this file) runs
+# `{SUDO} -n {BACKUP_AGE}`, as root: the secret jobs' snapshots
+# are readable by root alone. This command line, argument for argument, and no other.
+Cmnd_Alias HAL_TELEGRAF_BACKUP_AGE = {BACKUP_AGE}
+Defaults!HAL_TELEGRAF_BACKUP_AGE !log_allowed, !pam_session
+{TELEGRAF_USER} ALL = (root) NOPASSWD: HAL_TELEGRAF_BACKUP_AGE
+"""
 
 
 def conf_path(cluster: Cluster, group: NodeGroup) -> str | None:
@@ -142,11 +182,15 @@ def render(cluster: Cluster) -> dict[str, str]:
         files[path] = telegraf_conf(cluster, _agent_inputs(group_inputs(cluster, group)), what)
     ctld = cluster.controllers[0] if cluster.controllers else None
     if ctld and any(INPUTS[n].needs == "slurm_controller" for n in m.all_inputs()):
-        out = [header(cluster), f"# The Slurm collector, on the slurmctld host {ctld} alone.\n"]
-        _table(out, "inputs.exec", exec_input(cluster, "slurm"))
-        text = "".join(out)
-        tomllib.loads(text)
-        files[f"files/etc/telegraf/hosts/{ctld}/hal-slurm.conf"] = text
+        files[f"files/etc/telegraf/hosts/{ctld}/hal-slurm.conf"] = host_conf(
+            cluster, "slurm", f"The Slurm collector, on the slurmctld host {ctld} alone.")
+    backup_hosts = backup_collector_hosts(cluster)
+    for host in backup_hosts:
+        files[f"files/etc/telegraf/hosts/{host}/hal-backup.conf"] = host_conf(
+            cluster, "backup", f"The backup collector, on each host with backup jobs ({', '.join(backup_hosts)}):",
+            "the age of every job's last good snapshot on the shared destination, run as root",
+            "(hal-backup.sudoers).")
+        files[f"files/etc/telegraf/hosts/{host}/hal-backup.sudoers"] = backup_sudoers(cluster)
     facts = {
         "_comment": json_comment(cluster),
         "database": m.influxdb.database,

@@ -5,7 +5,10 @@ catalogue (INPUTS), written for the model's hosts at the model's interval over t
 intervals: what the configured inputs would have written. Each query, with Grafana's macros
 substituted (`concrete`), must be accepted and return a value. The Nodes-down query says 0 with
 every host reporting and 1 once a host's points stopped three intervals ago; sums over many
-series count each series once when a bucket spans several collections.
+series count each series once when a bucket spans several collections. The backup collector's
+points come from each host with backup jobs, one series per job and host, as `hal-backup age
+--influx` prints them: Backups late or missing says 0 when every job is fresh, and counts a job
+without a snapshot (bytes only), one past the threshold and one no longer reported.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import time
 
 import pytest
 
-from hal_provision.model.dashboards import concrete, dashboards, reporting_hosts
+from hal_provision.model.dashboards import backup_late_hours, concrete, dashboards, reporting_hosts
 from hal_provision.hostlist import nodeset
 from hal_provision.loader import REPO_DEFAULT, load_text
 from hal_provision.model import Role
-from hal_provision.model.monitoring import INPUTS
+from hal_provision.model.monitoring import INPUTS, backup_collector_hosts
 
 from .influx_harness import INFLUXD, Influxd
 
@@ -44,7 +47,9 @@ TAG_VALUES = {
     ("slurm_jobs", "state"): ["RUNNING", "PENDING"],
     ("slurm_jobs", "user"): ["alice", "bob"],
     ("slurm_job", "job_id"): ["1001", "1002"],
+    ("hal_backup", "job"): [job.name for job in HAL.backup_jobs],
 }
+BACKUP_HOSTS = backup_collector_hosts(HAL)
 
 
 # ---- what the inputs would have written -------------------------------------------------------------
@@ -77,18 +82,34 @@ def points(now: int, stopped: dict[str, int] | None = None) -> list[str]:
     that many intervals."""
     stopped = stopped or {}
     lines = []
-    for role, names in HAL.monitoring.inputs.items():
-        hosts = [h for g in HAL.groups_with_role(role) for h in nodeset(g.hosts)]
-        for name in names:
-            spec = INPUTS[name]
-            if spec.needs == "slurm_controller":  # the controller alone runs it
-                hosts_here = [h for h in hosts if h == nodeset(HAL.services.slurmctld)[0]]
-            else:
-                hosts_here = hosts
-            for host, (measurement, fields) in itertools.product(hosts_here, spec.measurements.items()):
-                for tags in _tag_sets(host, measurement, spec.tags.get(measurement, ())):
-                    for ago in range(stopped.get(host, 0), POINTS):
-                        lines.append(_line(measurement, tags, fields, POINTS - ago, now - ago * INTERVAL))
+    runs = [(name, [h for g in HAL.groups_with_role(role) for h in nodeset(g.hosts)])
+            for role, names in HAL.monitoring.inputs.items() for name in names]
+    runs.append(("backup", BACKUP_HOSTS))  # from the backup section, not listed
+    for name, hosts in runs:
+        spec = INPUTS[name]
+        if spec.needs == "slurm_controller":  # the controller alone runs it
+            hosts_here = [h for h in hosts if h == nodeset(HAL.services.slurmctld)[0]]
+        else:
+            hosts_here = hosts
+        for host, (measurement, fields) in itertools.product(hosts_here, spec.measurements.items()):
+            for tags in _tag_sets(host, measurement, spec.tags.get(measurement, ())):
+                for ago in range(stopped.get(host, 0), POINTS):
+                    lines.append(_line(measurement, tags, fields, POINTS - ago, now - ago * INTERVAL))
+    return lines
+
+
+def backup_trouble(now: int) -> list[str]:
+    """hal-backup age's points from every backup host: the first job without a good snapshot
+    (`bytes=0i`, no age_s), the second a minute past the threshold, the third last reported
+    three intervals ago, the others fresh."""
+    late = backup_late_hours(HAL) * 3600 + 60
+    jobs = TAG_VALUES[("hal_backup", "job")]
+    lines = []
+    for host, (i, job), ago in itertools.product(BACKUP_HOSTS, enumerate(jobs), range(POINTS)):
+        if i == 2 and ago < STOPPED_AGO:
+            continue
+        fields = {0: "bytes=0i", 1: f"age_s={late + ago * INTERVAL},bytes=5i"}.get(i, "age_s=600,bytes=5i")
+        lines.append(f"hal_backup,host={host},job={job} {fields} {now - ago * INTERVAL}")
     return lines
 
 
@@ -100,6 +121,8 @@ def influx(tmp_path_factory):
         for db, stopped in (("running", None), ("stopped", {VICTIM: STOPPED_AGO})):
             server.create(db)
             server.write(db, points(now, stopped))
+        server.create("backup_trouble")
+        server.write("backup_trouble", backup_trouble(now))
         yield server
     finally:
         server.close()
@@ -145,3 +168,23 @@ def test_sums_count_each_series_once_however_wide_the_bucket(influx, collections
                  interval_seconds=collections_per_bucket * INTERVAL)
     got = _values(influx.query("running", q))
     assert got and set(got) == {GAUGE * len(HAL.slurm_nodes)}, q
+
+
+def test_no_backup_is_late_or_missing_when_every_job_is_fresh(influx):
+    q = concrete(_panel_query("Backups late or missing"), interval_seconds=INTERVAL)
+    assert _values(influx.query("running", q)) == [0]
+
+
+def test_a_job_without_a_snapshot_one_late_and_one_silent_are_counted(influx):
+    q = concrete(_panel_query("Backups late or missing"), interval_seconds=INTERVAL)
+    assert _values(influx.query("backup_trouble", q)) == [3], q
+
+
+def test_backup_age_is_hours_per_job_and_has_no_line_for_a_job_without_a_snapshot(influx):
+    q = concrete(_panel_query("Backup age"), interval_seconds=INTERVAL)
+    series = influx.query("backup_trouble", q)
+    by_job = {s["tags"]["job"]: [row[1] for row in s["values"]] for s in series}
+    jobs = TAG_VALUES[("hal_backup", "job")]
+    assert set(by_job) == set(jobs[1:])  # the first has only bytes: no age to draw
+    assert max(by_job[jobs[1]]) > backup_late_hours(HAL)
+    assert set(by_job[jobs[3]]) == {600 / 3600}

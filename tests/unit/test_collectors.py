@@ -3,8 +3,9 @@
 Parsers run on the command output under tests/data: slurm/ and ipmi/ are written from the
 tools' documented formats (see their READMEs; recordings added there later are picked up),
 hardware/h100-x1/ is nvidia-smi output recorded on a real H100 node. The emulated Telegraf
-inputs read this machine's real /proc. Every collector's output is checked against the
-catalogue (INPUTS in hal_provision/model/monitoring.py). The package is run as a node runs
+inputs read this machine's real /proc; the backup collector is hal-backup's `age --influx` on a
+real snapshot (GNU tar). Every collector's output is checked against the catalogue (INPUTS in
+hal_provision/model/monitoring.py). The package is run as a node runs
 it, copied alone as `hal_monitoring` beside no hal-provision. The stand-in writes to a real
 InfluxDB when /usr/bin/influxd is installed.
 """
@@ -12,6 +13,7 @@ InfluxDB when /usr/bin/influxd is installed.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import os
@@ -32,6 +34,7 @@ import pytest
 from hal_provision.model.monitoring import INPUTS
 from hal_provision.render import monitoring as render_monitoring
 from hal_provision.cli.validate import validate
+from hal_provision.node import backup as backup_program
 from hal_provision.node.monitoring import bmc, gpu, host, lineprotocol as lp, probe, slurm, standin
 from hal_provision.node.monitoring.commands import CollectorError
 
@@ -388,6 +391,24 @@ def test_uptime_format(seconds, text):
 
 # ---- the catalogue ----------------------------------------------------------------------------------
 
+def backup_snapshots(tmp_path: Path, with_snapshot=("slurmctld_state",), without=("secrets",)) -> Path:
+    """A backup.json whose files jobs `with_snapshot` have one real snapshot each (hal-backup
+    run: GNU tar of a small directory) and `without` none yet; its path."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "job_state").write_bytes(b"state" * 100)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    jobs = [{"name": name, "kind": "files", "host": "h1", "paths": [str(state)]} for name in (*with_snapshot, *without)]
+    config = tmp_path / "backup.json"
+    config.write_text(json.dumps({"format": 1, "cluster": "hal", "destination": str(dest), "keep": 2, "jobs": jobs}))
+    loaded = backup_program.load_config(config)
+    for job in loaded.jobs:
+        if job.name in with_snapshot:
+            backup_program.run_job(loaded, job, "h1")
+    return config
+
+
 def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
     if name == "slurm":
         jobs = [job for p in fixtures(SLURM, "squeue") for job in slurm.parse_squeue(p.read_text())]
@@ -403,6 +424,10 @@ def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
         return [lp.parse_line(probe.line_protocol(probe.measure(str(tmp_path))))]
     if name == "nvidia_smi":
         return lines_of(gpu.nvidia_smi_points((H100 / "nvidia-smi-q.xml").read_text()))
+    if name == "backup":  # hal-backup's age of a real snapshot (a job without one: test_backup_collector_...)
+        config = backup_snapshots(tmp_path, with_snapshot=("slurmctld_state",), without=())
+        return [lp.parse_line(a.line_protocol())
+                for a in backup_program.ages(backup_program.load_config(config).destination)]
     builtins = {"cpu": host.CpuStats(percpu=False).points, "mem": host.mem_points, "system": host.system_points,
                 "disk": host.disk_points, "net": host.net_points, "processes": host.processes_points}
     if name in builtins:
@@ -632,28 +657,80 @@ def test_config_is_read_like_telegraf(tmp_path):
                                "its metrics will be missing"]
 
 
+def _collector_of(command: str) -> str:
+    """The catalogue name of a rendered exec command: `hal-collect NAME ...`, or the backup
+    collector's `sudo -n hal-backup age --influx`."""
+    argv = shlex.split(command)
+    if argv[:2] == [render_monitoring.SUDO, "-n"] and argv[2:] == shlex.split(render_monitoring.BACKUP_AGE):
+        return "backup"
+    assert argv[0] == render_monitoring.COLLECT, command
+    return argv[1]
+
+
 def test_every_rendered_telegraf_conf_is_understood(tmp_path):
     """The stand-in reads what the renderer writes for HAL: each role's telegraf.conf, with the
-    slurmctld host's additions as its telegraf.d."""
+    management hosts' additions (the Slurm collector on hal-mgmt1, the backup collector on both)
+    as its telegraf.d."""
     hal = validate(None).model
     confs = {path: text for path, text in render_monitoring.render(hal).items() if path.endswith(".conf")}
-    additions = tmp_path / "telegraf.d"
-    additions.mkdir()
-    for path, text in confs.items():
-        if "/hosts/" in path:
-            (additions / Path(path).name).write_text(text)
+    hosts = {Path(path).parent.name for path in confs if "/hosts/" in path}
+    assert hosts == {"hal-mgmt1", "hal-mgmt2"}
+    for host in sorted(hosts):
+        additions = tmp_path / host / "telegraf.d"
+        additions.mkdir(parents=True)
+        for path, text in confs.items():
+            if f"/hosts/{host}/" in path:
+                (additions / Path(path).name).write_text(text)
+        assert sorted(p.name for p in additions.iterdir()) == (
+            ["hal-backup.conf", "hal-slurm.conf"] if host == "hal-mgmt1" else ["hal-backup.conf"])
     roles = [path for path in confs if "/roles/" in path]
-    assert roles and len(list(additions.iterdir())) == 1
-    for path in roles:
+    assert roles
+    for path, host in itertools.product(roles, sorted(hosts)):
         conf = tmp_path / Path(path).name
         conf.write_text(confs[path])
-        config = standin.load_config(str(conf), str(additions), env={"HAL_INFLUX_PASSWORD": "x"})
+        config = standin.load_config(str(conf), str(tmp_path / host / "telegraf.d"), env={"HAL_INFLUX_PASSWORD": "x"})
         assert config.outputs and config.agent.interval == hal.monitoring.interval_seconds
         unknown = {c.plugin for c in config.inputs} - set(standin.EMULATED) - {"exec", "infiniband"}
         assert not unknown, f"{path}: the stand-in would skip {unknown}"
-        collectors = {shlex.split(command)[1] for c in config.inputs if c.plugin == "exec"
+        collectors = {_collector_of(command) for c in config.inputs if c.plugin == "exec"
                       for command in c.options["commands"]}
+        assert "backup" in collectors and ("slurm" in collectors) == (host == "hal-mgmt1")
         assert collectors <= {name for name, spec in INPUTS.items() if spec.kind == "exec"}
+
+
+def test_backup_collector_runs_through_the_standins_exec_input(tmp_path):
+    """The rendered hal-backup.conf, run by the stand-in as Telegraf would: the real hal-backup
+    (its `age --influx`, reading a destination with one real snapshot and a job without one) in
+    place of /usr/local/sbin/hal-backup, and a sudo that only drops its -n (no sudo here: the
+    rule itself is checked by visudo in test_monitoring.py). Each job is one point, tagged with
+    the host and the cluster by the stand-in; the job without a snapshot has bytes=0 and no age."""
+    hal = validate(None).model
+    rendered = render_monitoring.render(hal)["files/etc/telegraf/hosts/hal-mgmt1/hal-backup.conf"]
+    config = backup_snapshots(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sudo, program = bin_dir / "sudo", bin_dir / "hal-backup"
+    sudo.write_text('#!/bin/sh\n[ "$1" = -n ] || exit 1\nshift\nexec "$@"\n')
+    program.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(backup_program.__file__)} "$@" '
+                       f'--config {shlex.quote(str(config))}\n')
+    for script in (sudo, program):
+        script.chmod(0o755)
+    assert render_monitoring.SUDO in rendered and render_monitoring.BACKUP_AGE in rendered
+    conf = tmp_path / "hal-backup.conf"
+    conf.write_text("[global_tags]\n  cluster = \"hal\"\n[agent]\n  hostname = \"hal-mgmt1\"\n" + rendered
+                    .replace(render_monitoring.SUDO, str(sudo)).replace(render_monitoring.BACKUP_PROGRAM, str(program)))
+    runner = standin.StandIn(standin.load_config(str(conf), env={}), lambda m: None)
+    got = runner.gather(runner.inputs)
+    assert not got.errors, got.errors
+    points = {line.tags["job"]: line for line in got.lines}
+    assert set(points) == {"slurmctld_state", "secrets"} and len(got.lines) == 2
+    for line in got.lines:
+        assert line.measurement == "hal_backup" and set(line.tags) == {"job", "host", "cluster"}
+        assert (line.tags["host"], line.tags["cluster"]) == ("hal-mgmt1", "hal")
+    fields = points["slurmctld_state"].fields()
+    assert set(fields) == set(INPUTS["backup"].measurements["hal_backup"])
+    assert 0 <= fields["age_s"] < 60 and fields["bytes"] > 0
+    assert points["secrets"].fields() == {"bytes": 0}
 
 
 @pytest.mark.parametrize("edit,message", [

@@ -5,8 +5,12 @@ and provisioning rendered from the specs, and `hal-provision dashboards` printin
 from __future__ import annotations
 
 import ast
+import datetime as dt
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -215,6 +219,90 @@ def test_specs_need_no_grafana_library_and_no_renderer():
     imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not [m for m in imported if "grafana" in m or m.startswith("render") or ".render" in m], imported
+
+
+# ---- the backups' panels --------------------------------------------------------------------------
+
+HAL_BACKUP_JOBS = 6  # accounting_db, directory, monitoring, slurmctld_state, secrets-hal-mgmt1, secrets-hal-mgmt2
+BACKUP_PANELS = ["Backups late or missing", "Backup age"]
+
+
+def _with_schedule(schedule: str):
+    def edit(doc):
+        doc["backup"]["schedule"] = schedule
+    return edit
+
+
+def test_backup_panels_come_last_on_the_admin_dashboard(hal):
+    assert [p.title for p in _board(hal, "hal-admin").panels][-2:] == BACKUP_PANELS
+    assert len(hal.backup_jobs) == HAL_BACKUP_JOBS
+
+
+@pytest.mark.parametrize("drop", ["backup", "monitoring-of-the-destination"])
+def test_no_backup_panels_without_a_backup_section(hal, drop):
+    def edit(doc):
+        if drop == "backup":
+            doc.pop("backup")
+        else:  # the destination is no file system of the model: no backup.json, no collector, no panel
+            doc["backup"]["destination"]["filesystem"] = "nowhere"
+
+    titles = [p.title for b in dashboards(_edited(hal, edit)) for p in b.panels]
+    assert not set(BACKUP_PANELS) & set(titles)
+
+
+def test_backup_age_reads_hal_backup_age_s_per_job_on_the_hosts_of_backup_jobs(hal):
+    panel = _panel(hal, "hal-admin", "Backup age")
+    assert (panel.kind, panel.unit, panel.alert_at) == ("timeseries", "h", 36.0)  # HAL: nightly, 1.5 days
+    [q] = panel.queries
+    assert (q.measurement, q.fields, q.tags, q.alias) == ("hal_backup", ("age_s",), ("host", "job"), "$tag_job")
+    assert q.influxql.startswith('SELECT max("age_s") / 3600 AS "age" FROM "hal_backup" WHERE $timeFilter AND ')
+    assert q.influxql.endswith('GROUP BY time($__interval), "job" fill(none)')
+    regex = _host_regex_of(q.influxql)
+    assert sorted(h for h in hal.all_hosts if re.fullmatch(regex, h)) == ["hal-mgmt1", "hal-mgmt2"]
+    assert "36 h" in panel.description and "*-*-* 02:30:00" in panel.description
+
+
+def test_backups_late_or_missing_counts_the_models_jobs(hal):
+    panel = _panel(hal, "hal-admin", "Backups late or missing")
+    assert (panel.kind, panel.alert_at, panel.no_value) == ("stat", 1, str(HAL_BACKUP_JOBS))
+    [q] = panel.queries
+    window = 2 * hal.monitoring.interval_seconds
+    assert q.influxql.startswith(f'SELECT {HAL_BACKUP_JOBS} - count("age_s") AS "late or missing" FROM (')
+    assert f"time > now() - {window}s" in q.influxql and 'GROUP BY "job")' in q.influxql
+    assert q.influxql.endswith(f'WHERE "age_s" < {36 * 3600}')
+
+
+@pytest.mark.parametrize("schedule,hours", [
+    ("daily", 36.0), ("*-*-* 02:30:00", 36.0), ("02:30 UTC", 36.0), ("hourly", 1.5), ("*:15", 1.5),
+    ("weekly", 252.0), ("Mon..Fri 02:30", 36.0), ("*-*-* 02,14:30", 36.0), ("*:0/15", 36.0),
+])
+def test_the_backup_threshold_is_one_and_a_half_periods_where_simple_else_36_hours(hal, schedule, hours):
+    model = _edited(hal, _with_schedule(schedule))
+    assert dash.backup_late_hours(model) == hours
+    assert _panel(model, "hal-admin", "Backup age").alert_at == hours
+    assert _panel(model, "hal-admin", "Backups late or missing").queries[0].influxql.endswith(
+        f'"age_s" < {hours * 3600:.0f}')
+
+
+SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("schedule", ["hourly", "daily", "weekly", "*-*-* 02:30:00", "02:30 UTC", "*:15",
+                                      "*-*-* *:15:00", "minutely"])
+def test_periods_are_systemds_gaps_between_elapses(schedule):
+    """period_seconds is the time between consecutive elapses systemd computes (for these forms
+    every gap is the same; a month's or a year's are not, and are not compared)."""
+    from hal_provision.model.oncalendar import period_seconds
+
+    done = subprocess.run([SYSTEMD_ANALYZE, "calendar", "--iterations=4", schedule], capture_output=True, text=True,
+                          env={"TZ": "UTC", "PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr
+    stamps = re.findall(r"(?:Next elapse|Iter\. #\d+): \w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", done.stdout)
+    times = [dt.datetime.strptime(t, "%Y-%m-%d %H:%M:%S") for t in stamps]
+    assert len(times) == 4, done.stdout
+    gaps = {(b - a).total_seconds() for a, b in zip(times, times[1:])}
+    assert gaps == {period_seconds(schedule)}, (schedule, gaps)
 
 
 # ---- the rendered files ---------------------------------------------------------------------------
