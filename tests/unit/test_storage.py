@@ -308,8 +308,9 @@ def test_ansible_reads_the_storage_groups(tmp_path, hal_files):
     data = json.loads(listed.stdout)
     assert data["gpfs_admin"]["hosts"] == ["hal-dtn"]
     assert data["nfs_servers"]["hosts"] == ["hal-data"]
-    assert data["nfs_clients"]["children"] == ["nfs_mount_sw"]
+    assert data["nfs_clients"]["children"] == ["nfs_mount_sw", "nfs_mount_backup"]
     assert len(data["nfs_mount_sw"]["hosts"]) == 18
+    assert data["nfs_mount_backup"]["hosts"] == ["hal-mgmt1", "hal-mgmt2"]
     assert data["_meta"]["hostvars"]["hal01"]["ansible_host"] == "172.22.1.1"  # storage.yml sets no host vars
 
 
