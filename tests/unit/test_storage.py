@@ -308,7 +308,7 @@ def test_ansible_reads_the_storage_groups(tmp_path, hal_files):
     data = json.loads(listed.stdout)
     assert data["gpfs_admin"]["hosts"] == ["hal-dtn"]
     assert data["nfs_servers"]["hosts"] == ["hal-data"]
-    assert data["nfs_clients"]["children"] == ["nfs_mount_sw"]
+    assert data["nfs_clients"]["children"] == ["nfs_mount_sw", "nfs_mount_backup"]
     assert len(data["nfs_mount_sw"]["hosts"]) == 18
     assert data["_meta"]["hostvars"]["hal01"]["ansible_host"] == "172.22.1.1"  # storage.yml sets no host vars
 
@@ -343,6 +343,18 @@ def test_sandbox_keeps_only_what_its_hosts_can_carry(hal):
     assert narrowed.nfs.mounts[0].clients == "hal01,hal-login"
     assert narrow_storage(hal.storage, nodeset("hal01")).nfs.model_dump() == {"servers": [], "exports": [], "mounts": []}
     assert hal.storage.model_dump(mode="json", exclude_none=True) == before  # the model narrowed is a new one
+
+
+def test_sandbox_can_rehome_an_export_whose_server_it_does_not_keep(hal):
+    before = hal.storage.model_dump(mode="json", exclude_none=True)
+    narrowed = narrow_storage(hal.storage, nodeset("hal-mgmt1,hal-login"), rehome={"backup": "hal-login"})
+    assert [(e.name, e.server, e.path, e.clients) for e in narrowed.nfs.exports] == [
+        ("backup", "hal-login", "/export/backup", "hal-mgmt1")]
+    assert [(s.host, s.volumes) for s in narrowed.nfs.servers] == [("hal-login", ["/export"])]
+    assert [(m.export, m.mount_point, m.clients) for m in narrowed.nfs.mounts] == [("backup", "/backup", "hal-mgmt1")]
+    # Without it the export goes with its server; the full model never changes.
+    assert narrow_storage(hal.storage, nodeset("hal-mgmt1,hal-login")).nfs.exports == []
+    assert hal.storage.model_dump(mode="json", exclude_none=True) == before
 
 
 # ---- benchmark ------------------------------------------------------------------------------
