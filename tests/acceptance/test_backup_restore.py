@@ -12,7 +12,9 @@ this machine (connection local) against snapshots the real hal-backup wrote:
 
 And around them: --check reports each job as changed and changes nothing; a second restore of
 the same snapshot changes nothing (the per-job record); an unknown job name and a snapshot that
-does not verify fail with one clear message, restoring nothing.
+does not verify fail with one clear message, restoring nothing. playbooks/backup.yml (the
+role's main entry point) in --check on a fresh host says what it would install and writes
+nothing; both playbooks refuse a destination whose file system is not mounted.
 
 What this machine lacks is not run: MariaDB (the mariadb kind's two commands), and systemd
 (`systemctl is-active` finds no service running, so nothing is stopped or started here; the
@@ -97,6 +99,7 @@ class Site:
             # Another host's job: hal-mgmt2 (in the inventory) has none, and is left alone.
             {"name": "elsewhere", "kind": "files", "host": "hal-mgmt3", "paths": ["/nonexistent"], "secret": True},
         ]
+        self.files = files
         (files / "etc/hal-provision/backup.json").write_text(json.dumps(
             {"format": 1, "cluster": "hal", "destination": str(self.dest), "keep": 7, "jobs": self.jobs}))
         # HAL's rendered units, with this scratch program and "/" as the destination's mount point.
@@ -116,7 +119,9 @@ class Site:
             "hosts": {"hal-mgmt1": None, "hal-mgmt2": None},
             "children": {"service_slurmctld": {"hosts": {"hal-mgmt1": None}},
                          "service_slurmdbd": {"hosts": {"hal-mgmt1": None}}}}}))
+        self.units = root / "systemd"
         self.extra = {"__backup_config_path": str(self.config), "backup_restore_state_dir": str(self.records),
+                      "__backup_unit_dir": str(self.units), "__backup_unit_checker": str(root / "sbin" / "unit-verify"),
                       "__backup_slapd_db_dir": str(self.db),
                       "backup_influxdb_admin_password_file": str(root / "password")}
 
@@ -130,11 +135,14 @@ class Site:
             assert backup.main(["run", "--config", str(config), "--host", "hal-mgmt1", "--job", job["name"]]) == 0
             time.sleep(1.1)  # the next snapshot gets the next second's stamp
 
-    def restore(self, *args: str, limit: str = "all") -> subprocess.CompletedProcess:
+    def restore(self, *args: str) -> subprocess.CompletedProcess:
+        return self.playbook("restore.yml", *args)
+
+    def playbook(self, name: str, *args: str) -> subprocess.CompletedProcess:
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_HOST_KEY_CHECKING": "False"}
-        return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(self.root / "inventory.yml"), "--limit", limit,
-                               "-e", json.dumps(self.extra), *args, str(REPO / "playbooks" / "restore.yml")],
+               "ANSIBLE_STDOUT_CALLBACK": "default"}
+        return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(self.root / "inventory.yml"),
+                               "-e", json.dumps(self.extra), *args, str(REPO / "playbooks" / name)],
                               capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
 
     def damage(self) -> None:
@@ -244,3 +252,33 @@ def test_restore_refuses_an_unknown_job_and_a_snapshot_that_does_not_verify(site
     assert missing.returncode != 0
     assert (f"directory: no complete snapshot 20000101T000000Z under {site.dest}/directory (complete ones there: "
             f"{next((site.dest / 'directory').glob('2*')).name}); nothing restored.") in missing.stdout, missing.stdout[-3000:]
+
+
+@needs
+def test_backup_check_on_a_fresh_host_says_what_it_would_install_and_changes_nothing(site):
+    """The main entry point in --check (systemd does not run here, so only --check can run):
+    hal-mgmt1 would get the program, the job list, the units and the timer (the destination is there);
+    hal-mgmt2, without a job, is not touched; nothing is written."""
+    checked = site.playbook("backup.yml", "--check", "--diff")
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    assert "would enable and start hal-backup.timer (its unit is not installed yet)" in checked.stdout
+    assert recap(checked)["changed"] >= 5 and recap(checked, "hal-mgmt2")["changed"] == 0
+    for task in ("Install hal-backup", "Install the job list", "Install the service and the timer"):
+        assert re.search(rf"TASK \[backup : {task}\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[hal-mgmt1\]", checked.stdout), task
+    assert not site.program.exists() and not site.config.exists() and not site.units.exists()
+
+
+@needs
+def test_backup_refuses_a_destination_whose_file_system_is_not_mounted(site):
+    unmounted = site.root / "backup"
+    unmounted.mkdir()
+    service = site.files / "etc/systemd/system/hal-backup.service"
+    service.write_text(service.read_text().replace("ReadWritePaths=/\n", f"ReadWritePaths={unmounted}\n"))
+    doc = json.loads((site.files / "etc/hal-provision/backup.json").read_text())
+    (site.files / "etc/hal-provision/backup.json").write_text(json.dumps(dict(doc, destination=f"{unmounted}/hal")))
+    for playbook, args in (("backup.yml", ["--check"]), ("restore.yml", ["-e", "snapshot=latest"])):
+        refused = site.playbook(playbook, *args)
+        assert refused.returncode != 0, refused.stdout[-3000:]
+        assert (f"{unmounted} is not a mount point on hal-mgmt1: the backup destination {unmounted}/hal lies on the "
+                "shared file system mounted there") in refused.stdout, refused.stdout[-3000:]
+    assert not (unmounted / "hal").exists()
