@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -126,3 +127,18 @@ def scale():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def templar(variables: dict):
+    """expr -> its value under `variables`, templated by Ansible itself (a role's defaults and
+    vars, as a task would see them); skips where Ansible is not installed."""
+    template = pytest.importorskip("ansible.template")
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader
+
+    with warnings.catch_warnings():  # a second call says it was configured already: so it was
+        warnings.simplefilter("ignore", UserWarning)
+        init_plugin_loader()
+    trusted = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
+    t = template.Templar(loader=DataLoader(), variables=trusted)
+    return lambda expr: t.template(template.trust_as_template("{{ %s }}" % expr))

@@ -5,6 +5,11 @@ web portal and Grafana when their own hosts are not kept), one login node and th
 the description is narrowed to those hosts, so the sandbox model passes the same checks as
 the original and renders with the same renderers.
 
+The backup section stays where its destination can: an NFS export whose server the sandbox
+does not keep (HAL's data node) is served in the sandbox's model by a kept host that runs no
+service (the login node), as every shared file system of the sandbox is a host directory bound
+into the hosts that mount it, whoever the model says serves it.
+
 The sandbox's compute nodes get a local scratch whatever the description says: one device
 (SCRATCH_STANDIN, a host loop device over a sparse file of SCRATCH_STANDIN_GIB, bound into
 the container outside /dev, where systemd would wait for a udev that containers lack), with
@@ -118,7 +123,7 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["swsuite"]["virtual_partitions"] = vps
 
     if "storage" in data:
-        storage = narrow_storage(cluster.storage, keep)
+        storage = narrow_storage(cluster.storage, keep, _backup_rehome(cluster, keep, svc, [login_host, *comp_ns[0:computes]]))
         data["storage"] = storage.model_dump(mode="json", exclude_none=True)
         binds = (data.get("containers") or {}).get("bind_filesystems")
         if binds is not None:  # containers bind only the shared file systems the sandbox keeps
@@ -210,10 +215,27 @@ def _sandbox_monitoring(mon: dict, mgmt_host: str, keep, kept_roles: set[str], k
     return mon
 
 
+def _backup_rehome(cluster: Cluster, keep, services: dict, candidates: list[str]) -> dict[str, str]:
+    """Where the backup destination is an NFS export whose server the sandbox does not keep
+    (HAL's: the data node's), the kept host that serves it in the sandbox's model: the first
+    of `candidates` (the login node, then the compute nodes) that runs no service, so that it
+    backs nothing up. The sandbox binds the export's host directory into the hosts that mount
+    it whoever serves it (lifecycle.SharedMount); the model keeps the section and its checks.
+    Empty where nothing needs re-homing or no host qualifies (the section is then dropped)."""
+    if cluster.backup is None:
+        return {}
+    export = cluster.storage.nfs.export(cluster.backup.destination.filesystem)
+    if export is None or export.server in keep:
+        return {}
+    busy = {h for hosts in services.values() for h in nodeset(hosts)}
+    host = next((h for h in candidates if h not in busy), None)
+    return {export.name: host} if host is not None else {}
+
+
 def _sandbox_backup(backup: dict, filesystems: set[str], services: dict) -> dict | None:
     """The backup section where its file system survives the narrowing (None where it does
-    not: HAL's is the data node's export, and the sandbox keeps no data node), without the
-    states whose service the sandbox lost."""
+    not: a GPFS file system, which containers cannot run, or an export no kept host can
+    serve), without the states whose service the sandbox lost."""
     if backup["destination"]["filesystem"] not in filesystems:
         return None
     needs = {"directory": "ldap", "monitoring": "monitoring_db"}

@@ -6,17 +6,26 @@ from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import nodeset
 from ..model import Cluster, Storage
+from ..model.storage import Nfs, NfsServer
 
 
-def narrow_storage(storage: Storage, keep: NodeSet) -> Storage:
+def narrow_storage(storage: Storage, keep: NodeSet, rehome: dict[str, str] | None = None) -> Storage:
     """`storage` reduced to the hosts in `keep` (a new model; `storage` does not change).
 
     Spectrum Scale cannot run in containers, so the GPFS section goes (the arrays stay: they
     name no model node). NFS keeps the servers, exports and mounts whose hosts survive, with
     client lists narrowed; networks are dropped from exports, since the sandbox keeps only
     its own primary network.
+
+    `rehome` (export name -> a host of `keep`) keeps those exports even where their server is
+    not kept: the host named serves them in the model, declared with the old server's
+    volumes. The sandbox serves no NFS at all (every shared file system is a host directory
+    bound into the containers that mount it, see shared_mounts), so the server only keeps the
+    narrowed model whole; derive.py uses it for the backup destination.
     """
     nfs = storage.nfs
+    if rehome:
+        nfs = _rehomed(nfs, rehome)
 
     def kept(expr: str | None) -> str | None:
         hosts = nodeset(expr).intersection(keep) if expr else NodeSet()
@@ -54,3 +63,24 @@ def shared_mounts(cluster: Cluster, keep: NodeSet) -> dict[tuple[str, str], Node
         if len(hosts):
             out.setdefault((mount.name, mount.mount_point), NodeSet()).update(hosts)
     return out
+
+
+def _rehomed(nfs: Nfs, rehome: dict[str, str]) -> Nfs:
+    """`nfs` with each export of `rehome` served by its host instead (declared as a server with
+    the old server's volumes where it is none yet)."""
+    servers = {s.host: s for s in nfs.servers}
+    exports = []
+    for e in nfs.exports:
+        host = rehome.get(e.name)
+        if host is None or host == e.server:
+            exports.append(e)
+            continue
+        old = servers.get(e.server)
+        volumes = list(old.volumes) if old is not None else [e.path]
+        if host in servers:
+            here = servers[host]
+            servers[host] = here.model_copy(update={"volumes": list(dict.fromkeys([*here.volumes, *volumes]))})
+        else:
+            servers[host] = NfsServer(host=host, volumes=volumes, description=f"sandbox: serves {e.name} for {e.server}")
+        exports.append(e.model_copy(update={"server": host}))
+    return nfs.model_copy(update={"servers": list(servers.values()), "exports": exports})

@@ -6,7 +6,6 @@ templating for both: without a wheelhouse pip reaches for its index, as on a sit
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from hal_provision.render import render_all
 from hal_provision.sandbox import image, wheelhouse
 from hal_provision.sandbox.derive import derive_sandbox
 from hal_provision.sandbox.overlay import SANDBOX_INVENTORY, SshAccess, sandbox_files
+from tests.conftest import templar
 
 REPO = Path(__file__).resolve().parents[2]
 SSH = SshAccess(private_key=Path("/work/.hal-sandbox/ssh/id_ed25519"), known_hosts=Path("/work/.hal-sandbox/ssh/known_hosts"))
@@ -40,19 +40,6 @@ def test_the_sandbox_inventory_names_the_wheelhouse_only_with_the_caches(sandbox
     assert not set(cached) & set(without)
     # The rest of the sandbox's settings are the same either way.
     assert {k: v for k, v in with_caches.items() if k not in cached} == without
-
-
-def templar(variables: dict):
-    template = pytest.importorskip("ansible.template")
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import init_plugin_loader
-
-    with warnings.catch_warnings():  # a second call says it was configured already: so it was
-        warnings.simplefilter("ignore", UserWarning)
-        init_plugin_loader()
-    trusted = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
-    t = template.Templar(loader=DataLoader(), variables=trusted)
-    return lambda expr: t.template(template.trust_as_template("{{ %s }}" % expr))
 
 
 def portal_vars(**overrides) -> dict:

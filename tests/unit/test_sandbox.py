@@ -126,6 +126,40 @@ def test_cpu_only_sandbox_has_no_gpus_and_sends_the_recipe_to_cpu_partitions(hal
     assert hal.hardware[compute.hardware].gpus
 
 
+@pytest.mark.parametrize("computes", [1, 2])
+def test_sandbox_keeps_the_backup_served_by_a_host_it_does_not_back_up(hal, computes):
+    """HAL's backups go to the data node's export, and the sandbox keeps no data node: the
+    login node serves it in the sandbox's model (it runs no service, so backs nothing up), the
+    management node mounts it at /backup as in HAL, and every backup check passes quietly."""
+    sb = derive_sandbox(hal, computes=computes)
+    export = sb.storage.nfs.export("backup")
+    assert (export.server, export.path, export.clients) == ("hal-login", "/export/backup", "hal-mgmt1")
+    assert "no_root_squash" in export.options
+    assert [(s.host, s.volumes) for s in sb.storage.nfs.servers] == [("hal-login", ["/export"])]
+    assert sb.backup_destination == "/backup/hal"
+    assert {job.host for job in sb.backup_jobs} == {"hal-mgmt1"}
+    assert [job.name for job in sb.backup_jobs] == [
+        "accounting_db", "directory", "monitoring", "slurmctld_state", "secrets"]
+    assert [f for f in run_all(sb) if f.path[:1] == ("backup",) or f.path[:3] == ("storage", "nfs", "exports")] == []
+    assert json.loads(render_all(sb)["files/etc/hal-provision/backup.json"])["destination"] == "/backup/hal"
+    # The full model is untouched: hal-data still serves it there.
+    assert hal.storage.nfs.export("backup").server == "hal-data"
+
+
+def test_sandbox_backup_server_is_a_host_without_services(hal):
+    """With the portal on the login node the first compute node serves the backups; with a
+    service on every kept host but the management one, no host may: the section goes. (Only
+    derive's choice is looked at: these descriptions have errors of their own.)"""
+    data = hal.model_dump(mode="json", exclude_none=True)
+    data["services"]["portal"] = "hal-login"
+    portal_on_login = type(hal).model_validate(data)
+    assert derive_sandbox(portal_on_login, computes=2).storage.nfs.export("backup").server == "hal01"
+    data["services"]["monitoring_db"] = "hal01"
+    busy = type(hal).model_validate(data)
+    sb = derive_sandbox(busy, computes=1)
+    assert sb.backup is None and sb.storage.nfs.exports == []
+
+
 def test_more_computes_than_the_group_has_is_an_error(hal):
     with pytest.raises(SandboxError, match="fewer than 17 hosts"):
         derive_sandbox(hal, computes=17)
@@ -202,8 +236,13 @@ def test_shared_file_systems_are_the_models_mount_points(hal, tmp_path):
 
 
 def test_sandbox_inventory_sorts_after_the_rendered_hosts_file(files):
-    # Ansible reads an inventory directory in name order; the sandbox's host vars must win.
-    assert sorted(p for p in files if p.startswith("inventory/")) == ["inventory/hosts.yml", SANDBOX_INVENTORY]
+    # Ansible reads an inventory directory in name order; the sandbox's host vars must win
+    # over hosts.yml's. storage.yml (the backup export's groups) sorts after it but sets none.
+    assert sorted(p for p in files if p.startswith("inventory/")) == [
+        "inventory/hosts.yml", SANDBOX_INVENTORY, "inventory/storage.yml"]
+    groups = yaml.safe_load(files["inventory/storage.yml"])["all"]["children"]
+    assert all(set(g) <= {"hosts", "children"} and all(v is None for v in (g.get("hosts") or {}).values())
+               for g in groups.values())
 
 
 def test_only_compute_nodes_are_privileged(sandbox_cluster):

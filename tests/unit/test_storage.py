@@ -346,6 +346,18 @@ def test_sandbox_keeps_only_what_its_hosts_can_carry(hal):
     assert hal.storage.model_dump(mode="json", exclude_none=True) == before  # the model narrowed is a new one
 
 
+def test_sandbox_can_rehome_an_export_whose_server_it_does_not_keep(hal):
+    before = hal.storage.model_dump(mode="json", exclude_none=True)
+    narrowed = narrow_storage(hal.storage, nodeset("hal-mgmt1,hal-login"), rehome={"backup": "hal-login"})
+    assert [(e.name, e.server, e.path, e.clients) for e in narrowed.nfs.exports] == [
+        ("backup", "hal-login", "/export/backup", "hal-mgmt1")]
+    assert [(s.host, s.volumes) for s in narrowed.nfs.servers] == [("hal-login", ["/export"])]
+    assert [(m.export, m.mount_point, m.clients) for m in narrowed.nfs.mounts] == [("backup", "/backup", "hal-mgmt1")]
+    # Without it the export goes with its server; the full model never changes.
+    assert narrow_storage(hal.storage, nodeset("hal-mgmt1,hal-login")).nfs.exports == []
+    assert hal.storage.model_dump(mode="json", exclude_none=True) == before
+
+
 # ---- benchmark ------------------------------------------------------------------------------
 
 def test_job_file_runs_the_three_patterns_in_turn():
