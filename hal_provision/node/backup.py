@@ -382,7 +382,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        line = f"{self.job}: {self.path}, {count(self.files, 'file')}, {human_size(self.bytes)} in {self.seconds:.1f} s"
+        line = f"{self.job}: {self.path}, {count(self.files, 'file')}, {human_size(self.bytes)} in {self.seconds:.2f} s"
         if self.removed:
             line += f"; removed {count(len(self.removed), 'older snapshot')}"
         return line
