@@ -285,7 +285,7 @@ class Cluster(Strict):
             out["directory"] = nodeset(s.ldap)[0]
         if s.monitoring_db is not None and self.monitoring is not None:
             out["monitoring"] = nodeset(s.monitoring_db)[0]
-        out["slurmctld_state"] = nodeset(s.slurmctld)[0]
+        out["slurmctld_state"] = self.controllers[0]  # the primary, as slurm.conf names it
         return out
 
     @property
