@@ -44,3 +44,15 @@ def test_playbook_syntax(playbook):
                             capture_output=True, text=True, cwd=REPO,
                             env={**os.environ, "ANSIBLE_ROLES_PATH": str(REPO / "roles")})
     assert result.returncode == 0, result.stderr
+
+
+def test_tasks_that_make_home_directories_run_one_host_at_a_time():
+    """Hosts share /home; two useradd -m at once race for the same directory (a CI failure)."""
+    found = []
+    for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
+        for task in load(path) or []:
+            user = task.get("ansible.builtin.user") if isinstance(task, dict) else None
+            if isinstance(user, dict) and user.get("create_home", True) is not False:
+                found.append((path.relative_to(REPO), task.get("throttle")))
+    assert found, "no task makes local users' homes"
+    assert all(throttle == 1 for _, throttle in found), found
