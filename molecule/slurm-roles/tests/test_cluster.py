@@ -14,17 +14,23 @@ from pathlib import Path
 import pytest
 import testinfra
 
-MGMT, LOGIN, COMPUTE = "mol-roles-mgmt1", "mol-roles-login", "mol-roles-c01"
-NODES = [MGMT, LOGIN, COMPUTE]
+MGMT, MGMT2, LOGIN, COMPUTE = "mol-roles-mgmt1", "mol-roles-mgmt2", "mol-roles-login", "mol-roles-c01"
+NODES = [MGMT, MGMT2, LOGIN, COMPUTE]
 TEST_USER, TEST_UID, TEST_ACCOUNT = "haltest", 3001, "hal"
 RENDERED = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "rendered" / "files"
 
 SERVICES = [
     (MGMT, "munge"), (MGMT, "mariadb"), (MGMT, "slurmdbd"), (MGMT, "slurmctld"),
+    (MGMT2, "munge"), (MGMT2, "slurmctld"),
     (LOGIN, "munge"),
     (COMPUTE, "munge"), (COMPUTE, "slurmd"), (COMPUTE, "ssh"),
     (COMPUTE, "chrony"),   # privileged: CAP_SYS_TIME present (chronyd runs with -x here)
 ]
+
+
+def _slurm_conf(key: str) -> str:
+    """A key's value in the rendered slurm.conf."""
+    return re.search(rf"^{key}=(\S+)", (RENDERED / "etc/slurm/slurm.conf").read_text(), re.M).group(1)
 
 
 def node(name: str):
@@ -55,7 +61,7 @@ def test_service_running(name, service):
     assert unit.is_enabled
 
 
-@pytest.mark.parametrize("name", [MGMT, LOGIN])
+@pytest.mark.parametrize("name", [MGMT, MGMT2, LOGIN])
 def test_chrony_enabled_but_skipped_without_cap_sys_time(name):
     host = node(name)
     assert host.service("chrony").is_enabled
@@ -125,9 +131,19 @@ def test_fake_gpu_is_a_character_device(index):
     assert out == f"character special file c3 {index:x}"
 
 
-def test_controller_answers_ping():
+def test_both_controllers_answer_ping_in_order():
     out = node(LOGIN).check_output("scontrol ping")
-    assert re.search(r"Slurmctld\(primary\) at mol-roles-mgmt1 is UP", out), out
+    assert out.splitlines()[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"], out
+
+
+def test_controllers_share_one_state_directory():
+    """StateSaveLocation is the one directory both controllers see (the bound host directory
+    standing in for the model's NFS export), made once and owned by slurm."""
+    path = _slurm_conf("StateSaveLocation")
+    marks = {name: node(name).check_output(f"stat -c '%U %a %i' {path} && ls {path}") for name in (MGMT, MGMT2)}
+    assert marks[MGMT] == marks[MGMT2], marks
+    assert marks[MGMT].startswith("slurm 755 "), marks
+    assert "heartbeat" in marks[MGMT].split(), marks   # the primary's, which the backup reads
 
 
 def test_compute_node_idle_with_its_gpus():
@@ -202,3 +218,75 @@ def test_ssh_with_a_job_is_adopted_into_it(test_user_ssh_key):
         assert f"job_{job}" in result.stdout
     finally:
         node(LOGIN).run(f"scancel {job}")
+
+
+def _log_count(name: str, text: str) -> int:
+    """How many lines of slurmctld's log on `name` contain `text`."""
+    log = shlex.quote(_slurm_conf("SlurmctldLogFile"))
+    return int(node(name).check_output(f"grep -cF {shlex.quote(text)} {log} || true") or 0)
+
+
+# The backup's log line when it takes control, and the one it writes each time it stands by
+# (at its start, and when it hands control back to the primary): Slurm's src/slurmctld/backup.c.
+TAKING_OVER = "not responding, BackupController1 mol-roles-mgmt2 taking over"
+STANDING_BY = "slurmctld running in background mode"
+
+
+def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
+    """The primary slurmctld stops with a job running: the backup takes over from the shared
+    state within SlurmctldTimeout of the primary's last sign of life (it asks every third of
+    the timeout, so at most a third later than that, counted from the stop), the running job
+    completes under it, a new job is accepted and runs; the primary starts again and takes
+    control back (the backup stands by again), and jobs run under it. Runs last: it leaves the
+    cluster as it found it."""
+    timeout = int(_slurm_conf("SlurmctldTimeout"))
+    login, mgmt, backup = node(LOGIN), node(MGMT), node(MGMT2)
+    flag = f"/home/{TEST_USER}/failover-go"   # /home is shared by the login and compute nodes
+    login.check_output(as_test_user(f"rm -f {flag}"))
+    job = login.check_output(as_test_user(
+        f"sbatch --parsable -t 5 --wrap 'while [ ! -e {flag} ]; do sleep 1; done'")).strip().split(";")[0]
+    standbys = _log_count(MGMT2, STANDING_BY)
+    try:
+        assert poll(lambda: login.check_output(f"squeue -h -j {job} -o %T"), lambda s: s == "RUNNING",
+                    timeout=30) == "RUNNING"
+        assert _log_count(MGMT2, TAKING_OVER) == 0, "the backup took over before the primary stopped"
+
+        stopped = time.monotonic()
+        mgmt.check_output("systemctl stop slurmctld")
+        took_over = poll(lambda: _log_count(MGMT2, TAKING_OVER), lambda n: n > 0, timeout=timeout * 2)
+        takeover_s = time.monotonic() - stopped
+        print(f"failover: the backup took control {takeover_s:.1f} s after the primary stopped "
+              f"(SlurmctldTimeout {timeout} s)")
+        assert took_over, f"no takeover {timeout * 2} s after the primary stopped:\n" + backup.check_output(
+            f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}")
+        assert takeover_s <= timeout + timeout / 3 + 3, f"takeover after {takeover_s:.1f} s"
+        # It answers once it has read the shared state (the log line comes first).
+        backup_up = [f"Slurmctld(primary) at {MGMT} is DOWN", f"Slurmctld(backup) at {MGMT2} is UP"]
+        ping = poll(lambda: login.run("scontrol ping").stdout.splitlines(), lambda p: p[:2] == backup_up, timeout=30)
+        assert ping[:2] == backup_up, ping
+
+        # The running job, recovered from the shared state, completes under the backup.
+        assert login.check_output(f"squeue -h -j {job} -o %T") == "RUNNING"
+        node(COMPUTE).check_output(as_test_user(f"touch {flag}"))
+        assert poll(lambda: login.check_output(f"squeue -h -j {job} -o %T"), lambda s: s == "", timeout=60) == "", (
+            f"job {job} did not end under the backup")
+        assert poll(lambda: login.check_output(f"sacct -n -X -P -j {job} -o State"), lambda s: s == "COMPLETED",
+                    timeout=30) == "COMPLETED"
+        # A new job is accepted and runs.
+        out = login.check_output(as_test_user("srun -N1 -n1 -t 1 bash -c 'echo $SLURM_JOB_ID $(hostname)'"))
+        assert out.split()[1:] == [COMPUTE], out
+
+        mgmt.check_output("systemctl start slurmctld")
+        assert poll(lambda: _log_count(MGMT2, STANDING_BY), lambda n: n > standbys, timeout=60) > standbys, (
+            "the backup did not stand by again when the primary came back:\n"
+            + backup.check_output(f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}"))
+        ping = poll(lambda: login.run("scontrol ping").stdout.splitlines(),
+                    lambda p: p[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"],
+                    timeout=30)
+        assert ping[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"], ping
+        out = login.check_output(as_test_user("srun -N1 -n1 -t 1 hostname"))
+        assert out.strip() == COMPUTE
+    finally:
+        mgmt.run("systemctl start slurmctld")
+        node(COMPUTE).run(as_test_user(f"touch {flag}"))
+        login.run(f"scancel {job}")
