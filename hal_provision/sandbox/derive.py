@@ -10,6 +10,9 @@ does not keep (HAL's data node) is served in the sandbox's model by a kept host 
 service (the login node), as every shared file system of the sandbox is a host directory bound
 into the hosts that mount it, whoever the model says serves it.
 
+Two settings are shortened so the tests see their effect within a minute: the health check's
+interval and PriorityCalcPeriod (fair-share factors of new accounts).
+
 The sandbox's compute nodes get a local scratch whatever the description says: one device
 (SCRATCH_STANDIN, a host loop device over a sparse file of SCRATCH_STANDIN_GIB, bound into
 the container outside /dev, where systemd would wait for a udev that containers lack), with
@@ -141,6 +144,7 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["recipes"] = _sandbox_recipes(data["recipes"], vps)
     if data.get("health"):
         data["health"] = _sandbox_health(data["health"])
+    _sandbox_priority(data)
     if cpu_only:
         _cpu_only(data, first_compute.name)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
@@ -263,6 +267,20 @@ def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:
 # files), mounts (the bound shared file systems) and services stay: the tests break them.
 SANDBOX_HEALTH_INTERVAL_SECONDS = 15
 SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "infiniband")
+
+
+# PriorityCalcPeriod of the sandbox, in minutes: the least Slurm takes. An account the accounts
+# play adds (or a user the directory tests re-enable) has a fair-share factor of 0 until the next
+# recalculation; the sandbox's tests of job priority wait for it, a minute at most instead of
+# the description's period (HAL: 5).
+SANDBOX_PRIORITY_CALC_PERIOD_MINUTES = 1
+
+
+def _sandbox_priority(data: dict) -> None:
+    priority = data.get("slurm", {}).get("priority")
+    if priority is not None:
+        priority["calc_period_minutes"] = min(priority.get("calc_period_minutes", 5),
+                                              SANDBOX_PRIORITY_CALC_PERIOD_MINUTES)
 
 
 def _sandbox_health(health: dict) -> dict:

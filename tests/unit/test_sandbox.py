@@ -160,6 +160,16 @@ def test_sandbox_backup_server_is_a_host_without_services(hal):
     assert sb.backup is None and sb.storage.nfs.exports == []
 
 
+def test_sandbox_recalculates_fair_share_every_minute(hal):
+    """The description's PriorityCalcPeriod (HAL: 5 min) is the sandbox's 1: new accounts get a
+    fair-share factor within a minute; the rest of the priority settings stay."""
+    assert hal.slurm.priority.calc_period_minutes == 5
+    sb = derive_sandbox(hal)
+    assert sb.slurm.priority.calc_period_minutes == 1
+    assert sb.slurm.priority.model_dump(exclude={"calc_period_minutes"}) == hal.slurm.priority.model_dump(
+        exclude={"calc_period_minutes"})
+
+
 def test_more_computes_than_the_group_has_is_an_error(hal):
     with pytest.raises(SandboxError, match="fewer than 17 hosts"):
         derive_sandbox(hal, computes=17)
