@@ -265,7 +265,7 @@ def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:
 # (slurm.conf's config_overrides, above), the fake nvidia-smi answers with a recorded H100,
 # not the model's GPU, and containers have no InfiniBand adapters. gpus (the fake device
 # files), mounts (the bound shared file systems) and services stay: the tests break them.
-SANDBOX_HEALTH_INTERVAL_SECONDS = 15
+SANDBOX_HEALTH_INTERVAL_SECONDS = 10
 SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "infiniband")
 
 
