@@ -20,7 +20,7 @@ from .hostlist import ansible_name
 
 POLICY_FILE = Path(__file__).resolve().with_name("update_policy.yml")
 
-ACTIONS = ("slurm", "sacctmgr", "mmchconfig", "restart", "reload", "command", "file-only", "none")
+ACTIONS = ("upgrade", "slurm", "sacctmgr", "mmchconfig", "restart", "reload", "command", "file-only", "none")
 """Consequence kinds, from the most to the least disruptive family (the plan's order)."""
 
 HOST_PLACEHOLDER = "host"

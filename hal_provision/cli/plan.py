@@ -2,7 +2,8 @@
 and which jobs it would lose or strand.
 
 Exit codes as `terraform plan -detailed-exitcode`, not the other commands': 0 no change,
-2 changes, 1 blocking (jobs would be lost or stranded) or the plan could not be made (an
+2 changes, 1 blocking (jobs would be lost or stranded, or a Slurm upgrade outside Slurm's
+window or a downgrade) or the plan could not be made (an
 invalid description, a missing deployed record, unreadable job data).
 """
 

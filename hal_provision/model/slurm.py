@@ -133,10 +133,18 @@ def version_key(version: str) -> tuple[int, int]:
     return int(year), int(month)
 
 
+# slurm.extra: a slurm.conf key (letters and digits, as Slurm's) and a one-line value.
+SlurmConfKey = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$")]
+SlurmConfValue = Annotated[str, Field(min_length=1, pattern=r"^[^\n#]+$")]
+
+
 class Slurm(Strict):
     version: Literal[SLURM_VERSIONS] = Field(  # type: ignore[valid-type]
         "22.05", description="The Slurm major the site runs (YY.MM): the renderers write the options that version "
-        "reads (job_container.conf before 25.11, namespace.yaml from it). Debian 12 ships 22.05.")
+        "reads (job_container.conf before 25.11, namespace.yaml from it). Debian 12 ships 22.05. An upgrade goes "
+        "through Slurm's window: a major takes the state of the two previous ones, from 24.11 of the three "
+        "previous (24.11 takes 23.02, 23.11, 24.05); `hal-provision plan` refuses a longer jump and names the "
+        "path, and any downgrade.")
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
@@ -174,6 +182,11 @@ class Slurm(Strict):
     qos: list[Qos] = Field(default_factory=list, description="Quality-of-service levels.")
     priority: Priority = Field(
         default_factory=Priority, description="Job priority: PriorityType, the factors' weights, usage decay.")
+    extra: dict[SlurmConfKey, SlurmConfValue] = Field(
+        default_factory=dict,
+        description="slurm.conf options the model does not cover, written as Key=Value at the end of its general "
+        "part, in key order, e.g. {SchedulerParameters: bf_continue}. Keys hal-provision writes itself and names "
+        "or values slurm.version does not read are refused.")
 
     def at_least(self, version: str) -> bool:
         """The site's Slurm is `version` (YY.MM) or later."""

@@ -1,7 +1,8 @@
 """Compare two rendered trees and say, per component, what a converge would do and to which jobs.
 
 Exit codes as `terraform plan -detailed-exitcode`: 0 nothing changes, 2 changes, 1 a change
-would lose or strand jobs (or the plan could not be made).
+would lose or strand jobs, or cannot be applied at all (a Slurm upgrade outside Slurm's window,
+a downgrade), or the plan could not be made.
 """
 
 from __future__ import annotations
@@ -10,14 +11,13 @@ import difflib
 from dataclasses import dataclass, field
 
 from .. import update_policy
-from .effects import Consequence, Effect, FileChange, Sides, SlurmEffect, effect
+from .effects import ROLLING, ROLLING_DOES, Consequence, Effect, FileChange, Sides, SlurmEffect, effect
 from .impact import Impact, assess
 from ..hostlist import fold_or_dash
 from .jobs import Job, NodeState
 from .sources import compared
 
 EXIT_NO_CHANGES, EXIT_BLOCKING, EXIT_CHANGES = 0, 1, 2
-ROLLING = "ansible-playbook -i {inventory} playbooks/rolling.yml -e 'hosts={hosts}'"
 SITE = "ansible-playbook -i {inventory} playbooks/site.yml"
 FIRST_DEPLOYMENT = "first deployment"
 NEW_HOSTS = "new hosts"  # the plan's entry for them: no update-policy component owns a host
@@ -29,6 +29,8 @@ class ComponentPlan:
     files: list[FileChange]
     consequences: list[Consequence]
     notes: list[str] = field(default_factory=list)
+    blocking: list[str] = field(default_factory=list)  # why this component's change cannot be applied
+    advice: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -49,8 +51,13 @@ class Plan:
         return [i for i in self.impacts or [] if i.blocking]
 
     @property
+    def blocked(self) -> list[str]:
+        """Why a change cannot be applied at all, whatever the jobs (a Slurm upgrade outside the window)."""
+        return [why for c in self.components for why in c.blocking]
+
+    @property
     def exit_code(self) -> int:
-        if self.blocking:
+        if self.blocking or self.blocked:
             return EXIT_BLOCKING
         return EXIT_CHANGES if self.changed else EXIT_NO_CHANGES
 
@@ -62,8 +69,10 @@ class Plan:
         owning = sum(1 for c in self.components if c.files)
         text = f"{files} changed file{'s' if files != 1 else ''} in {owning} component{'s' if owning != 1 else ''}"
         restarts = [f"{c.action} on {c.hosts}" for comp in self.components for c in comp.consequences
-                    if c.action.startswith(("restart", FIRST_DEPLOYMENT)) and c.hosts != "-"]
+                    if c.action.startswith(("restart", "upgrade", FIRST_DEPLOYMENT)) and c.hosts != "-"]
         text += f"; {'; '.join(restarts)}" if restarts else "; no daemon restarts"
+        if self.blocked:
+            text += f"; BLOCKED: {len(self.blocked)} change{'s' if len(self.blocked) != 1 else ''} cannot be applied"
         if self.impacts is None:
             return text + ". Jobs not checked."
         blocking = len(self.blocking)
@@ -79,7 +88,7 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
     puts NEW's tree there when it is not there yet."""
     policy = update_policy.load()
     old, new = compared(old), compared(new)
-    sides = Sides(old, new)
+    sides = Sides(old, new, inventory)
     by_component: dict[str, list[FileChange]] = {}
     unowned = []
     for path in sorted(old.keys() | new.keys()):
@@ -99,7 +108,8 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
         if files:
             result: Effect = effect(component, files, sides)
             slurm = result.slurm or slurm
-            components.append(ComponentPlan(component.name, files, result.consequences, result.notes))
+            components.append(ComponentPlan(component.name, files, result.consequences, result.notes,
+                                            result.blocking, result.advice))
     if sides.new_hosts:  # first, as they are the largest change: everything, not a restart
         components.insert(0, ComponentPlan(NEW_HOSTS, [], [Consequence(
             FIRST_DEPLOYMENT, fold_or_dash(sides.new_hosts), "nothing runs there yet: every tier of site.yml")]))
@@ -110,7 +120,7 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
     plan.advice = _advice(plan, slurm, inventory, sorted(sides.new_hosts))
-    if render and plan.advice:
+    if render and plan.advice and not plan.blocked:
         plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
                                "converge what it holds)")
     return plan
@@ -135,7 +145,9 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: li
     out, otherwise how to apply."""
     if not plan.changed:
         return []
-    out = []
+    out = [line for c in plan.components for line in c.advice]
+    if plan.blocked:  # nothing of NEW can be applied as it stands
+        return out
     site = SITE.format(inventory=inventory)
     removed = sorted(slurm.removed) if slurm else []
     lost = sorted({h for i in plan.blocking for h in i.hosts if h in removed})
@@ -148,7 +160,7 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: li
         drained = fold_or_dash(lost + redefined)
         out.append(f"wait: until `squeue -w {drained}` lists no job, then {site}")
         out.append(f"or roll: {ROLLING.format(inventory=inventory, hosts=drained)} "
-                   "(drains, waits for their jobs without cancelling any, converges, resumes)")
+                   f"({ROLLING_DOES})")
     for impact in plan.blocking:
         job = impact.job
         if impact.kind == "time":

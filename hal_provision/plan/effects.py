@@ -2,7 +2,8 @@
 
 Simple actions (restart, reload, command, file-only, none) are the policy entry applied to the
 hosts that get the files. The rest follow the roles: Slurm's restart-or-reconfigure rule,
-the accounting plan's sacctmgr commands, the GPFS tuning plan.
+the accounting plan's sacctmgr commands, the GPFS tuning plan; and a Slurm upgrade, in the
+order Slurm requires, within its upgrade window (model/slurm_versions.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..update_policy import Component
+from ..model.slurm_versions import upgrade_path, upgrades_from
+from .. import update_policy
+from ..update_policy import Component, json_key
 from .accounting import sacctmgr_changes
 from ..hostlist import fold_or_dash
 from .inventory import Inventory
@@ -18,6 +21,9 @@ from .slurm import SlurmConf, changed_keys, definition_changes, restart_required
 from .tuning import tuning_changes
 
 NOTHING = "nothing on the nodes"
+BLOCKED = "blocked"
+ROLLING = "ansible-playbook -i {inventory} playbooks/rolling.yml -e 'hosts={hosts}'"
+ROLLING_DOES = "drains, waits for their jobs without cancelling any, converges, resumes"
 
 
 @dataclass(frozen=True)
@@ -53,14 +59,16 @@ class Effect:
     consequences: list[Consequence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     slurm: SlurmEffect | None = None
+    blocking: list[str] = field(default_factory=list)  # why the change cannot be applied at all
+    advice: list[str] = field(default_factory=list)  # what to do, before the plan's usual lines
 
 
 class Sides:
     """Both rendered trees, and their inventories, parsed only when a consequence needs hosts
     (a 100,000-node inventory is seconds of YAML)."""
 
-    def __init__(self, old: dict[str, str], new: dict[str, str]):
-        self.old, self.new = old, new
+    def __init__(self, old: dict[str, str], new: dict[str, str], inventory: str = "INVENTORY"):
+        self.old, self.new, self.inventory = old, new, inventory
 
     @cached_property
     def new_hosts(self) -> set[str]:
@@ -84,7 +92,8 @@ def effect(component: Component, files: list[FileChange], sides: Sides) -> Effec
     if not component.deployed(sides.new):
         cond = component.deployed_when
         return Effect([Consequence(NOTHING, "-", f"not deployed: {cond['key']} in {cond['file']} is not {cond['equals']}")])
-    special = {"slurm": _slurm, "sacctmgr": _accounting, "mmchconfig": _tuning}.get(component.action)
+    special = {"slurm": _slurm, "sacctmgr": _accounting, "mmchconfig": _tuning,
+               "upgrade": _upgrade}.get(component.action)
     if special is not None:
         return special(component, files, sides)
     return Effect([Consequence(_simple_action(component), fold_or_dash(_hosts(component, files, sides)), component.detail)])
@@ -147,17 +156,19 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     return Effect(out, _slurm_notes(slurm), slurm)
 
 
-def _controller_restarts(hosts: set[str], order: list[str], why: str, ready: str) -> list[Consequence]:
-    """slurmctld restarted on `hosts`: at once with one controller; with a backup (slurm.conf's
-    SlurmctldHost lines, in `order`) the backup first, then the primary once `ready` (the
-    policy's `backup_ready`) shows the backup UP, each its own consequence, in that order."""
+def _controller_restarts(hosts: set[str], order: list[str], why: str, ready: str,
+                         action: str = "restart slurmctld") -> list[Consequence]:
+    """slurmctld restarted (or upgraded: `action`) on `hosts`: at once with one controller; with
+    a backup (slurm.conf's SlurmctldHost lines, in `order`) the backup first, then the primary
+    once `ready` (the policy's `backup_ready`) shows the backup UP, each its own consequence, in
+    that order."""
     primary, backups = (order[0], [h for h in order[1:] if h in hosts]) if order else (None, [])
     if primary not in hosts or not backups:
-        return [Consequence("restart slurmctld", fold_or_dash(hosts), why)]
+        return [Consequence(action, fold_or_dash(hosts), why)]
     shown = ", ".join(backups)
-    return [Consequence("restart slurmctld", fold_or_dash(backups),
+    return [Consequence(action, fold_or_dash(backups),
                         f"backup controller, first{': ' + why if why else ''}"),
-            Consequence("restart slurmctld", primary,
+            Consequence(action, primary,
                         f"primary controller, once `{ready}` shows {shown} UP: one controller always runs, "
                         f"and {shown} takes over should {primary} not come back")]
 
@@ -184,6 +195,76 @@ def _slurm_notes(s: SlurmEffect) -> list[str]:
             diffs = [f"{k} {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
             notes.append(f"partition {name}: {', '.join(diffs)}")
     return notes
+
+
+# ---- a Slurm upgrade ----------------------------------------------------------------------------
+def _upgrade(component: Component, files: list[FileChange], sides: Sides) -> Effect:
+    """slurm.version changed: slurmdbd, then slurmctld, then slurmd rolling, then the clients;
+    blocked outside Slurm's upgrade window and for a downgrade."""
+    path = files[0].path
+    old, new = json_key(sides.old, path, "version"), json_key(sides.new, path, "version")
+    if old is None or new is None:
+        return Effect([Consequence(NOTHING, "-", f"{'OLD' if old is None else 'NEW'} records no Slurm version "
+                                                 "(rendered before hal-provision wrote it): compare by hand")])
+    if old == new:
+        return Effect([Consequence(NOTHING, "-", f"Slurm {new} on both sides")])
+    steps = upgrade_path(old, new)
+    if steps is None:
+        why = (f"Slurm {old} -> {new} is a downgrade, which Slurm does not support: slurmdbd {old} has converted "
+               f"the accounting database, and slurmctld {old} its saved state, to formats {new} cannot read")
+        return Effect([Consequence(BLOCKED, "-", why)], blocking=[why], advice=[
+            f"keep slurm.version {old}, or go back to {new} by restoring the snapshots taken before the upgrade "
+            f"to {old} (playbooks/restore.yml) with {new}'s packages"])
+    if len(steps) > 2:
+        route = " -> ".join(steps)
+        why = (f"Slurm {new} takes the state of {', '.join(upgrades_from(new))} only, not {old}'s (Slurm's upgrade "
+               f"window: the two previous majors, the three previous from 24.11): upgrade through {route}")
+        return Effect([Consequence(BLOCKED, "-", why)], blocking=[why], advice=[
+            f"upgrade in steps, {route}: set slurm.version to {steps[1]}, plan and converge as this plan would, "
+            f"then the next" + (" and the next" if len(steps) > 3 else "")])
+    return Effect(_upgrade_steps(component, sides, old, new), [
+        f"Slurm {old} -> {new}: each host's package source must offer {new} (Debian 12 ships 22.05, Debian 13 "
+        "24.11); the slurm role installs what it offers and upgrades nothing",
+        f"the Slurm files of NEW are written for {new}: each daemon gets them at its step, not before"],
+        advice=[f"upgrade Slurm {old} -> {new} in the order of slurm_upgrade, each step once the one before "
+                "answers; nothing else meanwhile"])
+
+
+def _upgrade_steps(component: Component, sides: Sides, old: str, new: str) -> list[Consequence]:
+    rule, inventory = component.extra, sides.new_inventory
+    slurm = update_policy.load().component("slurm").extra  # its groups and controller order, not a copy
+    dbd = inventory.hosts(rule["dbd_group"]) - sides.new_hosts
+    controller = inventory.hosts(slurm["controller_group"]) - sides.new_hosts
+    computes = inventory.hosts(slurm["compute_group"]) - sides.new_hosts
+    clients = {h for g in component.hosts for h in inventory.hosts(g)} - dbd - controller - computes - sides.new_hosts
+    order = SlurmConf.parse(sides.new.get(slurm["reconfigure_file"], "")).controllers
+    backup_host = next((j.get("host") for j in json_key(sides.new, "files/etc/hal-provision/backup.json", "jobs") or []
+                        if isinstance(j, dict) and j.get("name") == rule["backup_job"]), None)
+    if backup_host:
+        backup = Consequence("back up", backup_host, "the accounting database as it is now, before slurmdbd stops", (
+            rule["backup"].format(inventory=sides.inventory), f"hal-backup run --job {rule['backup_job']}",
+            f"hal-backup verify {rule['backup_job']}"))
+    else:
+        backup = Consequence("back up", fold_or_dash(dbd), "the accounting database, by hand: no backup section "
+                                                           "backs it up (mariadb-dump of slurm.accounting_database)")
+    rolling = ROLLING.format(inventory=sides.inventory, hosts=fold_or_dash(computes))
+    return [
+        backup,
+        Consequence("upgrade slurmdbd", fold_or_dash(dbd),
+                    f"first, alone, the rest of Slurm left running: at its first start slurmdbd {new} converts the "
+                    f"accounting database of {old}; how long that takes cannot be known in advance (it grows with "
+                    "the job and step tables): wait until it answers (sacctmgr show cluster), stop nothing meanwhile"),
+        *_controller_restarts(controller, order,
+                              f"then, once slurmdbd answers: slurmctld {new} converts the saved state of {old} at "
+                              "its first start; jobs keep running",
+                              slurm["backup_ready"], action="upgrade slurmctld"),
+        Consequence("upgrade slurmd", fold_or_dash(computes),
+                    f"then rolling, a part of the nodes per run ({ROLLING_DOES}): running jobs are never cancelled",
+                    (rolling,)),
+        *([Consequence("upgrade Slurm clients", fold_or_dash(clients),
+                       f"last: {old}'s commands talk to slurmctld {new}; {new}'s would not talk to {old}'s")]
+          if clients else []),
+    ]
 
 
 # ---- accounting and GPFS -------------------------------------------------------------------------

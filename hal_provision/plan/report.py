@@ -22,6 +22,7 @@ def to_json(plan: Plan) -> dict:
         "new": plan.new,
         "changed": plan.changed,
         "exit_code": plan.exit_code,
+        "blocked": plan.blocked,
         "components": [
             {
                 "name": c.name,

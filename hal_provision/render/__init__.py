@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, backup, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, software, storage, swsuite
+from . import accounting, accounts, backup, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, slurm_version, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -12,6 +12,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(inventory.render(cluster))
     files.update(hosts.render(cluster))
     files.update(slurm.render(cluster))
+    files.update(slurm_version.render(cluster))
     files.update(accounting.render(cluster))
     files.update(accounts.render(cluster))
     files.update(portal.render(cluster))

@@ -10,6 +10,7 @@ import yaml
 from ..hostlist import fold, fold_hostlists, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
 from ..model.slurm import WeightedTres
+from ..model.slurm_versions import name_for
 from .common import header, yes_no
 from .health import slurm_conf_lines as health_lines
 
@@ -154,9 +155,9 @@ def slurm_conf(cluster: Cluster) -> str:
             "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
             "TopologyPlugin=topology/tree\n"
             if cluster.fabric is not None
-            # Slurm 22.05 names the flat topology topology/none (topology/default is 23.11's).
+            # The flat topology's name is the version's (topology/none, default or flat).
             else "\n# No fabric described: no network-aware placement (topology.conf is not read).\n"
-            "TopologyPlugin=topology/none\n"
+            f"TopologyPlugin={name_for(s.version, 'TopologyPlugin', 'topology/none')}\n"
         )
         + priority_lines(cluster)
         + "\n# Accounting through slurmdbd.\n"
@@ -171,6 +172,7 @@ def slurm_conf(cluster: Cluster) -> str:
             else ""
         )
         + health_lines(cluster)
+        + extra_lines(cluster)
     )
     out.append(
         "\n# Nodes: one line per identical hardware group. RealMemory is installed memory minus\n"
@@ -211,6 +213,15 @@ def slurm_conf(cluster: Cluster) -> str:
         line += f" State={part.state}"
         out.append(line + "\n")
     return "".join(out)
+
+
+def extra_lines(cluster: Cluster) -> str:
+    """slurm.extra: the options the model does not cover, in key order."""
+    extra = cluster.slurm.extra
+    if not extra:
+        return ""
+    return "\n# slurm.extra: options the model does not cover.\n" + "".join(
+        f"{key}={extra[key]}\n" for key in sorted(extra))
 
 
 def priority_lines(cluster: Cluster) -> str:

@@ -66,6 +66,10 @@ REMOVE_NODE = [  # hal16 leaves every place that names it
 ]
 
 
+def SLURM_VERSION(version: str) -> list[tuple[str, str]]:  # noqa: N802 (an edit, as the constants above)
+    return [("\nslurm:\n", f"\nslurm:\n  version: \"{version}\"\n")]
+
+
 def edit(edits, text: str = HAL) -> str:
     for old, new in edits:
         assert text.count(old) == 1, f"expected exactly one {old!r} in the HAL description"
@@ -344,6 +348,48 @@ def test_files_the_front_end_does_not_deploy_do_nothing(hal_tree) -> None:
     assert consequences(build(hal_tree, new), "open_ondemand") == [("nothing on the nodes", "-")]
 
 
+# ---- a Slurm upgrade -----------------------------------------------------------------------------
+def test_an_upgrade_goes_slurmdbd_then_slurmctld_then_slurmd_rolling(hal_tree) -> None:
+    plan = build(hal_tree, tree(edit(SLURM_VERSION("23.11"))), inventory="inv")
+    assert [c.name for c in plan.components] == ["slurm_upgrade"]
+    assert consequences(plan, "slurm_upgrade") == [
+        ("back up", "hal-mgmt1"), ("upgrade slurmdbd", "hal-mgmt1"), ("upgrade slurmctld", "hal-mgmt1"),
+        ("upgrade slurmd", "hal[01-16]"), ("upgrade Slurm clients", "hal-dev,hal-login,hal-mgmt2")]
+    [upgrade] = plan.components
+    backup, dbd, _ctld, slurmd, _clients = upgrade.consequences
+    assert backup.commands[0] == "ansible-playbook -i inv playbooks/backup.yml"
+    assert "cannot be known in advance" in dbd.detail
+    assert slurmd.commands == ("ansible-playbook -i inv playbooks/rolling.yml -e 'hosts=hal[01-16]'",)
+    assert plan.exit_code == 2 and not plan.blocked
+
+
+def test_an_upgrade_with_a_backup_controller_takes_the_backup_first(backup_tree) -> None:
+    plan = build(backup_tree, tree(edit(SLURM_VERSION("23.02"), BACKUP)))
+    actions = consequences(plan, "slurm_upgrade")
+    assert actions[1:4] == [("upgrade slurmdbd", "tg-mgmt1"), ("upgrade slurmctld", "tg-mgmt2"),
+                            ("upgrade slurmctld", "tg-mgmt1")]
+    assert actions[4] == ("upgrade slurmd", "tg[01-04]")
+    assert actions[0] == ("back up", "tg-mgmt1")  # no backup section: by hand, on the slurmdbd host
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("22.05", "24.11", "upgrade through 22.05 -> 23.11 -> 24.11"),
+    ("22.05", "25.11", "upgrade through 22.05 -> 23.11 -> 25.05 -> 25.11"),
+    ("24.11", "23.11", "Slurm 24.11 -> 23.11 is a downgrade, which Slurm does not support"),
+])
+def test_an_upgrade_outside_the_window_or_a_downgrade_blocks(old, new, why) -> None:
+    plan = build(tree(edit(SLURM_VERSION(old))), tree(edit(SLURM_VERSION(new))))
+    [reason] = plan.blocked
+    assert why in reason and plan.exit_code == 1
+    assert consequences(plan, "slurm_upgrade") == [("blocked", "-")]
+    assert not any(line.startswith("apply") for line in plan.advice)
+
+
+def test_an_upgrade_says_the_new_files_go_in_at_each_step(hal_tree) -> None:
+    [upgrade] = build(hal_tree, tree(edit(SLURM_VERSION("23.11")))).components
+    assert "the Slurm files of NEW are written for 23.11: each daemon gets them at its step, not before" in upgrade.notes
+
+
 # ---- job impact --------------------------------------------------------------------------------
 def test_recorded_jobs_read_as_slurm_wrote_them() -> None:
     running, pending = parse_jobs(SQUEUE.read_text(), "squeue")
@@ -413,6 +459,8 @@ CASES = {  # case -> (edits of NEW, job data given, expected exit code)
     "node-added": (ADD_NODE, False, 2),
     "node-removed-job-running": (REMOVE_NODE, True, 1),
     "max-time-lowered-job-pending": (LOWER_LIMIT, True, 1),
+    "slurm-22.05-to-23.11": (SLURM_VERSION("23.11"), False, 2),
+    "slurm-22.05-to-24.11": (SLURM_VERSION("24.11"), False, 1),
 }
 
 
