@@ -137,6 +137,11 @@ class Slurm(Strict):
     version: Literal[SLURM_VERSIONS] = Field(  # type: ignore[valid-type]
         "22.05", description="The Slurm major the site runs (YY.MM): the renderers write the options that version "
         "reads (job_container.conf before 25.11, namespace.yaml from it). Debian 12 ships 22.05.")
+    configless: bool = Field(
+        False, description="Configless compute nodes: slurmctld serves slurm.conf and the files it names (gres.conf, "
+        "cgroup.conf, topology.conf, the job namespace file) to slurmd, started with --conf-server naming the "
+        "controllers, primary first; `scontrol reconfigure` sends them a changed configuration. Controllers, login, "
+        "development and portal nodes keep the pushed files (users' commands read slurm.conf there).")
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
