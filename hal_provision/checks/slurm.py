@@ -103,6 +103,19 @@ def one_default_partition(c: Cluster):
 
 
 @check
+def configless_reaches_a_node(c: Cluster):
+    # Controllers, login, development and portal hosts keep the pushed files (Cluster.configless_hosts):
+    # where every Slurm node is one of them, configless mode only adds SlurmctldParameters.
+    if c.slurm.configless and len(c.slurm_nodes) and not len(c.configless_hosts):
+        yield warning(
+            ("slurm", "configless"),
+            f"no Slurm node fetches its configuration from slurmctld: every Slurm node, {shown(c.slurm_nodes)}, is a "
+            "controller, login, development or portal host, which keep the pushed files; configless "
+            "changes nothing but slurm.conf's SlurmctldParameters",
+        )
+
+
+@check
 def partition_nodes_are_compute(c: Cluster):
     for _i, part, path in _partitions(c):
         not_slurm = outside(nodeset(part.nodes), c.slurm_nodes)

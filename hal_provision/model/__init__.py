@@ -8,7 +8,7 @@ from typing import Literal, NamedTuple
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..hostlist import common_count, empty, expand, nodeset, overlap, overlaps, pieces, union_shared
+from ..hostlist import common_count, empty, expand, nodeset, outside, overlap, overlaps, pieces, union_shared
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
@@ -148,6 +148,18 @@ class Cluster(Strict):
         """slurmctld's hosts, each once: the primary, then the backup where there is one
         (slurm.conf's SlurmctldHost lines in this order; a sorted hostlist would lose it)."""
         return tuple(dict.fromkeys(self.slurmctld_named))
+
+    @cached_property
+    def configless_hosts(self) -> NodeSet:
+        """Slurm nodes whose slurmd fetches its configuration from slurmctld (slurm.configless):
+        every Slurm node but the controllers (slurmctld reads the files it serves) and the hosts
+        where users run Slurm commands (login, development, portal), which keep pushed files.
+        Empty without slurm.configless."""
+        if not self.slurm.configless:
+            return empty()
+        keep = union_shared([*(g.hosts for g in self.groups_with_role(Role.login, Role.development)),
+                             ",".join(self.controllers), *([self.services.portal] if self.services.portal else [])])
+        return outside(self.slurm_nodes, keep)
 
     def group_of(self, host: str) -> NodeGroup | None:
         for g in self.nodes:

@@ -145,6 +145,11 @@ class Slurm(Strict):
         "through Slurm's window: a major takes the state of the two previous ones, from 24.11 of the three "
         "previous (24.11 takes 23.02, 23.11, 24.05); `hal-provision plan` refuses a longer jump and names the "
         "path, and any downgrade.")
+    configless: bool = Field(
+        False, description="Configless compute nodes: slurmctld serves slurm.conf and the files it names (gres.conf, "
+        "cgroup.conf, topology.conf, the job namespace file) to slurmd, started with --conf-server naming the "
+        "controllers, primary first; `scontrol reconfigure` sends them a changed configuration. Controllers, login, "
+        "development and portal nodes keep the pushed files (users' commands read slurm.conf there).")
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")

@@ -102,7 +102,7 @@ RENDERED_KEYS = frozenset(k.lower() for k in """
     PriorityDecayHalfLife PriorityFavorSmall PriorityMaxAge PriorityType PriorityUsageResetPeriod PriorityWeightAge
     PriorityWeightFairshare PriorityWeightJobSize PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES
     ProctrackType PrologFlags ReturnToService SchedulerType SelectType SelectTypeParameters SlurmUser SlurmctldHost
-    SlurmctldLogFile SlurmctldPidFile SlurmctldPort SlurmctldTimeout SlurmdLogFile SlurmdPidFile SlurmdPort
+    SlurmctldLogFile SlurmctldParameters SlurmctldPidFile SlurmctldPort SlurmctldTimeout SlurmdLogFile SlurmdPidFile SlurmdPort
     SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TmpFS TopologyPlugin""".split())
 
 

@@ -131,6 +131,9 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     controller = sides.new_inventory.hosts(rule["controller_group"]) - sides.new_hosts
     computes = sides.new_inventory.hosts(rule["compute_group"]) - sides.new_hosts
     clients = _hosts(component, files, sides) - controller - computes
+    # Configless nodes get no file: slurmctld sends them the configuration (slurm.configless).
+    configless = computes & sides.new_inventory.hosts(rule.get("configless_group", ""))
+    pushed = computes - configless
 
     allowed = {k.lower() for k in rule["reconfigure_keys"]}
     old_conf, new_conf = SlurmConf.parse(sides.old.get(conf_path, "")), SlurmConf.parse(sides.new.get(conf_path, ""))
@@ -140,12 +143,21 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
             f"{', '.join(others)} changed: read only at start" if others else "",
             f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
         ]))
-        out = [*_controller_restarts(controller, new_conf.controllers, why, rule["backup_ready"]),
-               Consequence("restart slurmd", fold_or_dash(computes), "running jobs survive a slurmd restart")]
+        out = [*_controller_restarts(controller, new_conf.controllers, why, rule["backup_ready"])]
+        if pushed or not configless:
+            out.append(Consequence("restart slurmd", fold_or_dash(pushed), "running jobs survive a slurmd restart"))
+        if configless:
+            out.append(Consequence("restart slurmd", fold_or_dash(configless),
+                                   "configless: no file copied; slurmd fetches the configuration from slurmctld as it "
+                                   "starts; running jobs survive a slurmd restart"))
     else:
         out = [Consequence("scontrol reconfigure", fold_or_dash(controller),
-                           f"reconfigurable keys only: {', '.join(keys) or '(comments)'}"),
-               Consequence("reload slurmd", fold_or_dash(computes), "SIGHUP: slurmd re-reads slurm.conf")]
+                           f"reconfigurable keys only: {', '.join(keys) or '(comments)'}")]
+        if pushed or not configless:
+            out.append(Consequence("reload slurmd", fold_or_dash(pushed), "SIGHUP: slurmd re-reads slurm.conf"))
+        if configless:
+            out.append(Consequence("reached by scontrol reconfigure", fold_or_dash(configless),
+                                   "configless: no file copied; the reconfigure sends slurmd the new configuration"))
     if clients:
         out.append(Consequence("file only", fold_or_dash(clients), component.detail))
 

@@ -13,6 +13,7 @@ import json
 from ..hostlist import ansible_name, expand
 from ..model import Cluster, HardwareProfile
 from .common import group_addresses, header
+from .slurm import withheld_files
 
 PATH = "inventory/hosts.yml"
 
@@ -102,6 +103,10 @@ def render(cluster: Cluster) -> dict[str, str]:
         _member_block(out, "service_grafana", expand(cluster.monitoring.grafana.host))
     out.append("    slurm_nodes:\n      children:\n")
     out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.groups_with_role(*_slurm_roles()))
+    if cluster.slurm.configless:
+        # The slurm role gives these nodes slurmd's --conf-server instead of the files it withholds.
+        _member_block(out, "slurm_configless", list(cluster.configless_hosts),
+                      {"hal_slurm_withheld_files": withheld_files(cluster)})
     return {PATH: "".join(out)}
 
 

@@ -1,4 +1,5 @@
-"""Slurm configuration: slurm.conf, gres.conf, cgroup.conf, topology.conf, slurmdbd.conf."""
+"""Slurm configuration: slurm.conf, gres.conf, cgroup.conf, topology.conf, slurmdbd.conf, and
+for configless compute nodes slurmd's options and a drop-in for its unit."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ import yaml
 
 from ..hostlist import fold, fold_hostlists, nodeset, union
 from ..model import Cluster, HardwareProfile, Role
+from ..model.configless import SLURMD_RETRIES_FETCH_FROM, served_to_slurmd
 from ..model.slurm import WeightedTres
 from ..model.slurm_versions import name_for
 from .common import header, yes_no
 from .health import slurm_conf_lines as health_lines
 
 ETC = "files/etc/slurm"
+# Configless compute nodes: slurmd's options (Debian's unit reads $SLURMD_OPTIONS from
+# /etc/default/slurmd; the role puts the file where the OS's unit reads it) and a drop-in.
+SLURMD_OPTIONS = "files/etc/default/slurmd"
+SLURMD_DROPIN = "files/etc/systemd/system/slurmd.service.d/hal-configless.conf"
 
 # Debian's Slurm packaging: paths and the slurm user it creates (StateSaveLocation is the
 # model's, slurm.state_save_location).
@@ -30,6 +36,52 @@ def render(cluster: Cluster) -> dict[str, str]:
         f"{ETC}/topology.conf": topology_conf(cluster),
         f"{ETC}/slurmdbd.conf": slurmdbd_conf(cluster),
         **job_namespace_files(cluster),
+        **configless_files(cluster),
+    }
+
+
+def slurmd_files(cluster: Cluster) -> list[str]:
+    """The rendered files of slurm.conf's directory that slurmd reads (slurmdbd.conf is not)."""
+    return ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf",
+            *(path.rsplit("/", 1)[1] for path in job_namespace_files(cluster))]
+
+
+def withheld_files(cluster: Cluster) -> list[str]:
+    """With slurm.configless, the rendered files configless nodes do not get because slurmctld
+    serves them (all of slurmd_files in every major the model knows); empty without it."""
+    if not cluster.slurm.configless:
+        return []
+    served = served_to_slurmd(cluster.slurm.version)
+    return [name for name in slurmd_files(cluster) if name in served]
+
+
+def conf_server(cluster: Cluster) -> str:
+    """slurmd's --conf-server: every SlurmctldHost with SlurmctldPort, the primary first."""
+    return ",".join(f"{host}:{cluster.slurm.controller_port}" for host in cluster.controllers)
+
+
+def configless_files(cluster: Cluster) -> dict[str, str]:
+    """With slurm.configless, slurmd's options and its unit's drop-in, for the configless nodes
+    (Cluster.configless_hosts; the inventory's slurm_configless group)."""
+    if not cluster.slurm.configless:
+        return {}
+    retry = "" if cluster.slurm.at_least(SLURMD_RETRIES_FETCH_FROM) else (
+        "\n[Service]\n"
+        f"# Slurm {cluster.slurm.version}'s slurmd exits when no controller answers at its start (it asks\n"
+        f"# again by itself from {SLURMD_RETRIES_FETCH_FROM}): systemd starts it again.\n"
+        "Restart=on-failure\n"
+        "RestartSec=10\n")
+    return {
+        SLURMD_OPTIONS: header(cluster)
+        + "# Configless: slurmd fetches slurm.conf and the files it names from slurmctld, asking\n"
+        "# the controllers in this order (the primary first).\n"
+        f'SLURMD_OPTIONS="--conf-server {conf_server(cluster)}"\n',
+        SLURMD_DROPIN: header(cluster)
+        + "[Unit]\n"
+        "# Debian's unit starts slurmd only where /etc/slurm/slurm.conf exists; a configless node has\n"
+        "# none. The empty assignment drops that condition.\n"
+        "ConditionPathExists=\n"
+        + retry,
     }
 
 
@@ -131,7 +183,8 @@ def slurm_conf(cluster: Cluster) -> str:
         f"SlurmctldTimeout={s.slurmctld_timeout_s}\n"
         f"SlurmdTimeout={s.slurmd_timeout_s}\n"
         "MpiDefault=none\n"
-        "\n# Scheduling: GPUs, cores and memory are consumable resources.\n"
+        + slurmctld_parameters_lines(cluster)
+        + "\n# Scheduling: GPUs, cores and memory are consumable resources.\n"
         "SchedulerType=sched/backfill\n"
         "SelectType=select/cons_tres\n"
         "SelectTypeParameters=CR_Core_Memory\n"
@@ -222,6 +275,21 @@ def extra_lines(cluster: Cluster) -> str:
         return ""
     return "\n# slurm.extra: options the model does not cover.\n" + "".join(
         f"{key}={extra[key]}\n" for key in sorted(extra))
+
+
+def slurmctld_parameters(cluster: Cluster) -> list[str]:
+    """SlurmctldParameters, one entry per option the model sets (slurm.conf has one such line)."""
+    return ["enable_configless"] if cluster.slurm.configless else []
+
+
+def slurmctld_parameters_lines(cluster: Cluster) -> str:
+    params = slurmctld_parameters(cluster)
+    if not params:
+        return ""
+    why = ("\n# Configless: slurmctld serves this file and the ones it names to slurmd on the compute\n"
+           "# nodes (slurmd --conf-server); only a restart of slurmctld changes it.\n"
+           if "enable_configless" in params else "")
+    return why + f"SlurmctldParameters={','.join(params)}\n"
 
 
 def priority_lines(cluster: Cluster) -> str:

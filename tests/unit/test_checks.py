@@ -323,6 +323,12 @@ ROWS = [
      E, "nodes[5].hosts", "not a valid hostlist expression: '@login'"),
     ("placement-on-wrong-role-group", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "@login"\n')],
      E, "services.slurmctld", "slurmctld placed on hal-login, a login node"),
+    # --- configless compute nodes ----------------------------------------------------------------
+    ("configless-without-a-configless-node",
+     [("  memory_reserve_mib: 8192 ", "  configless: true\n  memory_reserve_mib: 8192 "),
+      ("    hosts: hal[01-16]\n    count: 16 ", "    also: [login]\n    hosts: hal[01-16]\n    count: 16 ")],
+     W, "slurm.configless", "no Slurm node fetches its configuration from slurmctld: every Slurm node, hal[01-16] (16 hosts), is a "
+     "controller, login, development or portal host"),
     # --- a backup controller -------------------------------------------------------------------
     ("slurmctld-on-three-hosts", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "hal-mgmt[1-2],hal-dev"\n')],
      E, "services.slurmctld", "slurmctld placed on hal-dev,hal-mgmt[1-2] (3 hosts); hal-provision runs a "

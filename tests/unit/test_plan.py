@@ -283,9 +283,10 @@ def test_with_one_controller_it_restarts_alone(backup_tree) -> None:
 
 
 def test_a_reconfigure_needs_no_order(backup_tree) -> None:
+    """(tg[01-04] are configless: the reconfigure reaches them, see the configless tests below.)"""
     plan = build(backup_tree, tree(edit([('max_time: "2-00:00:00"\n', 'max_time: "3-00:00:00"\n')], BACKUP)))
-    assert consequences(plan, "slurm") == [("scontrol reconfigure", "tg-mgmt[1-2]"), ("reload slurmd", "tg[01-04]"),
-                                           ("file only", "tg-login")]
+    assert consequences(plan, "slurm") == [("scontrol reconfigure", "tg-mgmt[1-2]"),
+                                           ("reached by scontrol reconfigure", "tg[01-04]"), ("file only", "tg-login")]
 
 
 def test_a_backup_added_restarts_it_first_and_says_so(backup_tree) -> None:
@@ -338,6 +339,79 @@ def test_the_role_finds_the_controllers_the_plan_orders(backup_tree, tmp_path) -
     assert handlers.index("Restart the backup slurmctld") < handlers.index(
         "Wait until the backup slurmctld answers scontrol ping") < handlers.index("Restart slurmctld")
     assert update_policy.load().component("slurm").extra["backup_ready"] == "scontrol ping"
+
+
+# ---- configless compute nodes (x86-backup-controller: slurm.configless) ---------------------------
+PUSHED = [("  configless: true ", "  configless: false ")]
+RAISE_BACKUP_LIMIT = [('max_time: "2-00:00:00"\n', 'max_time: "3-00:00:00"\n')]
+
+
+def test_configless_nodes_get_no_file_and_the_reconfigure_reaches_them(backup_tree) -> None:
+    plan = build(backup_tree, tree(edit(RAISE_BACKUP_LIMIT, BACKUP)))
+    [component] = [c for c in plan.components if c.name == "slurm"]
+    reached = component.consequences[1]
+    assert (reached.action, reached.hosts) == ("reached by scontrol reconfigure", "tg[01-04]")
+    assert reached.detail.startswith("configless: no file copied")
+    assert [c.name for c in plan.components] == ["slurm"]  # slurmd's options did not change
+
+
+def test_a_restart_restarts_configless_slurmd_which_fetches_the_files_again(backup_tree) -> None:
+    plan = build(backup_tree, tree(edit(BACKUP_RESERVE, BACKUP)))
+    [component] = [c for c in plan.components if c.name == "slurm"]
+    restart = component.consequences[2]
+    assert (restart.action, restart.hosts) == ("restart slurmd", "tg[01-04]")
+    assert "fetches the configuration from slurmctld as it starts" in restart.detail
+
+
+def test_pushed_and_configless_nodes_side_by_side() -> None:
+    """A compute node that is also a login node keeps its files (users' commands read them): it
+    is reloaded; the configless ones are reached by the reconfigure."""
+    login_computes = [("    hosts: tg-login\n    hardware: login\n",
+                       "    hosts: tg-login\n    also: [compute]\n    hardware: hgx-a100\n"),
+                      ("      nodes: tg[01-04]\n", "      nodes: tg[01-04],tg-login\n")]
+    old = tree(edit(login_computes, BACKUP))
+    plan = build(old, tree(edit(login_computes + RAISE_BACKUP_LIMIT, BACKUP)))
+    assert consequences(plan, "slurm") == [("scontrol reconfigure", "tg-mgmt[1-2]"), ("reload slurmd", "tg-login"),
+                                           ("reached by scontrol reconfigure", "tg[01-04]")]
+
+
+@pytest.mark.parametrize("direction", ["on", "off"])
+def test_turning_configless_on_or_off_restarts_slurmctld_then_slurmd(backup_tree, direction) -> None:
+    pushed = tree(edit(PUSHED, BACKUP))
+    old, new = (pushed, backup_tree) if direction == "on" else (backup_tree, pushed)
+    plan = build(old, new)
+    slurm = consequences(plan, "slurm")
+    assert slurm[:2] == [("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1")]  # enable_configless
+    assert slurm[2] == ("restart slurmd", "tg[01-04]")
+    # slurmd's --conf-server and unit drop-in come (on) or go (off): slurmd restarts with them
+    assert consequences(plan, "slurmd_configless") == [("restart slurmd", "tg[01-04]")]
+
+
+def test_the_role_withholds_what_the_inventory_says(backup_tree, tmp_path) -> None:
+    """The slurm role's variables, by Ansible's templating, on the rendered inventory: a configless
+    compute node gets no file slurmctld serves and restarts slurmd only when what it fetched
+    differs from the render; a controller in the group (never rendered so) keeps its files."""
+    inventory = yaml.safe_load(backup_tree["inventory/hosts.yml"])["all"]["children"]
+    configless = inventory["slurm_configless"]
+    groups = {"service_slurmctld": ["tg-mgmt1", "tg-mgmt2"], "service_slurmdbd": ["tg-mgmt1"],
+              "slurm_nodes": ["tg01", "tg02", "tg03", "tg04"], "role_login": ["tg-login"],
+              "slurm_configless": list(configless["hosts"])}
+    os_vars = yaml.safe_load((REPO / "roles/slurm/vars/Debian.yml").read_text())
+    names = ["__slurm_is_configless", "__slurm_withheld_files", "__slurm_pushed_files", "__slurm_slurmd_dropin",
+             "__slurm_restart_required"]
+    facts = dict(groups=groups, __slurm_conf_text=backup_tree["files/etc/slurm/slurm.conf"], __slurmdbd_conf_text="",
+                 **os_vars, **configless["vars"])
+    fetched_same = role_values(names, tmp_path, inventory_hostname="tg01", __slurm_fetched={"changed": False}, **facts)
+    assert fetched_same == [True, ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf"], [],
+                            "/etc/systemd/system/slurmd.service.d/hal-configless.conf", False]
+    fetched_old = role_values(names[-1:], tmp_path, inventory_hostname="tg01", __slurm_fetched={"changed": True},
+                              **facts)
+    assert fetched_old == [True]
+    controller = role_values(names[:3], tmp_path, inventory_hostname="tg-mgmt1",
+                             **{**facts, "groups": {**groups, "slurm_configless": ["tg-mgmt1"],
+                                                    "slurm_nodes": ["tg-mgmt1"]}})
+    assert controller == [False, [], ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf",
+                                      "job_container.conf", "namespace.yaml"]]
 
 
 def test_files_the_front_end_does_not_deploy_do_nothing(hal_tree) -> None:
