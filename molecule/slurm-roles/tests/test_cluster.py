@@ -220,6 +220,70 @@ def test_ssh_with_a_job_is_adopted_into_it(test_user_ssh_key):
         node(LOGIN).run(f"scancel {job}")
 
 
+SERVED = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")   # what the compute node fetches
+
+
+def test_configless_compute_node_keeps_no_slurm_files_and_runs_on_the_fetched_ones():
+    """slurm.configless: slurmd on the compute node was started with --conf-server naming both
+    controllers, primary first, and keeps no local copy; /run/slurm/conf holds what the
+    controller sent, byte for byte the rendered files. The login node keeps its pushed copy."""
+    compute = node(COMPUTE)
+    for name in SERVED:
+        assert not compute.file(f"/etc/slurm/{name}").exists, f"{COMPUTE} has /etc/slurm/{name}"
+        assert compute.file(f"/run/slurm/conf/{name}").content_string == (RENDERED / "etc/slurm" / name).read_text(), name
+    port = _slurm_conf("SlurmctldPort")
+    assert f"--conf-server {MGMT}:{port},{MGMT2}:{port}" in compute.check_output("ps -o args= -C slurmd")
+    assert node(LOGIN).file("/etc/slurm/slurm.conf").content_string == (RENDERED / "etc/slurm/slurm.conf").read_text()
+
+
+def _show_config(name: str) -> dict[str, str]:
+    """`scontrol show config` on a host: key -> value, without its first line (the time)."""
+    lines = node(name).check_output("scontrol show config").splitlines()[1:]
+    return dict((k.strip(), v.strip()) for k, sep, v in (line.partition("=") for line in lines) if sep)
+
+
+def test_scontrol_show_config_on_the_configless_node_is_the_controllers():
+    """scontrol runs there with no /etc/slurm/slurm.conf (it finds the controllers in slurmd's
+    fetched copy) and shows the running configuration, every key as on the controller."""
+    assert not node(COMPUTE).file("/etc/slurm/slurm.conf").exists
+    here, there = _show_config(COMPUTE), _show_config(MGMT)
+    differ = {k: (here.get(k), there.get(k)) for k in here.keys() | there.keys() if here.get(k) != there.get(k)}
+    assert differ == {}, differ
+    assert len(here) > 100 and here["SlurmctldParameters"] == "enable_configless", here
+
+
+def _partition_max_time(name: str) -> str:
+    out = node(name).check_output("scontrol show partition gpu")
+    return re.search(r"MaxTime=(\S+)", out).group(1)
+
+
+def test_a_limit_changed_on_the_controllers_reaches_the_configless_node_through_reconfigure():
+    """What a converge does for a reconfigure-only change (the role copies slurm.conf to the
+    controllers and runs `scontrol reconfigure`): the compute node gets the new limit with no
+    file copied there. The file is put back the same way."""
+    conf = "/etc/slurm/slurm.conf"
+    original = node(MGMT).file(conf).content_string
+    assert "PartitionName=gpu " in original and " MaxTime=1-00:00:00 " in original
+    changed = original.replace(" MaxTime=1-00:00:00 ", " MaxTime=12:00:00 ")
+    try:
+        for name in (MGMT, MGMT2):
+            node(name).check_output(f"sed -i 's/^\\(PartitionName=gpu .*\\) MaxTime=1-00:00:00 /\\1 MaxTime=12:00:00 /' {conf}")
+            assert node(name).file(conf).content_string == changed, name
+        node(MGMT).check_output("scontrol reconfigure")
+        fetched = poll(lambda: node(COMPUTE).file("/run/slurm/conf/slurm.conf").content_string,
+                       lambda text: text == changed, timeout=30)
+        assert fetched == changed, "the compute node's slurmd did not get the reconfigured slurm.conf"
+        assert _partition_max_time(COMPUTE) == "12:00:00"
+        assert not node(COMPUTE).file(conf).exists
+    finally:
+        for name in (MGMT, MGMT2):
+            node(name).run(f"sed -i 's/^\\(PartitionName=gpu .*\\) MaxTime=12:00:00 /\\1 MaxTime=1-00:00:00 /' {conf}")
+        node(MGMT).run("scontrol reconfigure")
+    assert poll(lambda: node(COMPUTE).file("/run/slurm/conf/slurm.conf").content_string,
+                lambda text: text == original, timeout=30) == original
+    assert _partition_max_time(COMPUTE) == "1-00:00:00"
+
+
 def _log_count(name: str, text: str) -> int:
     """How many lines of slurmctld's log on `name` contain `text`."""
     log = shlex.quote(_slurm_conf("SlurmctldLogFile"))
@@ -230,6 +294,11 @@ def _log_count(name: str, text: str) -> int:
 # (at its start, and when it hands control back to the primary): Slurm's src/slurmctld/backup.c.
 TAKING_OVER = "not responding, BackupController1 mol-roles-mgmt2 taking over"
 STANDING_BY = "slurmctld running in background mode"
+
+
+def say(line: str) -> None:
+    """The failover's figures: printed, and shown for passed tests too (-rP, molecule.yml)."""
+    print(line, flush=True)
 
 
 def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
@@ -255,8 +324,8 @@ def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
         mgmt.check_output("systemctl stop slurmctld")
         took_over = poll(lambda: _log_count(MGMT2, TAKING_OVER), lambda n: n > 0, timeout=timeout * 2)
         takeover_s = time.monotonic() - stopped
-        print(f"failover: the backup took control {takeover_s:.1f} s after the primary stopped "
-              f"(SlurmctldTimeout {timeout} s)")
+        say(f"failover: the backup took control {takeover_s:.1f} s after the primary stopped "
+            f"(SlurmctldTimeout {timeout} s)")
         assert took_over, f"no takeover {timeout * 2} s after the primary stopped:\n" + backup.check_output(
             f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}")
         assert takeover_s <= timeout + timeout / 3 + 3, f"takeover after {takeover_s:.1f} s"
@@ -276,7 +345,11 @@ def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
         out = login.check_output(as_test_user("srun -N1 -n1 -t 1 bash -c 'echo $SLURM_JOB_ID $(hostname)'"))
         assert out.split()[1:] == [COMPUTE], out
 
+        say(f"failover: the job completed and a new one ran under the backup "
+            f"{time.monotonic() - stopped:.1f} s after the primary stopped")
+        started = time.monotonic()
         mgmt.check_output("systemctl start slurmctld")
+        say(f"failover: systemctl start slurmctld on the primary returned after {time.monotonic() - started:.1f} s")
         assert poll(lambda: _log_count(MGMT2, STANDING_BY), lambda n: n > standbys, timeout=60) > standbys, (
             "the backup did not stand by again when the primary came back:\n"
             + backup.check_output(f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}"))
@@ -286,6 +359,8 @@ def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
         assert ping[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"], ping
         out = login.check_output(as_test_user("srun -N1 -n1 -t 1 hostname"))
         assert out.strip() == COMPUTE
+        say(f"failover: the primary took control back and ran a job {time.monotonic() - started:.1f} s "
+            "after it was started")
     finally:
         mgmt.run("systemctl start slurmctld")
         node(COMPUTE).run(as_test_user(f"touch {flag}"))
