@@ -32,6 +32,16 @@ def render(cluster: Cluster) -> dict[str, str]:
     }
 
 
+# Slurm 23.11 renamed the flat topology: 22.05 knows only topology/none (topology/default is
+# fatal to it); 24.11 has no topology/none plugin and loads the old name as topology/default
+# without a word (scontrol then shows topology/default).
+TOPOLOGY_DEFAULT_FROM = "23.11"
+
+
+def flat_topology_plugin(cluster: Cluster) -> str:
+    return "topology/default" if cluster.slurm.at_least(TOPOLOGY_DEFAULT_FROM) else "topology/none"
+
+
 def job_namespace_files(cluster: Cluster) -> dict[str, str]:
     """The job namespace file where some group has a job_tmp_base: job_container.conf before
     Slurm 25.11, namespace.yaml from it."""
@@ -154,9 +164,8 @@ def slurm_conf(cluster: Cluster) -> str:
             "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
             "TopologyPlugin=topology/tree\n"
             if cluster.fabric is not None
-            # Slurm 22.05 names the flat topology topology/none (topology/default is 23.11's).
             else "\n# No fabric described: no network-aware placement (topology.conf is not read).\n"
-            "TopologyPlugin=topology/none\n"
+            f"TopologyPlugin={flat_topology_plugin(cluster)}\n"
         )
         + priority_lines(cluster)
         + "\n# Accounting through slurmdbd.\n"
