@@ -649,6 +649,9 @@ def run_slurmd(
 ) -> subprocess.CompletedProcess:
     """`slurmd <args>` on an emulated node of `profile`.
 
+    A private network namespace with only its loopback up: slurmd -D tries to register with the
+    controller at its rendered address (24.11's resolves it through the rendered /etc/hosts),
+    and no packet of it may leave this machine.
     hwloc reads a synthetic topology (HWLOC_XMLFILE, HWLOC_THISSYSTEM=1); /dev is a private
     tmpfs holding /dev/null and character devices 195:N for the GPUs, because slurmd waits
     forever ("Waiting for gres.conf file") for a device file that does not exist.
@@ -669,6 +672,7 @@ def run_slurmd(
             [_prog("timeout"), f"{for_seconds:g}", *slurmd]
     sock = shlex.quote(str(scratch.munge_socket))
     steps = [
+        "ip link set lo up",
         *slurm.mount_steps(scratch, dev="tmpfs"),
         *([] if slurm.root else ["mount -t tmpfs -o mode=755 none /dev"]),
         f"mknod -m 666 {in_dev('/dev/null')} c 1 3",
@@ -691,7 +695,7 @@ def run_slurmd(
     env = {**os.environ, "HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"}
     try:
         return subprocess.run(
-            [_prog("unshare"), "--mount", "--", "sh", "-ec", "\n".join(steps)],
+            [_prog("unshare"), "--mount", "--net", "--", "sh", "-ec", "\n".join(steps)],
             capture_output=True, text=True, timeout=COMMAND_TIMEOUT, env=env,
             preexec_fn=_die_with_parent,
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
@@ -54,6 +55,15 @@ SHOWN_AS = {"SlurmctldHost": "SlurmctldHost[{index}]", "PriorityWeightFairshare"
 # Rendered in minutes, shown as a time of day.
 MINUTES_KEYS = {"PriorityCalcPeriod"}
 PER_ITEM_KEYS = {"NodeName", "NodeSet", "PartitionName"}
+
+
+def test_the_daemons_are_of_the_major_under_test(slurm):
+    """The chroot really runs the root's Slurm: each program reports the major the tree is
+    rendered for. (slurmdbd -V and scontrol -V look for a configuration first; the other tests run
+    them by the same path.)"""
+    for prog in ("slurmctld", "slurmd"):
+        done = subprocess.run([*slurm.argv(prog), "-V"], capture_output=True, text=True, timeout=20)
+        assert done.stdout.startswith(f"slurm-wlm {slurm.major}."), (prog, done.stdout, done.stderr)
 
 
 def test_harness_rewrites_only_its_own_keys(case):
@@ -383,7 +393,8 @@ def test_a_backup_controller_stands_by_and_takes_over_from_the_shared_state(extr
 def test_log_has_no_unexpected_errors(case):
     """Anything slurmctld complains about, beyond the harness's known noise, is a finding."""
     log = case.controller.log()
-    assert "slurmctld version" in log and "Running as primary controller" in log, log
+    version = case.cluster.slurm.version  # the major the tree is rendered for, the one running it
+    assert f"slurmctld version {version}." in log and "Running as primary controller" in log, log
     unexpected = [
         line
         for line in log.splitlines()
