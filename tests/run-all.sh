@@ -19,11 +19,23 @@ start=$(date +%s)
 ( python -m hal_provision.sandbox.image >"$image_log" 2>&1; rc=$?
   echo "image_s=$(( $(date +%s) - start )) rc=$rc" >>"$image_log"; exit $rc ) &
 image_pid=$!
+# Slurm 24.11's Debian 13 root for the acceptance tests' second major, built if missing or
+# outdated beside pytest too: its tests come last and wait for this build (conftest.py).
+root_log=$(mktemp -t hal-slurmroot.XXXXXX)
+( python -m hal_provision.sandbox.slurmroot >"$root_log" 2>&1; rc=$?
+  echo "slurm_root_s=$(( $(date +%s) - start )) rc=$rc" >>"$root_log"; exit $rc ) &
+root_pid=$!
 
 start=$(date +%s)
 python -m pytest -ra "$@"
 pytest_rc=$?
 pytest_s=$(( $(date +%s) - start ))
+
+echo "== slurm 24.11 root"
+wait "$root_pid" || failed=$((failed + 1))
+cat "$root_log"
+root_s=$(sed -n 's/^slurm_root_s=\([0-9]*\) .*/\1/p' "$root_log")
+rm -f "$root_log"
 
 echo "== node images"
 wait "$image_pid" || failed=$((failed + 1))
@@ -48,6 +60,7 @@ done
 echo "== timings"
 printf '%-16s %-7s %4ds\n' pytest "$([ "$pytest_rc" -eq 0 ] && echo passed || echo FAILED)" "$pytest_s"
 printf '%-16s %-7s %4ds (beside pytest)\n' "node images" - "${image_s:-0}"
+printf '%-16s %-7s %4ds (beside pytest)\n' "slurm root" - "${root_s:-0}"
 printf '%s\n' "${timings[@]}"
 total=$(( $(date +%s) - all_start ))
 printf '%-16s %-7s %4ds (%dm%02ds)\n' total - "$total" $((total / 60)) $((total % 60))

@@ -9,6 +9,13 @@ The renderers are checked by the programs that will read their output in product
   the rendered gres.conf (Cores=, Links=) for that hardware.
 * ``slurmdbd`` parses the rendered slurmdbd.conf and gets as far as connecting to MariaDB.
 
+Two Slurm majors run the same checks (``SlurmInstall``): the host's (Debian 12, 22.05) and
+Debian 13's 24.11 from a root that ``hal_provision.sandbox.slurmroot`` builds in the user's
+cache. The root's programs (munged and scontrol included) run with ``chroot`` in the same
+private namespaces, which show the root the scratch directory at its own path, the rendered
+Slurm configs as its /etc/slurm, the rendered /etc/hosts, /proc, /sys and /dev; the tree is
+rendered for the major (``slurm.version``), so each daemon reads what its version expects.
+
 Each daemon runs in a private UTS + mount + network namespace: its hostname is the service
 host of the description, ``/etc/hosts`` is the rendered one (bind-mounted), the service
 host's rendered addresses sit on the namespace's loopback, and no packet leaves the host, so
@@ -56,6 +63,8 @@ REQUIRED_PROGRAMS = {
     "mount": "mount",
     "ip": "iproute2",
     "timeout": "coreutils",
+    "chroot": "coreutils",
+    "setpriv": "util-linux",
     "systemd-analyze": "systemd",
 }
 _SBIN = ("/usr/local/sbin", "/usr/sbin", "/sbin")
@@ -100,6 +109,67 @@ _PR_SET_PDEATHSIG = 1
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL it when the test process goes away."""
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# ---- which Slurm ---------------------------------------------------------------------------
+
+HOST_MAJOR = "22.05"  # Debian 12's
+
+
+@dataclass(frozen=True)
+class SlurmInstall:
+    """The Slurm the daemons come from: the host's (root None) or a root's, run with chroot.
+
+    Only the daemons and their clients (slurmctld, slurmd, slurmdbd, scontrol, munged, timeout)
+    come from the root; namespaces, mounts and lstopo's synthetic topology (hwloc's XML, read
+    by the root's hwloc) are the host's.
+    """
+
+    major: str
+    root: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return f"Slurm {self.major}" + (f" from {self.root}" if self.root else " (host)")
+
+    def argv(self, prog: str, *args: str) -> list[str]:
+        if self.root is None:
+            return [_prog(prog), *args]
+        for bin_dir in ("usr/sbin", "usr/bin"):
+            if (self.root / bin_dir / prog).exists():
+                return [_prog("chroot"), str(self.root), f"/{bin_dir}/{prog}", *args]
+        raise HarnessError(f"{prog} not found in the {self.major} root {self.root}")
+
+    def mount_steps(self, scratch: "Scratch", dev: str = "bind") -> list[str]:
+        """Shell lines, in a private mount namespace, that show the root what the host's daemons
+        see: the scratch directory at its own path (on a tmpfs /tmp, so the cached root is never
+        written), the rendered configs as /etc/slurm, the rendered /etc/hosts, /proc, /sys, and
+        /dev: the host's (`dev` "bind") or a fresh tmpfs ("tmpfs", slurmd's emulated node)."""
+        if self.root is None:
+            return []
+        r = self.root
+        q = lambda p: shlex.quote(str(p))  # noqa: E731
+        steps = [
+            f"mount -t tmpfs -o mode=1777 none {q(r / 'tmp')}",
+            f"mkdir -p {q(r / scratch.root.relative_to('/'))}",
+            f"mount --bind {q(scratch.root)} {q(r / scratch.root.relative_to('/'))}",
+            f"mount --bind {q(scratch.conf_dir)} {q(r / 'etc/slurm')}",
+            f"mount --bind {q(scratch.hosts_file)} {q(r / 'etc/hosts')}",
+            f"mount --bind /proc {q(r / 'proc')}",
+            f"mount --rbind /sys {q(r / 'sys')}",
+        ]
+        if dev == "tmpfs":
+            steps.append(f"mount -t tmpfs -o mode=755 none {q(r / 'dev')}")
+        else:
+            steps.append(f"mount --rbind /dev {q(r / 'dev')}")
+        return steps
+
+    def dev_dir(self) -> str:
+        """Where /dev of the daemons lies, seen from the host's side of the mount namespace."""
+        return str(self.root / "dev") if self.root else "/dev"
+
+
+HOST_SLURM = SlurmInstall(HOST_MAJOR)
 
 
 # ---- rewriting the rendered files ---------------------------------------------------------
@@ -214,6 +284,15 @@ def untouched_lines(text: str, rewrites: list[Rewrite]) -> list[str]:
 # ---- scratch tree -------------------------------------------------------------------------
 
 
+def for_major(cluster, major: str):
+    """`cluster` with slurm.version `major`, validated again as a description saying so would be."""
+    if cluster.slurm.version == major:
+        return cluster
+    data = cluster.model_dump(mode="json", exclude_none=True)
+    data["slurm"]["version"] = major
+    return type(cluster).model_validate(data)
+
+
 @dataclass
 class Scratch:
     """A rendered tree plus the harness's own files, in a fresh directory under /tmp.
@@ -223,19 +302,21 @@ class Scratch:
 
     root: Path
     rendered: dict[str, str] = field(repr=False)
+    slurm: SlurmInstall = HOST_SLURM
 
     @classmethod
-    def create(cls, cluster) -> "Scratch":
+    def create(cls, cluster, slurm: SlurmInstall = HOST_SLURM) -> "Scratch":
+        """The tree of `cluster` rendered for `slurm`'s major (its slurm.version set to it)."""
         root = Path(tempfile.mkdtemp(prefix="halprov-"))
         root.chmod(0o755)  # munged wants o+x on every directory above its socket
-        rendered = render_all(cluster)
+        rendered = render_all(for_major(cluster, slurm.major))
         for rel, text in rendered.items():
             target = root / "rendered" / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
         for sub in ("state", "spool", "log"):
             (root / sub).mkdir()
-        scratch = cls(root, rendered)
+        scratch = cls(root, rendered, slurm)
         scratch.munge_dir.mkdir()
         scratch.munge_dir.chmod(0o755)  # whatever the umask: munged checks the socket's dir
         return scratch
@@ -259,6 +340,20 @@ class Scratch:
     @property
     def munge_socket(self) -> Path:
         return self.munge_dir / "munge.socket"
+
+    def munged_argv(self) -> list[str]:
+        """munged in the foreground on this scratch's key (made on first use) and socket."""
+        m = self.munge_dir
+        key = m / "munge.key"
+        if not key.exists():
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(1024))
+        return self.slurm.argv(
+            "munged", "--foreground", f"--socket={self.munge_socket}", f"--key-file={key}",
+            f"--pid-file={m / 'munged.pid'}", f"--log-file={self.root / 'log/munged.log'}",
+            f"--seed-file={m / 'munged.seed'}",
+        )
 
     def rendered_text(self, name: str) -> str:
         return self.rendered[f"{SLURM_DIR}/{name}"]
@@ -337,11 +432,13 @@ class Namespace:
     closes and the holder exits.
     """
 
-    def __init__(self, host: str, hosts_file: Path, addresses: list[str]):
+    def __init__(self, host: str, hosts_file: Path, addresses: list[str], mounts: list[str] = ()):
+        """`mounts`: more shell lines for the namespace (SlurmInstall.mount_steps)."""
         if not addresses:
             raise HarnessError(f"the rendered /etc/hosts gives no address to {host}")
         steps = [
             f"mount --bind {shlex.quote(str(hosts_file))} /etc/hosts",
+            *mounts,
             f"hostname {shlex.quote(host)}",
             "ip link set lo up",
             *(f"ip addr add {shlex.quote(a)}/32 dev lo" for a in addresses),
@@ -424,7 +521,7 @@ class ServiceHost:
         self.stack = ExitStack()
         try:
             addresses = host_addresses(scratch.hosts_file.read_text(), host)
-            self.ns = Namespace(host, scratch.hosts_file, addresses)
+            self.ns = Namespace(host, scratch.hosts_file, addresses, scratch.slurm.mount_steps(scratch))
             self.stack.callback(self.ns.close)
             if peer is None:
                 self._start_munged()
@@ -435,19 +532,8 @@ class ServiceHost:
             raise
 
     def _start_munged(self) -> None:
-        m = self.scratch.munge_dir
-        key = m / "munge.key"
-        if not key.exists():
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(1024))
         sock = self.scratch.munge_socket
-        proc = self.ns.spawn(
-            _prog("munged"), "--foreground", f"--socket={sock}", f"--key-file={key}",
-            f"--pid-file={m / 'munged.pid'}", f"--log-file={self.scratch.root / 'log/munged.log'}",
-            f"--seed-file={m / 'munged.seed'}",
-            output=self.scratch.root / "log/munged.out",
-        )
+        proc = self.ns.spawn(*self.scratch.munged_argv(), output=self.scratch.root / "log/munged.out")
         self.stack.callback(_stop, proc)
         if not retry(lambda: sock.exists() or proc.poll() is not None, START_TIMEOUT, POLL) or not sock.exists():
             raise HarnessError(
@@ -479,7 +565,8 @@ class Controller:
         self.service = ServiceHost(scratch, host, None if backup_of is None else backup_of.service)
         try:
             self.proc = self.service.spawn(
-                "slurmctld" if backup_of is None else f"slurmctld-{host}", _prog("slurmctld"), "-D", "-f", str(conf)
+                "slurmctld" if backup_of is None else f"slurmctld-{host}",
+                *scratch.slurm.argv("slurmctld", "-D", "-f", str(conf)),
             )
             retry(lambda: self.proc.poll() is not None or self._up(), START_TIMEOUT, 0.1)
             if self.proc.poll() is not None or not self._up():
@@ -503,10 +590,10 @@ class Controller:
         return f"at {self.host} is UP" in self.ping()
 
     def ping(self) -> str:
-        return self.service.ns.run(_prog("scontrol"), "ping", env=self.env).stdout
+        return self.service.ns.run(*self.scratch.slurm.argv("scontrol", "ping"), env=self.env).stdout
 
     def scontrol(self, *args: str) -> str:
-        result = self.service.ns.run(_prog("scontrol"), *args, env=self.env)
+        result = self.service.ns.run(*self.scratch.slurm.argv("scontrol", *args), env=self.env)
         if result.returncode != 0:
             raise HarnessError(
                 f"scontrol {' '.join(args)} failed ({result.returncode}): {result.stderr}\n"
@@ -526,7 +613,7 @@ def run_slurmdbd_until_storage(scratch: Scratch, host: str, wait_for: tuple[str,
     service = ServiceHost(scratch, host)
     try:
         proc = service.spawn(
-            "slurmdbd", _prog("slurmdbd"), "-D", env={"SLURM_CONF": str(scratch.slurm_conf)}
+            "slurmdbd", *scratch.slurm.argv("slurmdbd", "-D"), env={"SLURM_CONF": str(scratch.slurm_conf)}
         )
         retry(
             lambda: proc.poll() is not None
@@ -562,6 +649,9 @@ def run_slurmd(
 ) -> subprocess.CompletedProcess:
     """`slurmd <args>` on an emulated node of `profile`.
 
+    A private network namespace with only its loopback up: slurmd -D tries to register with the
+    controller at its rendered address (24.11's resolves it through the rendered /etc/hosts),
+    and no packet of it may leave this machine.
     hwloc reads a synthetic topology (HWLOC_XMLFILE, HWLOC_THISSYSTEM=1); /dev is a private
     tmpfs holding /dev/null and character devices 195:N for the GPUs, because slurmd waits
     forever ("Waiting for gres.conf file") for a device file that does not exist.
@@ -573,17 +663,39 @@ def run_slurmd(
             [_prog("lstopo"), "--input", synthetic_topology(profile), "--of", "xml", str(xml)],
             check=True, capture_output=True, timeout=COMMAND_TIMEOUT,
         )
+    slurm = scratch.slurm
+    dev = slurm.dev_dir()
+    in_dev = lambda f: shlex.quote(dev + f.removeprefix("/dev"))  # noqa: E731
+    slurmd = slurm.argv("slurmd", *args, "-f", str(scratch.slurm_conf))
+    if for_seconds:  # the root's own timeout inside the chroot, the host's outside it
+        slurmd = [*slurmd[:2], "/usr/bin/timeout", f"{for_seconds:g}", *slurmd[2:]] if slurm.root else \
+            [_prog("timeout"), f"{for_seconds:g}", *slurmd]
+    sock = shlex.quote(str(scratch.munge_socket))
     steps = [
-        "mount -t tmpfs -o mode=755 none /dev",
-        "mknod -m 666 /dev/null c 1 3",
-        *(f"mknod -m 666 {shlex.quote(f)} c 195 {nvidia_minor(f)}" for f in device_files),
-        "exec " + shlex.join([*((_prog("timeout"), f"{for_seconds:g}") if for_seconds else ()),
-                              _prog("slurmd"), *args, "-f", str(scratch.slurm_conf)]),
+        "ip link set lo up",
+        *slurm.mount_steps(scratch, dev="tmpfs"),
+        *([] if slurm.root else ["mount -t tmpfs -o mode=755 none /dev"]),
+        f"mknod -m 666 {in_dev('/dev/null')} c 1 3",
+        f"mknod -m 444 {in_dev('/dev/urandom')} c 1 9",
+        *(f"mknod -m 666 {in_dev(f)} c 195 {nvidia_minor(f)}" for f in device_files),
+        # 24.11's slurmd makes a MUNGE credential even for -C/-G ("Munge encode failed ...
+        # slurmd initialization failed" without munged); 22.05's does not. Both get one.
+        f"{shlex.join([_prog('setpriv'), '--pdeathsig', 'KILL', *scratch.munged_argv()])} "
+        f">>{shlex.quote(str(scratch.root / 'log/munged.out'))} 2>&1 &",
+        "munged=$!",
+        f"i=0; until [ -S {sock} ]; do i=$((i + 1)); "
+        f"[ $i -le {int(START_TIMEOUT / POLL)} ] || {{ echo 'munged did not start' >&2; exit 1; }}; "
+        f"sleep {POLL}; done",
+        "set +e",
+        shlex.join(slurmd),
+        "status=$?",
+        "kill $munged; wait $munged",
+        "exit $status",
     ]
     env = {**os.environ, "HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"}
     try:
         return subprocess.run(
-            [_prog("unshare"), "--mount", "--", "sh", "-ec", "\n".join(steps)],
+            [_prog("unshare"), "--mount", "--net", "--", "sh", "-ec", "\n".join(steps)],
             capture_output=True, text=True, timeout=COMMAND_TIMEOUT, env=env,
             preexec_fn=_die_with_parent,
         )

@@ -17,6 +17,8 @@ import pytest
 
 from hal_provision.render import portal, render_all
 
+from .conftest import load_cluster
+
 pytestmark = pytest.mark.acceptance
 
 SPAWNER = Path(__file__).resolve().parents[2] / "hal_provision" / "node" / "portal" / "spawner.py"
@@ -37,11 +39,15 @@ def hal_portal(tmp_path_factory):
         sys.modules.pop("hal_portal", None)
 
 
-def test_real_jupyterhub_loads_the_rendered_config(hal, hal_portal, tmp_path):
+def test_real_jupyterhub_loads_the_rendered_config(hal_portal, tmp_path):
+    """No Slurm daemon involved: HAL's description alone (not the `hal` fixture, whose controller
+    would be started, once per Slurm major, for nothing)."""
     from jupyterhub.app import JupyterHub
 
+    cluster = load_cluster("hal")
+
     config_file = tmp_path / "jupyterhub_config.py"
-    config_file.write_text(render_all(hal.cluster)[portal.HUB_CONFIG])
+    config_file.write_text(render_all(cluster)[portal.HUB_CONFIG])
     app = JupyterHub()
     app.load_config_file(str(config_file))
     assert app.spawner_class is hal_portal.CatalogueSpawner
@@ -55,4 +61,4 @@ def test_real_jupyterhub_loads_the_rendered_config(hal, hal_portal, tmp_path):
     assert authenticator.valid_username_regex == r"^[a-z_][a-z0-9_-]*$"
     spawner = app.spawner_class(config=app.config)
     assert spawner.start_timeout == 300 and spawner.exec_prefix == "sudo -E -u {username}"
-    assert list(spawner.apps) == [a.name for a in hal.cluster.portal.apps]
+    assert list(spawner.apps) == [a.name for a in cluster.portal.apps]

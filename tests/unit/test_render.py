@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from hal_provision.cli.main import app
 from hal_provision.findings import has_errors
 from hal_provision.hostlist import expand, fold, nodeset
+from hal_provision.model import Cluster
 from hal_provision.render import render_all
 from hal_provision.render.common import dotted_quads, header
 from hal_provision.render.writer import MARKER, WriteError, write_tree
@@ -432,3 +434,15 @@ def test_qos_plan_is_in_the_lower_case_sacctmgr_stores():
     assert plan["name"] == "debug"
     assert plan["listed"] == "debug|5||||short test jobs"
     assert "Description=short test jobs" in plan["add"]
+
+
+@pytest.mark.parametrize(("version", "plugin"), [("22.05", "topology/none"), ("23.02", "topology/none"),
+                                                  ("23.11", "topology/default"), ("24.11", "topology/default")])
+def test_flat_topology_is_named_as_the_version_names_it(version, plugin):
+    """No fabric: 22.05 refuses topology/default; from 23.11 topology/none is gone (24.11 loads
+    it as topology/default, checked on both majors' slurmctld in tests/acceptance)."""
+    text = (Path(__file__).resolve().parents[1] / "data" / "clusters" / "workstation.yml").read_text()
+    data = yaml.safe_load(text)
+    data["slurm"]["version"] = version
+    conf = render_all(Cluster.model_validate(data))["files/etc/slurm/slurm.conf"]
+    assert [l for l in conf.splitlines() if l.startswith("TopologyPlugin=")] == [f"TopologyPlugin={plugin}"]
