@@ -15,7 +15,7 @@ from ..model import Role
 from ..render.writer import WriteError
 from ..sandbox import lifecycle
 from ..sandbox.derive import DEFAULT_SUBNET, SandboxError
-from ..sandbox.image import ImageError
+from ..sandbox.image import DEFAULT_RELEASE, RELEASE_SLURM, ImageError
 from ..sandbox.wheelhouse import WheelhouseError
 from . import runner
 from .common import checked, err, out
@@ -26,10 +26,11 @@ WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbo
 
 
 def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, caches: bool = True,
-          cpu_only: bool = False) -> lifecycle.Sandbox:
+          cpu_only: bool = False, release: str = DEFAULT_RELEASE) -> lifecycle.Sandbox:
     _loaded, model = checked(file)
     try:
-        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only)
+        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only,
+                              release=release)
     except SandboxError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
@@ -56,15 +57,21 @@ def up(
                                  "a progress line and a log file."),
     cpu_only: bool = typer.Option(False, "--cpu-only", help="Make the compute nodes a CPU-only group: their hardware "
                                   "profile without GPUs, only the cpu virtual partitions (the recipe trains on CPUs)."),
+    release: str = typer.Option(DEFAULT_RELEASE, help="The nodes' Debian release: "
+                                + ", ".join(f"{r} (Slurm {v})" for r, v in RELEASE_SLURM.items())
+                                + ". The configs are rendered for that Slurm; a release other than bookworm runs "
+                                "without the caches (they are Debian 12's)."),
 ) -> None:
     """Build the node image if missing, start the containers, render and run site.yml."""
-    sb = _plan(file, workdir, computes, subnet, caches, cpu_only)
+    if release != DEFAULT_RELEASE and caches:
+        out.print(f"--release {release}: without this machine's caches (they are Debian 12's)", markup=False)
+    sb = _plan(file, workdir, computes, subnet, caches, cpu_only, release)
     try:
         sb = lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
     except (lifecycle.LifecycleError, ImageError, WheelhouseError, WriteError, subprocess.CalledProcessError) as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
-    lifecycle.record_source(sb, file, computes, subnet, cpu_only)
+    lifecycle.record_source(sb, file, computes, subnet, cpu_only)  # sb carries the release
     for stray in lifecycle.strays(sb):  # never removed here: it may still run jobs
         out.print(f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
                   f"then `podman rm -f {stray}`", markup=False)

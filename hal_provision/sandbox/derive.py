@@ -40,7 +40,8 @@ class SandboxError(ValueError):
     pass
 
 
-def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False) -> Cluster:
+def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False,
+                   slurm_version: str | None = None) -> Cluster:
     data = cluster.model_dump(mode="json", exclude_none=True)
     primary = cluster.cluster.primary_network
     mgmt_host = cluster.controllers[0]  # the primary
@@ -145,6 +146,8 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     if data.get("health"):
         data["health"] = _sandbox_health(data["health"])
     _sandbox_priority(data)
+    if slurm_version is not None:  # the Slurm the nodes' release ships (sandbox up --release)
+        data["slurm"]["version"] = slurm_version
     if cpu_only:
         _cpu_only(data, first_compute.name)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")

@@ -1,6 +1,6 @@
 """Build the sandbox's node images locally: debootstrap + podman import, no container registry.
 
-Two images, the second built on the first:
+Two images per Debian release, the second built on the first:
 
 * ``hal-node:bookworm`` (IMAGE), the bare node: Debian minbase, systemd, sshd and Python.
   The roles install every package from the public archive, as on a freshly installed node.
@@ -10,8 +10,10 @@ Two images, the second built on the first:
   in under 2 s, and installing them takes 48 s of dpkg on a 2-core machine, for every node of
   every sandbox. Built once per machine, and again when the roles' package lists change.
 
-The Debian mirror is read from the host's own apt sources at run time, so nothing here names
-a package registry. Usage: ``python3 -m hal_provision.sandbox.image [--force] [--bare]``.
+Debian 12 (bookworm, Slurm 22.05) is the default; ``--release trixie`` builds the same for
+Debian 13 (Slurm 24.11). The Debian mirror is read from the host's own apt sources at run time,
+so nothing here names a package registry; a trixie image gets the host's sources with the
+release renamed. Usage: ``python3 -m hal_provision.sandbox.image [--force] [--bare] [--release R]``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,21 @@ import sys
 import tempfile
 from pathlib import Path
 
-IMAGE = "localhost/hal-node:bookworm"
+# The Debian releases a sandbox node can run, each with the Slurm major its archive ships (the
+# sandbox renders for that major, whatever the description's slurm.version says).
+RELEASE_SLURM = {"bookworm": "22.05", "trixie": "24.11"}
+DEFAULT_RELEASE = "bookworm"
+
+
+def image_name(release: str = DEFAULT_RELEASE) -> str:
+    return f"localhost/hal-node:{release}"
+
+
+def packages_image_name(release: str = DEFAULT_RELEASE) -> str:
+    return f"localhost/hal-node:{release}-packages"
+
+
+IMAGE = image_name()
 # Bumped whenever what the image holds changes, so an older local image is rebuilt.
 REVISION = "2"
 REVISION_LABEL = "io.hal-provision.image-revision"
@@ -52,7 +68,7 @@ MASKED_UNITS = [
 ]
 
 
-PACKAGES_IMAGE = "localhost/hal-node:bookworm-packages"
+PACKAGES_IMAGE = packages_image_name()
 PACKAGES_LABEL = "io.hal-provision.packages"
 REPO = Path(__file__).resolve().parents[2]
 # Packages a role must install itself: their installation reads site input prepared first.
@@ -166,7 +182,35 @@ def _run(cmd: list[str], **kw) -> None:
     subprocess.run(cmd, check=True, **kw)
 
 
-def build(image: str = IMAGE, force: bool = False) -> str:
+def apt_sources_for(text: str, release: str) -> str:
+    """The host's apt sources (one-line or deb822) for another release of the same archives:
+    each suite word bookworm (bookworm-updates, bookworm-security, ...) becomes `release`."""
+    return re.sub(rf"(?<![\w.-]){SUITE}(?=(-[a-z]+)?(\s|$))", release, text)
+
+
+def _copy_apt_sources(root: Path, release: str) -> None:
+    """The container uses the same archives as the host, for its own release."""
+    for rel in ("sources.list", "sources.list.d"):
+        src = Path("/etc/apt") / rel
+        dst = root / "etc/apt" / rel
+        if src.is_dir():
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+            files = [p for p in dst.rglob("*") if p.is_file()]
+        elif src.is_file():
+            shutil.copy2(src, dst)
+            files = [dst]
+        else:
+            continue
+        if release != SUITE:
+            for f in files:
+                f.write_text(apt_sources_for(f.read_text(), release))
+
+
+def build(image: str | None = None, force: bool = False, release: str = DEFAULT_RELEASE) -> str:
+    if release not in RELEASE_SLURM:
+        raise ImageError(f"no node image for Debian release {release!r} (known: {', '.join(RELEASE_SLURM)})")
+    image = image or image_name(release)
     if image_exists(image) and not force:
         print(f"{image} exists")
         return image
@@ -176,17 +220,9 @@ def build(image: str = IMAGE, force: bool = False) -> str:
     mirror = host_mirror()
     with tempfile.TemporaryDirectory(prefix="hal-node-") as tmp:
         root = Path(tmp) / "root"
-        _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(root), mirror],
+        _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", release, str(root), mirror],
              stdout=subprocess.DEVNULL)
-        # The container uses the same archives as the host.
-        for rel in ("sources.list", "sources.list.d"):
-            src = Path("/etc/apt") / rel
-            dst = root / "etc/apt" / rel
-            if src.is_dir():
-                shutil.rmtree(dst, ignore_errors=True)
-                shutil.copytree(src, dst)
-            elif src.is_file():
-                shutil.copy2(src, dst)
+        _copy_apt_sources(root, release)
         (root / "etc/machine-id").write_text("")
         for key in (root / "etc/ssh").glob("ssh_host_*"):
             key.unlink()
@@ -239,13 +275,14 @@ touch -d @0 /var/lib/apt/lists
 """
 
 
-def build_packages(image: str = PACKAGES_IMAGE, force: bool = False) -> str:
+def build_packages(image: str | None = None, force: bool = False, release: str = DEFAULT_RELEASE) -> str:
     """The packages image, FROM the bare one (built first when missing)."""
+    image = image or packages_image_name(release)
     packages = image_packages()
     if packages_image_exists(packages, image) and not force:
         print(f"{image} exists")
         return image
-    base = build()
+    base = build(release=release)
     revision = packages_revision(packages)
     script = _PACKAGES_SCRIPT.replace("{secrets}", " ".join(NODE_SECRETS))
     with tempfile.TemporaryDirectory(prefix="hal-node-packages-") as tmp:
@@ -269,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     ap.add_argument("--bare", action="store_true", help="only the bare image, not the packages image on it")
     ap.add_argument("--print-mirror", action="store_true", help="print the host's Debian mirror and exit")
+    ap.add_argument("--release", choices=sorted(RELEASE_SLURM), default=DEFAULT_RELEASE,
+                    help="the nodes' Debian release (default %(default)s)")
     args = ap.parse_args(argv)
     if args.print_mirror:
         try:
@@ -278,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     try:
-        build(force=args.force)
+        build(force=args.force, release=args.release)
         if not args.bare:
-            build_packages(force=args.force)
+            build_packages(force=args.force, release=args.release)
     except (ImageError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from ..model import Cluster
 from ..render.writer import write_tree
 from . import image as image_mod
 from . import wheelhouse
-from .derive import DEFAULT_SUBNET, derive_sandbox, without_module_packages
+from .derive import DEFAULT_SUBNET, SandboxError, derive_sandbox, without_module_packages
 from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
 from .storage import shared_mounts
 
@@ -65,6 +65,8 @@ class Sandbox:
     # portal installs from. Without them the nodes start bare and install everything from the
     # public archives, as a freshly installed site does.
     caches: bool = True
+    # The nodes' Debian release (image.RELEASE_SLURM): its Slurm major is the derived model's.
+    release: str = image_mod.DEFAULT_RELEASE
 
     @property
     def rendered(self) -> Path:
@@ -115,19 +117,28 @@ def sandbox_name(cluster: Cluster) -> str:
 
 
 def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True,
-         cpu_only: bool = False) -> Sandbox:
-    cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only)
+         cpu_only: bool = False, release: str = image_mod.DEFAULT_RELEASE) -> Sandbox:
+    """The sandbox of `full`: its derived model, rendered for the Slurm major of the nodes'
+    release. The caches (the packages image and the wheelhouse) are Debian 12's: another
+    release runs without them."""
+    if release not in image_mod.RELEASE_SLURM:
+        raise SandboxError(f"no sandbox nodes of Debian release {release!r} (known: "
+                           f"{', '.join(image_mod.RELEASE_SLURM)})")
+    caches = caches and release == image_mod.DEFAULT_RELEASE
+    cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only,
+                             slurm_version=image_mod.RELEASE_SLURM[release])
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(full, keep).items())
-    return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches)
+    return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches,
+                   release=release)
 
 
 def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str, cpu_only: bool = False) -> None:
     """What `sandbox up` was given, beside the derived model: the tests that scale the sandbox
     out and back run `sandbox up` again with the same description and one more compute node."""
     doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet,
-           "caches": sb.caches, "cpu_only": cpu_only}
+           "caches": sb.caches, "cpu_only": cpu_only, "release": sb.release}
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -187,7 +198,7 @@ def load(workdir: Path) -> Sandbox:
     cluster = Cluster.model_validate_json((workdir / MODEL).read_text())
     source = json.loads((workdir / SOURCE).read_text()) if (workdir / SOURCE).is_file() else {}
     return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster,
-                   caches=source.get("caches", True))
+                   caches=source.get("caches", True), release=source.get("release", image_mod.DEFAULT_RELEASE))
 
 
 def _keygen(key: Path, comment: str, log=print) -> None:
@@ -238,7 +249,7 @@ def create(sb: Sandbox, log=print) -> Sandbox:
     make_root_key(sb, log)
     make_user_keys(sb, log)
     render(sb)
-    image = image_mod.build_packages() if sb.caches else image_mod.build()
+    image = image_mod.build_packages(release=sb.release) if sb.caches else image_mod.build(release=sb.release)
     wheels = None
     if sb.caches:
         wheels = wheelhouse.default_dir()

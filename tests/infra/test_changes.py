@@ -148,7 +148,8 @@ def sandbox_up(computes: int) -> str:
     src = source()
     argv = [tools.self_command(), "sandbox", "up", *([src["file"]] if src["file"] else []),
             "--computes", str(computes), "--subnet", src["subnet"], "--workdir", str(WORKDIR), "--no-converge",
-            "--caches" if src.get("caches", True) else "--no-caches", *(["--cpu-only"] if src.get("cpu_only") else [])]
+            "--caches" if src.get("caches", True) else "--no-caches", *(["--cpu-only"] if src.get("cpu_only") else []),
+            "--release", src.get("release", "bookworm")]
     proc = subprocess.run(argv, env=tools.child_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     return proc.stdout

@@ -380,3 +380,30 @@ def test_sandbox_down_removes_the_work_directory_but_the_tests_screenshots(tmp_p
     (work / "model.json").write_text("{}")
     destroy("hal-unit-no-such-sandbox", work, log=lambda m: None)
     assert not work.exists()
+
+
+def test_a_trixie_sandbox_renders_for_slurm_24_11_without_the_caches(hal, tmp_path):
+    """sandbox up --release trixie: Debian 13's Slurm is the derived model's, the caches
+    (Debian 12's packages image and wheelhouse) are not used; an unknown release is an error."""
+    from hal_provision.sandbox import image, lifecycle
+
+    sb = lifecycle.plan(hal, tmp_path, release="trixie")
+    assert (sb.release, sb.caches, sb.cluster.slurm.version) == ("trixie", False, "24.11")
+    assert hal.slurm.version == "22.05"
+    default = lifecycle.plan(hal, tmp_path)
+    assert (default.release, default.caches, default.cluster.slurm.version) == ("bookworm", True, "22.05")
+    assert image.image_name("trixie") == "localhost/hal-node:trixie"
+    with pytest.raises(SandboxError, match="Debian release 'sid'"):
+        lifecycle.plan(hal, tmp_path, release="sid")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("deb http://deb.example/debian bookworm main\ndeb http://sec.example/debian-security bookworm-security main\n",
+     "deb http://deb.example/debian trixie main\ndeb http://sec.example/debian-security trixie-security main\n"),
+    ("Types: deb\nURIs: http://deb.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n",
+     "Types: deb\nURIs: http://deb.example/debian\nSuites: trixie trixie-updates\nComponents: main\n"),
+])
+def test_a_trixie_image_gets_the_hosts_apt_sources_for_its_release(text, expected):
+    from hal_provision.sandbox.image import apt_sources_for
+
+    assert apt_sources_for(text, "trixie") == expected
