@@ -18,7 +18,7 @@ from hal_provision.findings import Level
 from hal_provision.node.health import healthcheck as hc
 from hal_provision.loader import load_text
 from hal_provision.render import health, render_all
-from hal_provision.sandbox.derive import derive_sandbox
+from hal_provision.sandbox.derive import SANDBOX_HEALTH_INTERVAL_SECONDS, derive_sandbox
 
 PROGRAM = Path(hc.__file__)
 E, W, I = Level.error, Level.warning, Level.info
@@ -105,7 +105,7 @@ def test_nhc_conf_has_the_same_expectations(files):
 
 def test_sandbox_keeps_the_checks_a_container_can_pass(hal):
     sb = derive_sandbox(hal)
-    assert sb.health.interval_s == 15 and sb.health.checks == ["gpus", "mounts", "services"]
+    assert sb.health.interval_s == SANDBOX_HEALTH_INTERVAL_SECONDS == 10 and sb.health.checks == ["gpus", "mounts", "services"]
     exp = json.loads(health.render(sb)["files/etc/hal-provision/health/compute.json"])
     assert exp["hosts"] == "hal[01-02]" and sorted(exp["checks"]) == ["gpus", "mounts", "services"]
     # The sandbox's stand-in scratch (derive.SCRATCH_STANDIN) is the one mount the model renders.
