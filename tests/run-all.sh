@@ -11,12 +11,14 @@ passed=0; failed=0; timings=(); failed_logs=()
 # Each scenario's output is also kept, so that a failure's cause is printed again after the
 # timings: CI shows a run's tail, and a scenario's first error is often far above it.
 logs=$(mktemp -d -t hal-scenarios.XXXXXX)
-# Every scenario runs a locally built node image (no registry): the bare one and the one with
-# the roles' packages on it, built if missing in the background while pytest runs (mostly
-# downloads and dpkg beside pytest's CPU work); their output follows pytest's.
+# Every scenario runs a locally built node image (no registry): Debian 12's bare one and the
+# one with the roles' packages on it, and Debian 13's bare one (the workstation scenario's),
+# built if missing in the background while pytest runs (mostly downloads and dpkg beside
+# pytest's CPU work); their output follows pytest's.
 image_log=$(mktemp -t hal-image.XXXXXX)
 start=$(date +%s)
-( python -m hal_provision.sandbox.image >"$image_log" 2>&1; rc=$?
+( python -m hal_provision.sandbox.image >"$image_log" 2>&1 \
+    && python -m hal_provision.sandbox.image --bare --release trixie >>"$image_log" 2>&1; rc=$?
   echo "image_s=$(( $(date +%s) - start )) rc=$rc" >>"$image_log"; exit $rc ) &
 image_pid=$!
 # Slurm 24.11's Debian 13 root for the acceptance tests' second major, built if missing or
