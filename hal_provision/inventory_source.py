@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__
+from .cache import cache_dir
 from .findings import Finding, Level
 
 PACKAGE = Path(__file__).resolve().parent
@@ -106,8 +107,7 @@ def build(cluster_file: str | os.PathLike) -> InventoryData:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hal-provision" / "inventory"
+    return cache_dir("inventory")
 
 
 def code_fingerprint() -> str:

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..cache import cache_dir
 from .image import ImageError, host_mirror
 
 SUITE = "trixie"
@@ -52,9 +53,8 @@ def recipe() -> str:
 
 
 def default_dir() -> Path:
-    """One root per machine and user, beside the other caches: $XDG_CACHE_HOME or ~/.cache."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hal-provision" / f"slurm-root-{SUITE}"
+    """One root per machine and user, beside the other caches."""
+    return cache_dir(f"slurm-root-{SUITE}")
 
 
 def lock_path(root: Path) -> Path:

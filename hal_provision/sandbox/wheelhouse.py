@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..cache import cache_dir
+
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = "files/etc/hal-provision/portal.json"
 SOFTWARE = "files/etc/hal-provision/software.json"
@@ -34,9 +36,8 @@ class WheelhouseError(RuntimeError):
 
 
 def default_dir() -> Path:
-    """One wheelhouse per machine and user, beside the other caches: $XDG_CACHE_HOME or ~/.cache."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hal-provision" / "wheelhouse"
+    """One wheelhouse per machine and user, beside the other caches."""
+    return cache_dir("wheelhouse")
 
 
 def hub_extras(roles: Path = REPO / "roles") -> list[str]:
