@@ -8,11 +8,12 @@ from typing import Literal, NamedTuple
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, model_validator
 
-from ..hostlist import common_count, empty, expand, nodeset, outside, overlap, overlaps, pieces, union_shared
+from ..hostlist import common_count, empty, expand, fold, nodeset, outside, overlap, overlaps, pieces, union_shared
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
 from .base import Strict
+from .composable import Composable, GpuPool, Layout, PoolGpus
 from .identity import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
@@ -56,6 +57,15 @@ class PartitionBuild(NamedTuple):
     count: int  # the partition's compute nodes of this build
 
 
+class NodeBuild(NamedTuple):
+    """Hosts of one compute group that share one build: the profile as the active layout
+    composes it (its own GPUs, then the pool's) and the pool features it adds."""
+
+    profile: HardwareProfile
+    features: tuple[str, ...]  # pool_<name> on hosts cabled to a pool
+    hosts: str  # a hostlist
+
+
 class Cluster(Strict):
     """A HAL-class cluster, described once."""
 
@@ -82,6 +92,9 @@ class Cluster(Strict):
     backup: Backup | None = Field(
         None, description="Backups of the cluster's lasting state (accounting database, directory, monitoring "
         "database, slurmctld's state, generated secrets) to a shared file system, on a schedule.")
+    composable: Composable | None = Field(
+        None, description="Composable GPUs: pools of GPUs in expansion chassis attached to the hosts cabled to "
+        "them, named layouts of how many each host holds, and the active layout (the one deployed).")
 
     @model_validator(mode="after")
     def _site_defaults(self) -> Cluster:
@@ -166,6 +179,71 @@ class Cluster(Strict):
             if host in nodeset(g.hosts):
                 return g
         return None
+
+    # ---- composable GPUs (not cached: with_layout's copy must not keep another layout's) ----
+    def with_layout(self, name: str) -> Cluster:
+        """This cluster with composable.active set to layout `name` (renderers render it as the
+        deployed one); the cluster itself without a composable section."""
+        if self.composable is None:
+            return self
+        return self.model_copy(update={"composable": self.composable.model_copy(update={"active": name})})
+
+    def pool_gpus(self, host: str) -> tuple[GpuPool, int] | None:
+        """The pool `host` is cabled to and the GPUs it holds from it in the active layout; None
+        for a host cabled to no pool."""
+        comp = self.composable
+        pool = comp.pool_of(host) if comp is not None else None
+        if pool is None:
+            return None
+        layout = comp.active_layout
+        return pool, (layout.per_host.get(host, 0) if layout is not None else 0)
+
+    @staticmethod
+    def composed_profile(profile: HardwareProfile, pool: GpuPool, count: int) -> HardwareProfile:
+        """`profile` with `count` GPUs of `pool` after its own: the pool's type, model and memory,
+        on the pool's socket, device files numbered on (/dev/nvidia<own + i>); an NVLink matrix
+        is widened with zeros (pool GPUs have no NVLink). A profile whose own GPUs are of
+        another type keeps its own (a check refuses the combination)."""
+        own = profile.gpus
+        if count == 0 or (own is not None and own.type != pool.gpus.type):
+            return profile
+        devices = [*(own.devices if own else []), *[GpuDevice(socket=pool.socket)] * count]
+        n = len(devices)
+        nvlink = [[*row, *[0] * count] for row in own.nvlink] + [[0] * n] * count if own and own.nvlink else []
+        base = own or pool.gpus
+        gpus = Gpus(type=base.type, model=base.model, memory_gib=base.memory_gib, devices=devices, nvlink=nvlink)
+        return profile.model_copy(update={"gpus": gpus})
+
+    def node_builds(self, group: NodeGroup) -> list[NodeBuild]:
+        """The group's hosts by build under the active layout, in host order of each build's
+        first host: one build (the profile's) for a group no pool is cabled to."""
+        profile = self.hardware[group.hardware]
+        comp = self.composable
+        hosts = nodeset(group.hosts)
+        if comp is None or not overlaps(hosts, nodeset(",".join(comp.cabled_hosts))):
+            return [NodeBuild(profile, (), group.hosts)]
+        builds: dict[tuple, list[str]] = {}
+        for host in hosts:
+            held = self.pool_gpus(host)
+            key = (held[0].name, held[1]) if held else None
+            builds.setdefault(key, []).append(host)
+        out = []
+        for key, members in builds.items():
+            if key is None:
+                out.append(NodeBuild(profile, (), fold(members)))
+                continue
+            pool = next(p for p in comp.pools if p.name == key[0])
+            out.append(NodeBuild(self.composed_profile(profile, pool, key[1]), (f"pool_{pool.name}",), fold(members)))
+        return out
+
+    def host_profile(self, host: str) -> HardwareProfile | None:
+        """The host's profile as the active layout composes it; None for a host without one."""
+        group = self.group_of(host)
+        profile = self.profile_of(group) if group is not None else None
+        if profile is None:
+            return None
+        held = self.pool_gpus(host)
+        return self.composed_profile(profile, *held) if held else profile
 
     def profile_of(self, group: NodeGroup) -> HardwareProfile | None:
         """The group's hardware profile; None for a group without one (login, management,
@@ -394,7 +472,7 @@ class Cluster(Strict):
 
 
 __all__ = [
-    "Accounts", "Backup", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
+    "Accounts", "Backup", "Composable", "GpuPool", "Layout", "NodeBuild", "PoolGpus", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, backup, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, slurm_version, software, storage, swsuite
+from . import accounting, accounts, backup, composable, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, slurm_version, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -28,4 +28,5 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(software.render(cluster))
     files.update(diagram.render(cluster))
     files.update(policy.render(cluster))
+    files.update(composable.render(cluster))
     return dict(sorted(files.items()))

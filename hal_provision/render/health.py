@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from ..hostlist import nodeset, overlaps
-from ..model import Cluster, NodeGroup, Role
+from ..model import Cluster, NodeBuild, NodeGroup, Role
 from .common import header, json_comment
 
 HEALTH_DIR = "files/etc/hal-provision/health"
@@ -27,6 +27,7 @@ FACTS = "files/etc/hal-provision/health.json"
 NHC_CONF = "files/etc/nhc/nhc.conf"
 PROGRAM = {"hal": "/usr/local/sbin/hal-healthcheck", "nhc": "/usr/sbin/nhc"}
 NODE_EXPECTATION = "/etc/hal-provision/health.json"  # where the role puts a node's group file
+HOST_FILES = "hosts"  # under HEALTH_DIR: composed hosts' own expectations, <host>.json
 GPU_MAJOR = 195  # the NVIDIA driver's character-device major number
 
 
@@ -55,16 +56,21 @@ def _ib_ports(port_hosts: dict, hosts) -> list[int]:
     return sorted(port for port, cabled in port_hosts.items() if overlaps(hosts, cabled))
 
 
-def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = None) -> dict:
-    """The checks of one compute group, each with what it compares against.
+def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = None,
+                build: NodeBuild | None = None) -> dict:
+    """The checks of one compute group, each with what it compares against; with `build`, of
+    those of its hosts (a composed host's own expectation: its profile as the active layout
+    composes it).
 
     `port_hosts` is the fabric's Fabric.hosts_by_port(), when the caller already has it (one
     union of every link, not one per group)."""
     h = cluster.health
     if port_hosts is None:
         port_hosts = cluster.fabric.hosts_by_port() if cluster.fabric is not None else {}
-    p = cluster.hardware[group.hardware]
-    hosts = nodeset(group.hosts)
+    if build is None:
+        build = cluster.node_builds(group)[0]
+    p = build.profile
+    hosts = nodeset(build.hosts)
     checks: dict[str, dict] = {}
     for name in h.checks:
         if name == "cpus":
@@ -93,7 +99,7 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
     return {
         "_comment": json_comment(cluster),
         "group": group.name,
-        "hosts": group.hosts,
+        "hosts": build.hosts,
         "hardware": group.hardware,
         "reason_prefix": h.reason_prefix,
         "checks": checks,
@@ -106,24 +112,37 @@ def compute_groups(cluster: Cluster) -> list[NodeGroup]:
 
 
 def _expectations(cluster: Cluster) -> dict[str, dict]:
-    """Group name -> expectation, for every compute group."""
+    """File stem under HEALTH_DIR -> expectation, for every compute group: the group's name
+    where its hosts are alike, else hosts/<host> for each of its hosts (composed hosts holding
+    different pool GPUs under the active layout). The role installs a host's own file where
+    there is one, else its group's."""
     port_hosts = cluster.fabric.hosts_by_port() if cluster.fabric is not None else {}
-    return {g.name: expectation(cluster, g, port_hosts) for g in compute_groups(cluster)}
+    out: dict[str, dict] = {}
+    for g in compute_groups(cluster):
+        builds = cluster.node_builds(g)
+        if len(builds) == 1:
+            out[g.name] = expectation(cluster, g, port_hosts, builds[0])
+            continue
+        for build in builds:
+            for host in nodeset(build.hosts):
+                out[f"{HOST_FILES}/{host}"] = expectation(cluster, g, port_hosts, build._replace(hosts=host))
+    return out
 
 
 def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> str:
-    """NHC checks for the same expectations (`expectations`: group name -> expectation, when
-    the caller has them). gpu_model has no stock NHC check: left out."""
+    """NHC checks for the same expectations (`expectations`: _expectations', when the caller
+    has them). gpu_model has no stock NHC check: left out."""
     if expectations is None:
         expectations = _expectations(cluster)
     out = [header(cluster),
            "# LBNL NHC checks written from the model's expectations (files/etc/hal-provision/health/).\n",
            "# Match: NHC's {hostlist} ranges. NHC drains and resumes through its own Slurm support.\n",
            "* || export MARK_OFFLINE=1 NHC_RM=slurm\n"]
-    for group in compute_groups(cluster):
-        checks = expectations[group.name]["checks"]
-        match = "{" + group.hosts + "}"
-        out.append(f"\n# {group.name}: {group.hardware}\n")
+    for stem, exp in expectations.items():
+        checks = exp["checks"]
+        match = "{" + exp["hosts"] + "}"
+        who = exp["group"] if stem == exp["group"] else f"{exp['group']} ({exp['hosts']})"
+        out.append(f"\n# {who}: {exp['hardware']}\n")
         if "cpus" in checks:
             c = checks["cpus"]
             out.append(f"{match} || check_hw_cpuinfo {c['sockets']} {c['sockets'] * c['cores_per_socket']} {c['cpus']}\n")

@@ -101,6 +101,7 @@ def render(cluster: Cluster) -> dict[str, str]:
             _member_block(out, f"service_{service}", expand(expr))
     if cluster.monitoring is not None and cluster.monitoring.grafana is not None:
         _member_block(out, "service_grafana", expand(cluster.monitoring.grafana.host))
+    out.extend(_pool_blocks(cluster))
     out.append("    slurm_nodes:\n      children:\n")
     out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.groups_with_role(*_slurm_roles()))
     if cluster.slurm.configless:
@@ -108,6 +109,25 @@ def render(cluster: Cluster) -> dict[str, str]:
         _member_block(out, "slurm_configless", list(cluster.configless_hosts),
                       {"hal_slurm_withheld_files": withheld_files(cluster)})
     return {PATH: "".join(out)}
+
+
+def _pool_blocks(cluster: Cluster) -> list[str]:
+    """Composable GPUs: a group pool_<name> of each pool's cabled hosts, each with its own
+    hal_hardware as the active layout composes it (a host variable: it wins over the profile's
+    group variable, so gpu_devices counts the pool GPUs the host holds)."""
+    if cluster.composable is None:
+        return []
+    out = []
+    for pool in cluster.composable.pools:
+        out.append(f"    pool_{ansible_name(pool.name)}:\n      hosts:\n")
+        for host in pool.host_names:
+            group = cluster.group_of(host)
+            profile = cluster.host_profile(host)
+            if group is None or profile is None:
+                out.append(f"        {host}:\n")
+                continue
+            out.append(f"        {host}: {{\"hal_hardware\": {_q(hardware_vars(group.hardware, profile))}}}\n")
+    return out
 
 
 def _slurm_roles():

@@ -142,15 +142,18 @@ def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[
     """Slurm nodes grouped by identical hardware and features, in model order.
 
     Returns (profile name, profile, features, the groups' hostlists) for each distinct
-    combination; hostlist.fold_hostlists writes the hostlists as one.
+    combination; hostlist.fold_hostlists writes the hostlists as one. Composed hosts (a pool's)
+    group by the GPUs the active layout gives them: 6+2 makes two lines, 4+4 one.
     """
-    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    groups: dict[tuple, tuple[HardwareProfile, list[str]]] = {}
     for group in cluster.groups_with_role(Role.compute):
         profile = cluster.hardware[group.hardware]
-        features = tuple(dict.fromkeys([*profile.features, *group.features]))
-        key = (group.hardware, features)
-        groups.setdefault(key, []).append(group.hosts)
-    return [(name, cluster.hardware[name], feats, hosts) for (name, feats), hosts in groups.items()]
+        for build in cluster.node_builds(group):
+            features = tuple(dict.fromkeys([*profile.features, *group.features, *build.features]))
+            gpus = build.profile.gpus.model_dump_json() if build.profile.gpus else ""
+            key = (group.hardware, features, gpus)
+            groups.setdefault(key, (build.profile, []))[1].append(build.hosts)
+    return [(name, p, feats, hosts) for (name, feats, _gpus), (p, hosts) in groups.items()]
 
 
 def _first_host(expr: str) -> str:

@@ -33,6 +33,7 @@ CLUSTER_FILES: dict[str, Path | None] = {
     "x86-twogen": CLUSTERS_DIR / "x86-twogen.yml",
     "workstation": CLUSTERS_DIR / "workstation.yml",  # one node: login, controller and compute at once
     "x86-backup-controller": CLUSTERS_DIR / "x86-backup-controller.yml",  # a primary and a backup slurmctld
+    "x86-composable": CLUSTERS_DIR / "x86-composable.yml",  # hosts without GPUs of their own, a GPU pool
     # Other sites' clusters, as a new admin starts from them (README: "Describe your own cluster").
     **{f"example-{p.stem}": p for p in sorted(EXAMPLES_DIR.glob("*.yml"))},
 }

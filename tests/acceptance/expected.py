@@ -17,8 +17,9 @@ from hal_provision.model import Cluster, HardwareProfile, NodeGroup, Role
 @dataclass(frozen=True)
 class NodeExpectation:
     group: NodeGroup
-    profile: HardwareProfile
+    profile: HardwareProfile  # as the active layout composes it (composable GPUs)
     real_memory_mib: int
+    pool_features: tuple[str, ...] = ()  # pool_<name> on a host cabled to a GPU pool
 
     @property
     def gres(self) -> str:
@@ -27,22 +28,25 @@ class NodeExpectation:
 
     @property
     def features(self) -> set[str]:
-        return {*self.profile.features, *self.group.features}
+        return {*self.profile.features, *self.group.features, *self.pool_features}
 
 
 def compute_nodes(cluster: Cluster) -> dict[str, NodeExpectation]:
-    """Every Slurm node (compute role) with its hardware, by host name."""
+    """Every Slurm node (compute role) with its hardware, by host name: composed hosts with the
+    pool GPUs the active layout gives them (the model's Cluster.node_builds)."""
     out = {}
     for group in cluster.groups_with_role(Role.compute):
-        profile = cluster.hardware[group.hardware]
-        for host in nodeset(group.hosts):
-            out[host] = NodeExpectation(group, profile, cluster.real_memory_mib(profile))
+        for build in cluster.node_builds(group):
+            for host in nodeset(build.hosts):
+                out[host] = NodeExpectation(group, build.profile, cluster.real_memory_mib(build.profile), build.features)
     return out
 
 
 def compute_groups(cluster: Cluster) -> list[tuple[str, NodeExpectation]]:
-    """(first host, expectation) for each compute group: one emulated node per build."""
-    return [(nodeset(g.hosts)[0], compute_nodes(cluster)[nodeset(g.hosts)[0]]) for g in cluster.groups_with_role(Role.compute)]
+    """(first host, expectation) for each build of each compute group: one emulated node per build."""
+    nodes = compute_nodes(cluster)
+    return [(nodeset(b.hosts)[0], nodes[nodeset(b.hosts)[0]])
+            for g in cluster.groups_with_role(Role.compute) for b in cluster.node_builds(g)]
 
 
 def gpu_cores(profile: HardwareProfile, index: int) -> str:

@@ -87,6 +87,12 @@ class Deployed:
         path = self.files / rel
         return path.read_text() if path.is_file() else None
 
+    def health_expectation(self, host: str) -> str | None:
+        """The rendered expectation the healthcheck role installs on a host: its own (a composed
+        host set apart from its group by the active layout) where there is one, else its group's."""
+        return (self.rendered(f"etc/hal-provision/health/hosts/{host}.json")
+                or self.rendered(f"etc/hal-provision/health/{self.hostvars[host].get('hal_node_group')}.json"))
+
     def telegraf_conf(self, host: str) -> str | None:
         """The rendered telegraf.conf the telegraf role installs on a host: its node group's
         where there is one, else its role's; None: no agent there."""

@@ -23,8 +23,7 @@ NODES = D.hosts_in("slurm_nodes") if FACTS else []
 
 
 def expectation(host: str) -> dict:
-    group = D.hostvars[host]["hal_node_group"]
-    return json.loads(D.rendered(f"etc/hal-provision/health/{group}.json"))
+    return json.loads(D.health_expectation(host))
 
 
 CASES = [(host, name) for host in NODES for name in expectation(host)["checks"]]

@@ -28,7 +28,7 @@ WAIT = 2 * INTERVAL + 20  # one interval, a run that began just before the chang
 
 
 def expectation(host: str) -> dict:
-    return json.loads(D.rendered(f"etc/hal-provision/health/{D.hostvars[host]['hal_node_group']}.json"))
+    return json.loads(D.health_expectation(host))
 
 
 GPU_NODE = next((h for h in reversed(NODES) if expectation(h)["checks"].get("gpus")), None)

@@ -132,8 +132,7 @@ def drained(node: str) -> bool:
 
 
 def expectation(node: str) -> dict:
-    group = D.hostvars[node]["hal_node_group"]
-    return json.loads(D.rendered(f"etc/hal-provision/health/{group}.json") or "{}")
+    return json.loads(D.health_expectation(node) or "{}")
 
 
 def expects_scratch(node: str) -> bool:
