@@ -41,8 +41,12 @@ def podman(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 class SandboxDriver:
-    def __init__(self, pool: Pool, initial: dict[str, int], state: Path, runner: Runner = podman):
-        self.pool, self.initial, self.state, self.runner = pool, initial, Path(state), runner
+    def __init__(self, pool: Pool, initial: dict[str, int], state: Path, runner: Runner | None = None):
+        self.pool, self.initial, self.state = pool, initial, Path(state)
+        self._runner = runner
+
+    def runner(self, argv: list[str]) -> subprocess.CompletedProcess:
+        return (self._runner or podman)(argv)
 
     # ---- the fabric --------------------------------------------------------------------------
 
