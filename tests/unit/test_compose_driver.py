@@ -89,20 +89,13 @@ def test_rest_list():
     assert answer == {"pool": "chassis1", "gpu_type": "v100", "total": 8, "hosts": {"hal01": 4, "hal02": 0}, "free": 4}
 
 
-def test_rest_attach():
-    with ReplayServer("attach") as server:
-        answer, code = rest(server.url, "attach", "hal01", "2")
+@pytest.mark.parametrize("action, after", [("attach", {"hal01": 6, "hal02": 0}), ("detach", {"hal01": 4, "hal02": 0})])
+def test_rest_attach_and_detach(action, after):
+    with ReplayServer(action) as server:
+        answer, code = rest(server.url, action, "hal01", "2")
     server.all_served()
-    assert (code, answer) == (0, {"pool": "chassis1", "action": "attach", "host": "hal01", "count": 2,
-                                  "hosts": {"hal01": 6, "hal02": 0}, "free": 2})
-
-
-def test_rest_detach():
-    with ReplayServer("detach") as server:
-        answer, code = rest(server.url, "detach", "hal01", "2")
-    server.all_served()
-    assert (code, answer) == (0, {"pool": "chassis1", "action": "detach", "host": "hal01", "count": 2,
-                                  "hosts": {"hal01": 4, "hal02": 0}, "free": 4})
+    assert (code, answer) == (0, {"pool": "chassis1", "action": action, "host": "hal01", "count": 2,
+                                  "hosts": after, "free": 8 - sum(after.values())})
 
 
 def test_rest_409_is_a_one_line_refusal():
