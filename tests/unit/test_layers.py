@@ -96,7 +96,7 @@ def test_renderers_never_import_checks(path):
     assert not _under(_imports(path), "hal_provision.checks")
 
 
-BELOW_THE_CLI = ("model", "checks", "render", "plan", "sandbox", "storage", "discovery", "node", "hostlist",
+BELOW_THE_CLI = ("model", "checks", "render", "plan", "sandbox", "storage", "discovery", "node", "compose", "hostlist",
                  "findings", "loader", "tools", "update_policy")
 
 
