@@ -11,7 +11,8 @@ import difflib
 from dataclasses import dataclass, field
 
 from .. import update_policy
-from .effects import ROLLING, ROLLING_DOES, Consequence, Effect, FileChange, Sides, SlurmEffect, effect
+from . import compose
+from .effects import NOTHING, ROLLING, ROLLING_DOES, Consequence, Effect, FileChange, Sides, SlurmEffect, effect
 from .impact import Impact, assess
 from ..hostlist import fold_or_dash
 from .jobs import Job, NodeState
@@ -88,18 +89,24 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
     puts NEW's tree there when it is not there yet."""
     policy = update_policy.load()
     old, new = compared(old), compared(new)
-    sides = Sides(old, new, inventory)
+    recompose = compose.find(old, new)
+    # Beyond a recomposition, NEW is compared with the deployed tree as recomposed (plan/compose.py).
+    base = recompose.base if recompose else old
+    sides = Sides(base, new, inventory)
     by_component: dict[str, list[FileChange]] = {}
-    unowned = []
+    unowned, recomposed = [], []
     for path in sorted(old.keys() | new.keys()):
         if old.get(path) == new.get(path):
             continue
         change = "added" if path not in old else "removed" if path not in new else "modified"
+        diff = _diff(path, old.get(path, ""), new.get(path, "")) if with_diff else None
+        if recompose and compose.explains(recompose, old, new, path):
+            recomposed.append(FileChange(path, change, diff))
+            continue
         owners = policy.owners(path)
         if not owners:
             unowned.append(FileChange(path, change))
             continue
-        diff = _diff(path, old.get(path, ""), new.get(path, "")) if with_diff else None
         by_component.setdefault(owners[0].name, []).append(FileChange(path, change, diff))
 
     components, slurm = [], None
@@ -116,10 +123,15 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
     if unowned:  # only a tree from elsewhere (a hand-edited record) can hold such files
         components.append(ComponentPlan("unknown", unowned,
                                         [Consequence("unknown", "-", "no update-policy entry names these files")]))
-    impacts = assess(jobs, old, new, slurm) if jobs is not None else None
+    impacts = assess(jobs, base, new, slurm) if jobs is not None else None
+    if recompose:  # before the others: compose.yml applies it, site.yml the rest
+        steps, notes = compose.consequences(recompose, sides)
+        components.insert(0, ComponentPlan(compose.COMPONENT, recomposed, steps, notes))
+        if impacts is not None:
+            impacts = compose.impacts(recompose, jobs) + impacts
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
-    plan.advice = _advice(plan, slurm, inventory, sorted(sides.new_hosts))
+    plan.advice = _advice(plan, slurm, inventory, sorted(sides.new_hosts), recompose)
     if render and plan.advice and not plan.blocked:
         plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
                                "converge what it holds)")
@@ -140,15 +152,26 @@ def _node_states(nodes: dict[str, NodeState] | None, slurm: SlurmEffect | None) 
             for h in affected if h in nodes]
 
 
-def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: list[str]) -> list[str]:
+def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: list[str],
+            recompose: compose.Recomposition | None = None) -> list[str]:
     """What to do: drain and wait (or roll) for blocking running jobs, per stranded job its way
-    out, otherwise how to apply."""
+    out, otherwise how to apply; a recomposition first, with compose.yml, site.yml after it only
+    for what changes on the nodes beyond the layout."""
     if not plan.changed:
         return []
     out = [line for c in plan.components for line in c.advice]
     if plan.blocked:  # nothing of NEW can be applied as it stands
         return out
     site = SITE.format(inventory=inventory)
+    if recompose:
+        held = [i for i in plan.blocking if i.kind == "recomposition"]
+        others = [c for c in plan.components if c.name != compose.COMPONENT
+                  and any(q.action != NOTHING for q in c.consequences)]
+        out += compose.advice(recompose, held, inventory)  # first; the lines below follow it
+        if len(held) == len(plan.blocking) and not others:
+            if plan.impacts is None:
+                out.append("jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY")
+            return out
     removed = sorted(slurm.removed) if slurm else []
     lost = sorted({h for i in plan.blocking for h in i.hosts if h in removed})
     redefined = sorted({h for i in plan.blocking for h in i.hosts if h not in lost})
