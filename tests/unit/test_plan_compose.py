@@ -1,0 +1,123 @@
+"""`hal-provision plan` on a recomposition (issue 33): x86-composable's layout even (4 + 4) ->
+training (6 + 2). The steps in compose.yml's order, the Slurm and health files owned by the
+recomposition alone (no restart counted twice), and a running job holding GPUs on the host that
+loses GPUs blocking, named. Goldens: tests/golden/plan/recompose-*.{txt,json}; regenerate with
+
+    HAL_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_plan_compose.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hal_provision.plan import build
+from hal_provision.plan.jobs import parse_jobs
+
+from test_plan import GOLDEN, SQUEUE, compare_golden, run, tree
+
+CLUSTERS = Path(__file__).resolve().parents[1] / "data" / "clusters"
+EVEN = (CLUSTERS / "x86-composable.yml").read_text(encoding="utf-8")
+TRAINING = EVEN.replace("\n  active: even\n", "\n  active: training\n")
+assert TRAINING != EVEN
+
+
+def recorded_jobs(running_on: str = "hal02", gpus: str = "gres:gpu:v100:1") -> str:
+    """The recorded squeue (tests/data/plan/squeue.json), its running job moved to x86-composable
+    as job 123 of alice holding `gpus` on `running_on`; the pending job (4 x gpu:v100:4) kept."""
+    doc = json.loads(SQUEUE.read_text())
+    doc["jobs"][0].update(job_id=123, user_name="alice", nodes=running_on, tres_per_node=gpus)
+    return json.dumps(doc)
+
+
+@pytest.fixture(scope="module")
+def trees() -> dict[str, dict[str, str]]:
+    return {"even": tree(EVEN), "training": tree(TRAINING)}
+
+
+def steps(plan) -> list[tuple[str, str]]:
+    [component] = [c for c in plan.components if c.name == "recomposition"]
+    return [(q.action, q.hosts) for q in component.consequences]
+
+
+def test_the_steps_in_order(trees) -> None:
+    plan = build(trees["even"], trees["training"])
+    assert plan.components[0].name == "recomposition"
+    assert steps(plan) == [("drain", "hal[01-02]"), ("wait for jobs", "hal[01-02]"), ("detach", "hal02"),
+                           ("attach", "hal01"), ("restart slurmctld", "comp-mgmt"), ("restart slurmd", "hal[01-02]"),
+                           ("health check", "hal[01-02]"), ("resume", "hal[01-02]")]
+    [detach] = [q for q in plan.components[0].consequences if q.action == "detach"]
+    assert detach.commands == ("python -m hal_provision.compose.driver --driver sandbox --pool chassis1 detach hal02 2",)
+    assert "pool chassis1: loses hal02 (2); gains hal01 (2)" in plan.components[0].notes
+    assert "recompose: ansible-playbook -i INVENTORY playbooks/compose.yml -e layout=training" in plan.advice[0]
+    assert plan.exit_code == 2
+
+
+def test_back_again_is_the_mirror(trees) -> None:
+    plan = build(trees["training"], trees["even"])
+    assert ("detach", "hal01") in steps(plan) and ("attach", "hal02") in steps(plan)
+
+
+def test_no_restart_counts_twice(trees) -> None:
+    plan = build(trees["even"], trees["training"])
+    names = [c.name for c in plan.components]
+    assert "slurm" not in names and "health" not in names, names
+    owned = {f.path for f in plan.components[0].files}
+    assert {"files/etc/slurm/slurm.conf", "files/etc/slurm/gres.conf",
+            "files/etc/hal-provision/composable.json"} <= owned
+    restarts = [(c.name, q.action) for c in plan.components for q in c.consequences if q.action.startswith("restart")]
+    assert restarts == [("recomposition", "restart slurmctld"), ("recomposition", "restart slurmd")]
+    assert not any("site.yml" in line for line in plan.advice)
+
+
+def test_a_change_beyond_the_layout_still_shows_as_itself(trees) -> None:
+    longer = TRAINING.replace('max_time: "2-00:00:00"', 'max_time: "3-00:00:00"')
+    plan = build(trees["even"], tree(longer))
+    slurm = next(c for c in plan.components if c.name == "slurm")
+    assert [q.action for q in slurm.consequences][0] == "scontrol reconfigure"  # MaxTime only, not the Gres lines
+    assert not any("Gres" in note for note in slurm.notes)
+    assert any(line.startswith("apply: ansible-playbook -i INVENTORY playbooks/site.yml") for line in plan.advice)
+
+
+@pytest.mark.parametrize("host, gpus, blocking", [
+    ("hal02", "gres:gpu:v100:1", True),   # loses 2: its GPU could be the one detached
+    ("hal01", "gres:gpu:v100:1", False),  # gains
+    ("hal02", "", False),                 # holds no GPU
+])
+def test_a_running_job_blocks_only_holding_gpus_on_a_losing_host(trees, host, gpus, blocking) -> None:
+    plan = build(trees["even"], trees["training"], jobs=parse_jobs(recorded_jobs(host, gpus), "squeue"))
+    held = [(i.job.job_id, i.why) for i in plan.blocking]
+    assert held == ([(123, "holds 1 GPU on hal02, which loses 2")] if blocking else [])
+    assert plan.exit_code == (1 if blocking else 2)
+    assert all(not i.blocking for i in plan.impacts if i.job.job_id == 2)  # pending: never blocking here
+
+
+CASES = {  # case -> (OLD, NEW, jobs given, exit code)
+    "recompose-even-to-training": (EVEN, TRAINING, False, 2),
+    "recompose-job-on-losing-host": (EVEN, TRAINING, True, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("output", ["txt", "json"])
+def test_plan_golden(tmp_path, monkeypatch, case, output) -> None:
+    old, new, with_jobs, exit_code = CASES[case]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.yml").write_text(old)
+    (tmp_path / "new.yml").write_text(new)
+    (tmp_path / "squeue.json").write_text(recorded_jobs())
+    args = ["new.yml", "--from", "old.yml"] + (["--jobs", "squeue.json"] if with_jobs else [])
+    result = run(*args, *(["--json"] if output == "json" else []))
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    if output == "json":
+        assert json.loads(result.stdout)["exit_code"] == exit_code
+    compare_golden(GOLDEN / f"{case}.{output}", result.stdout)
+
+
+def test_the_blocking_golden_names_the_job_and_the_command() -> None:
+    text = (GOLDEN / "recompose-job-on-losing-host.txt").read_text()
+    assert "job 123 (alice) holds 1 GPU on hal02, which loses 2" in text
+    assert "playbooks/compose.yml -e layout=training" in text
