@@ -132,18 +132,15 @@ def consequences(recompose: Recomposition, sides: Sides) -> tuple[list[Consequen
         Consequence("wait for jobs", involved, "bounded: compose.yml stops, cancelling nothing, if a job outlasts the "
                     "wait", (f"squeue -w {involved} lists no job",)),
     ]
-    for pool in recompose.pools:
-        if pool.loses:
-            out.append(Consequence("detach", fold_or_dash(pool.loses),
-                                   f"pool {pool.name} ({pool.gpu_type}), driver {pool.driver}: "
-                                   + ", ".join(f"{h} loses {n}" for h, n in pool.loses.items()),
-                                   tuple(pool.command("detach", h, n) for h, n in pool.loses.items())))
-    for pool in recompose.pools:
-        if pool.gains:
-            out.append(Consequence("attach", fold_or_dash(pool.gains),
-                                   f"pool {pool.name} ({pool.gpu_type}), driver {pool.driver}: "
-                                   + ", ".join(f"{h} gains {n}" for h, n in pool.gains.items()),
-                                   tuple(pool.command("attach", h, n) for h, n in pool.gains.items())))
+    # Every pool's detaches first, then the attaches: a GPU leaves one host before another takes it.
+    for action, verb in (("detach", "loses"), ("attach", "gains")):
+        for pool in recompose.pools:
+            moved = getattr(pool, verb)
+            if moved:
+                out.append(Consequence(action, fold_or_dash(moved),
+                                       f"pool {pool.name} ({pool.gpu_type}), driver {pool.driver}: "
+                                       + ", ".join(f"{h} {verb} {n}" for h, n in moved.items()),
+                                       tuple(pool.command(action, h, n) for h, n in moved.items())))
     out += [
         Consequence("restart slurmctld", fold_or_dash(controller),
                     f"the NodeName Gres lines and gres.conf of layout {recompose.layout}: read only at start"),
