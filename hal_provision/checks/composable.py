@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..findings import error, warning
 from ..hostlist import nodeset, outside
-from ..model import Cluster, Role
+from ..model import Cluster
 from . import check
 from .common import did_you_mean, nearest_host, shown, unique
 
@@ -136,19 +136,11 @@ def composable_pool_not_overcommitted(c: Cluster):
 
 @check
 def composable_layout_virtual_partitions(c: Cluster):
-    """A virtual partition a layout cannot satisfy is hidden while that layout is active (the
-    portal and the wrapper suite leave it out): a warning, not an error."""
+    """A virtual partition a layout cannot satisfy (Cluster.layout_hides: not enough nodes with
+    its GPUs per node) is hidden while that layout is active (the portal and the wrapper suite
+    leave it out): a warning, not an error."""
     if c.composable is None or not c.swsuite.virtual_partitions:
         return
-    cabled = nodeset(",".join(c.composable.cabled_hosts))
     for i, layout in _layouts(c):
-        view = c.with_layout(layout.name)
-        for vp in c.swsuite.virtual_partitions:
-            part = next((p for p in c.slurm.partitions if p.name == vp.partition), None)
-            if vp.kind != "gpu" or not vp.gpus or part is None or not len(nodeset(part.nodes) & cabled):
-                continue
-            gpus = sum(view.host_profile(host).gpu_count for host in nodeset(part.nodes)
-                       if c.group_of(host) is not None and c.group_of(host).has(Role.compute))
-            if vp.gpus > gpus:
-                yield warning((*LAYOUTS, i), f"layout {layout.name!r} leaves partition {vp.partition!r} {gpus} GPUs: "
-                              f"virtual partition {vp.name!r} asks {vp.gpus} and is hidden while it is active")
+        for why in c.with_layout(layout.name).hidden_virtual_partitions.values():
+            yield warning((*LAYOUTS, i), f"layout {layout.name!r} hides {why}")

@@ -24,14 +24,15 @@ def _virtual(c: Cluster):
 
 def _targets(c: Cluster):
     """(index, virtual partition, path, real partition, build) for each virtual partition
-    whose real partition exists; build (Cluster.partition_build) is None when that partition
-    has no compute node."""
+    whose real partition exists and the active composable layout does not hide (a composable
+    check warns of those); build (Cluster.partition_build) is None when that partition has no
+    compute node."""
     parts: dict[str, Partition] = {}
     for part in c.slurm.partitions:
         parts.setdefault(part.name, part)
     for i, vp, path in _virtual(c):
         part = parts.get(vp.partition)
-        if part is not None:
+        if part is not None and c.layout_hides(vp) is None:
             yield i, vp, path, part, c.partition_build(part.name)
 
 

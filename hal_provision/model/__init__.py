@@ -284,11 +284,70 @@ class Cluster(Strict):
         """partition_builds of one partition; empty for an unknown one."""
         return self.partition_builds.get(partition, [])
 
+    def composed_partition_hardware(self, partition: str) -> list[PartitionBuild]:
+        """partition_hardware as the active layout composes it: a build per node build
+        (Cluster.node_builds) with compute nodes in the partition, named by its profile; the
+        same as partition_hardware for a partition no pool is cabled to (not cached: it follows
+        composable.active)."""
+        comp = self.composable
+        part = next((p for p in self.slurm.partitions if p.name == partition), None)
+        if comp is None or part is None or not overlaps(nodeset(part.nodes), nodeset(",".join(comp.cabled_hosts))):
+            return self.partition_hardware(partition)
+        members = nodeset(part.nodes)
+        out = []
+        for group in self.groups_with_role(Role.compute):
+            if group.hardware not in self.hardware:
+                continue
+            for build in self.node_builds(group):
+                count = common_count(nodeset(build.hosts), members)
+                if count:
+                    out.append(PartitionBuild(group.hardware, build.profile, count))
+        return out
+
     def partition_build(self, partition: str) -> PartitionBuild | None:
         """The build a virtual partition's jobs are shaped for: the partition's one offering the
-        most GPUs per node, then CPUs, then nodes (the first such on a tie)."""
-        return max(self.partition_hardware(partition), key=lambda b: (b.profile.gpu_count, b.profile.cpus, b.count),
-                   default=None)
+        most GPUs per node, then CPUs, then nodes (the first such on a tie), as the active
+        layout composes it."""
+        return max(self.composed_partition_hardware(partition),
+                   key=lambda b: (b.profile.gpu_count, b.profile.cpus, b.count), default=None)
+
+    def layout_hides(self, vp: VirtualPartition) -> str | None:
+        """Why the active layout cannot satisfy gpu virtual partition `vp`, None when it can:
+        its job (shaped for the partition's build with the most GPUs per node under the layout,
+        as swrun shapes it) needs more nodes with that many GPUs than the layout gives, or no
+        job can be shaped (GPUs that span nodes other than as whole nodes, no GPU at all).
+        None too where the layout decides nothing: no composable section, a cpu virtual
+        partition, an unknown partition or one no pool is cabled to (the swsuite checks judge
+        those). The wrapper suite and the portal leave a hidden one out; a check warns."""
+        comp = self.composable
+        part = next((p for p in self.slurm.partitions if p.name == vp.partition), None)
+        if comp is None or vp.kind != "gpu" or part is None \
+                or not overlaps(nodeset(part.nodes), nodeset(",".join(comp.cabled_hosts))):
+            return None
+        where = f"in layout {comp.active}"
+        build = self.partition_build(vp.partition)
+        per_node = build.profile.gpu_count if build is not None else 0
+        if per_node == 0:
+            return f"{vp.name}: no node of {vp.partition} has GPUs {where}"
+        if vp.gpus <= per_node:
+            return None
+        if vp.gpus % per_node:
+            return (f"{vp.name}: no node of {vp.partition} has {vp.gpus} GPUs {where} (the most is {per_node}, and "
+                    f"jobs span nodes only as whole nodes of {per_node})")
+        need = vp.gpus // per_node
+        have = sum(b.count for b in self.composed_partition_hardware(vp.partition) if b.profile.gpu_count >= per_node)
+        if have < need:
+            return (f"{vp.name}: needs {need} nodes of {vp.partition} with {per_node} GPUs, layout {comp.active} "
+                    f"gives {have}")
+        return None
+
+    @property
+    def hidden_virtual_partitions(self) -> dict[str, str]:
+        """Virtual partition name -> why the active layout hides it (layout_hides), in
+        swsuite.virtual_partitions order; empty without composable GPUs."""
+        if self.composable is None:
+            return {}
+        return {vp.name: why for vp in self.swsuite.virtual_partitions if (why := self.layout_hides(vp))}
 
     def job_node(self, partition: str) -> dict | None:
         """The partition_build as the wrapper suite's table gives it to swrun (translate's

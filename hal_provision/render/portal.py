@@ -76,16 +76,22 @@ def session_options(cluster: Cluster, vp_name: str, table: dict | None = None) -
 
 
 def catalogue(cluster: Cluster) -> dict:
-    """The catalogue both front ends render from (JSON-ready)."""
+    """The catalogue both front ends render from (JSON-ready). A virtual partition the active
+    composable layout hides (Cluster.hidden_virtual_partitions) is left out of the apps that
+    offer it, an app left with none is left out, each named under "_hidden" with why."""
     p = cluster.portal
     vps = {vp.name: vp for vp in cluster.swsuite.virtual_partitions} if cluster.swsuite else {}
     table = swsuite.table(cluster)
-    apps = []
+    layout_hidden = cluster.hidden_virtual_partitions
+    apps, hidden = [], []
     for app in p.apps:
         offered = {}
         for name in app.virtual_partitions:
             vp = vps.get(name)
             if vp is None:
+                continue
+            if name in layout_hidden:
+                hidden.append(f"{app.name} {layout_hidden[name]}")
                 continue
             hours = min(h for h in (app.max_hours, vp.max_time_hours) if h is not None)
             offered[name] = {
@@ -94,6 +100,9 @@ def catalogue(cluster: Cluster) -> dict:
                 "max_hours": hours,
                 "options": session_options(cluster, name, table),
             }
+        if not offered and any(name in layout_hidden for name in app.virtual_partitions):
+            hidden.append(f"{app.name}: every virtual partition it offers is hidden")
+            continue
         apps.append({
             "name": app.name,
             "kind": app.kind,
@@ -125,6 +134,7 @@ def catalogue(cluster: Cluster) -> dict:
                          *p.user_environment.packages],
         },
         "apps": apps,
+        **({"_hidden": hidden} if hidden else {}),
     }
 
 

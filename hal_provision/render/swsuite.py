@@ -16,11 +16,13 @@ PATH = "files/etc/swsuite/virtual-partitions.json"
 
 def table(cluster: Cluster) -> dict:
     """Each virtual partition with the node build its jobs are shaped for (Cluster.job_node);
-    one whose partition has no compute node is left out."""
+    one whose partition has no compute node is left out, and so is one the active composable
+    layout hides, listed under "_hidden" with why (Cluster.hidden_virtual_partitions)."""
     vps = {}
+    hidden = cluster.hidden_virtual_partitions
     for vp in cluster.swsuite.virtual_partitions:
         node = cluster.job_node(vp.partition)
-        if node is None:
+        if node is None or vp.name in hidden:
             continue
         vps[vp.name] = {
             "kind": vp.kind,
@@ -33,7 +35,8 @@ def table(cluster: Cluster) -> dict:
             "description": vp.description,
             "node": node,
         }
-    return {"cluster": cluster.cluster.name, "virtual_partitions": vps}
+    return {"cluster": cluster.cluster.name, "virtual_partitions": vps,
+            **({"_hidden": list(hidden.values())} if hidden else {})}
 
 
 def render(cluster: Cluster) -> dict[str, str]:

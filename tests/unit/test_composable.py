@@ -11,7 +11,10 @@ import pytest
 from hal_provision.findings import Level
 from hal_provision.loader import load, load_text
 from hal_provision.render import render_all
+from hal_provision.model import Layout
 from hal_provision.render.composable import COMPOSABLE, LAYOUTS
+from hal_provision.render.portal import catalogue as portal_catalogue
+from hal_provision.render.swsuite import table as swsuite_table
 
 from tests.conftest import HAL_TEXT, _apply
 
@@ -45,6 +48,9 @@ def second_pool(hosts: str, name: str = "chassis2"):
     return old, new.replace("HOSTS", hosts).replace("chassis2", name)
 
 
+GPUX10 = ("    - {name: cpun1,", "    - {name: gpux10, kind: gpu, partition: gpu, gpus: 10, mem_per_cpu_mib: 1200, "
+          "max_time_hours: 24}\n    - {name: cpun1,")
+
 ROWS = [
     ("pool-name-twice", [second_pool("hal03", "chassis1")], E, "composable.pools[1].name",
      "pool name 'chassis1' is already used by composable.pools[0]"),
@@ -72,10 +78,9 @@ ROWS = [
      "layout 'training' gives hal01 7 GPUs of pool 'chassis1', which has 6 slots per host"),
     ("pool-overcommitted", [('{"hal[01-02]": 4}', '{"hal[01-02]": 5}')], E, "composable.layouts[0].gpus",
      "layout 'even' takes 10 GPUs of pool 'chassis1' (hal01 5, hal02 5), which holds 8"),
-    ("virtual-partition-unsatisfiable",
-     [("    - {name: gpux16, kind: gpu, partition: gpu, gpus: 16,",
-       "    - {name: gpux80, kind: gpu, partition: gpu, gpus: 80,")], W, "composable.layouts[1]",
-     "layout 'training' leaves partition 'gpu' 72 GPUs: virtual partition 'gpux80' asks 80"),
+    # per node, not in total: `even` gives the partition 16 GPUs, but no node more than 8
+    ("virtual-partition-unsatisfiable", [GPUX10], W, "composable.layouts[0]",
+     "layout 'even' hides gpux10: no node of gpu has 10 GPUs in layout even"),
 ]
 
 
@@ -171,3 +176,59 @@ def test_inventory_gives_each_composed_host_its_gpu_devices(case):
         hosts = inv["all"]["children"]["pool_chassis1"]["hosts"]
         assert {h: len(v["hal_hardware"]["gpu_devices"]) for h, v in hosts.items()} == want
         assert all(v["hal_hardware"]["gpu_type"] == "v100" for v in hosts.values())
+
+
+# ---- virtual partitions follow the active layout (issue 33 item 4) ----------------------------
+
+@pytest.mark.parametrize(("layout", "shown", "hidden"), [
+    ("even", ["gpux1", "gpux4", "gpux8", "cpun1"],
+     {"gpux6": "gpux6: no node of gpu has 6 GPUs in layout even (the most is 4, and jobs span nodes only as "
+               "whole nodes of 4)"}),
+    ("training", ["gpux1", "gpux4", "gpux6", "cpun1"],
+     {"gpux8": "gpux8: no node of gpu has 8 GPUs in layout training (the most is 6, and jobs span nodes only as "
+               "whole nodes of 6)"}),
+])
+def test_the_wrapper_suite_follows_the_active_layout(case, layout, shown, hidden):
+    view = case.with_layout(layout)
+    assert view.hidden_virtual_partitions == hidden
+    table = swsuite_table(view)
+    assert list(table["virtual_partitions"]) == shown
+    assert table["_hidden"] == list(hidden.values())
+    # the table swrun reads gives the composed node: the layout's largest build, with pool GPUs
+    node = table["virtual_partitions"]["gpux4"]["node"]
+    assert (node["gpu_type"], len(node["gpu_sockets"])) == ("v100", {"even": 4, "training": 6}[layout])
+
+
+def test_a_multi_node_partition_needs_enough_nodes_of_the_largest_build(case):
+    """gpux8 on `even` is two nodes of 4; with one host at 4 and the other at 3 it is not."""
+    comp = case.composable.model_copy(update={"layouts": [*case.composable.layouts, Layout(
+        name="uneven", gpus={"hal01": 4, "hal02": 3})]})
+    view = case.model_copy(update={"composable": comp}).with_layout("uneven")
+    assert view.hidden_virtual_partitions["gpux8"] == "gpux8: needs 2 nodes of gpu with 4 GPUs, layout uneven gives 1"
+
+
+def test_a_cluster_without_composable_hides_nothing():
+    loaded = load_text(HAL_TEXT, "c.yml")
+    assert loaded.model.hidden_virtual_partitions == {}
+    assert "_hidden" not in swsuite_table(loaded.model)
+    assert "_hidden" not in portal_catalogue(loaded.model)
+
+
+@pytest.mark.parametrize(("layout", "offered", "hidden"), [
+    ("even", ["gpux1", "gpux2", "gpux4", "cpun1"],
+     ["jupyter gpux10: no node of gpu has 10 GPUs in layout even (the most is 8, and jobs span nodes only as "
+      "whole nodes of 8)"]),
+    ("training", ["gpux1", "gpux2", "gpux4", "cpun1", "gpux10"], []),
+])
+def test_the_portal_follows_the_active_layout(layout, offered, hidden):
+    """HAL with the pool and a gpux10 the jupyter app offers: hal01's 10 GPUs in `training` only."""
+    text = _apply(HAL_TEXT, [*ROWS_START, GPUX10, (
+        "modules: [jupyter],\n       virtual_partitions: [gpux1, gpux2, gpux4, cpun1], max_hours: 24}\n    - {name: jupyterlab",
+        "modules: [jupyter],\n       virtual_partitions: [gpux1, gpux2, gpux4, cpun1, gpux10], max_hours: 24}\n"
+        "    - {name: jupyterlab")])
+    loaded = load_text(text, "c.yml")
+    assert loaded.model is not None, loaded.findings
+    cat = portal_catalogue(loaded.model.with_layout(layout))
+    app = next(a for a in cat["apps"] if a["name"] == "jupyter")
+    assert list(app["virtual_partitions"]) == offered
+    assert cat.get("_hidden", []) == hidden
