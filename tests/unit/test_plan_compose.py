@@ -69,7 +69,12 @@ def test_no_restart_counts_twice(trees) -> None:
             "files/etc/hal-provision/composable.json"} <= owned
     restarts = [(c.name, q.action) for c in plan.components for q in c.consequences if q.action.startswith("restart")]
     assert restarts == [("recomposition", "restart slurmctld"), ("recomposition", "restart slurmd")]
-    assert not any("site.yml" in line for line in plan.advice)
+    # the wrapper suite's table follows the layout (gpux6 shown, gpux8 hidden): compose.yml does
+    # not install it, so the plan advises site.yml for it, a file only, restarting nothing
+    swsuite = next(c for c in plan.components if c.name == "swsuite")
+    assert [f.path for f in swsuite.files] == ["files/etc/swsuite/virtual-partitions.json"]
+    assert [q.action for q in swsuite.consequences] == ["file only"]
+    assert any("playbooks/site.yml" in line for line in plan.advice)
 
 
 def test_a_change_beyond_the_layout_still_shows_as_itself(trees) -> None:
