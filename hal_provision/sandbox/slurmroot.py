@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from ..cache import cache_dir
-from .image import ImageError, host_mirror
+from .image import RELEASE_SLURM, ImageError, host_mirror
 
 SUITE = "trixie"
-SLURM_MAJOR = "24.11"  # what trixie ships; the tests render the trees for this version
+SLURM_MAJOR = RELEASE_SLURM[SUITE]  # what trixie ships (one table: image.py); the tests render for it
 # hwloc: lstopo makes the synthetic topologies slurmd -C/-G read in the tests.
 PACKAGES = ["slurmctld", "slurmd", "slurmdbd", "slurm-client", "munge", "hwloc"]
 # Bumped whenever the build steps change, so an older root is rebuilt.
