@@ -23,7 +23,8 @@ def health_checks_apply(c: Cluster):
     if not groups:
         yield warning(HEALTH, "no compute node group: slurmd runs nowhere, so the health check never runs")
         return
-    has_gpus = any((p := c.profile_of(g)) is not None and p.gpus for g in groups)
+    has_gpus = any((p := c.profile_of(g)) is not None and p.gpus for g in groups) \
+        or bool(c.composable is not None and c.composable.pools)  # pool GPUs, held in some layout
     reasons = {
         "gpus": None if has_gpus else "no compute node has GPUs",
         "gpu_model": None if has_gpus else "no compute node has GPUs",

@@ -314,9 +314,14 @@ class Cluster(Strict):
     def partition_build(self, partition: str) -> PartitionBuild | None:
         """The build a virtual partition's jobs are shaped for: the partition's one offering the
         most GPUs per node, then CPUs, then nodes (the first such on a tie), as the active
-        layout composes it."""
-        return max(self.composed_partition_hardware(partition),
-                   key=lambda b: (b.profile.gpu_count, b.profile.cpus, b.count), default=None)
+        layout composes it. Under a layout its count is every node of the partition with that
+        build's profile, whatever pool GPUs each holds: a CPU job spans them all, and a GPU job
+        that spans nodes is hidden (layout_hides) where too few hold its GPUs."""
+        builds = self.composed_partition_hardware(partition)
+        best = max(builds, key=lambda b: (b.profile.gpu_count, b.profile.cpus, b.count), default=None)
+        if best is None or self._composed_partition_nodes(partition) is None:
+            return best
+        return best._replace(count=sum(b.count for b in builds if b.name == best.name))
 
     def layout_hides(self, vp: VirtualPartition) -> str | None:
         """Why the active layout cannot satisfy gpu virtual partition `vp`, None when it can:

@@ -207,6 +207,19 @@ def test_a_multi_node_partition_needs_enough_nodes_of_the_largest_build(case):
     assert view.hidden_virtual_partitions["gpux8"] == "gpux8: needs 2 nodes of gpu with 4 GPUs, layout uneven gives 1"
 
 
+def test_a_cpu_job_spans_every_node_whatever_pool_gpus_each_holds(case):
+    """On `training` hal01 (6 GPUs) and hal02 (2) are two builds; a two-node CPU job (cpun2)
+    still has both nodes of the profile, in the checks and in the table swrun reads."""
+    vps = [*case.swsuite.virtual_partitions, case.swsuite.virtual_partitions[-1].model_copy(
+        update={"name": "cpun2", "nodes": 2})]
+    view = case.model_copy(update={"swsuite": case.swsuite.model_copy(update={"virtual_partitions": vps})})
+    view = view.with_layout("training")
+    assert view.partition_build("gpu").count == 2 and view.partition_build("gpu").profile.gpu_count == 6
+    assert swsuite_table(view)["virtual_partitions"]["cpun2"]["node"]["count"] == 2
+    from hal_provision.checks import run_all
+    assert not [f for f in run_all(view) if f.level is E], [f for f in run_all(view) if f.level is E]
+
+
 def test_a_cluster_without_composable_hides_nothing():
     loaded = load_text(HAL_TEXT, "c.yml")
     assert loaded.model.hidden_virtual_partitions == {}
