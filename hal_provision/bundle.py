@@ -84,7 +84,8 @@ def code_members(repo: Path = REPO) -> dict[str, bytes]:
 def rendered_members(files: dict[str, str], inventory: dict) -> dict[str, bytes]:
     """The members rendered from the model: the tree's files/ and the static inventory."""
     members = {f"{TOP}/{path}": text.encode("utf-8") for path, text in files.items() if path.startswith("files/")}
-    members[INVENTORY] = (json.dumps(inventory, indent=1, sort_keys=True) + "\n").encode()
+    # Not sorted: the order of a group's hosts and children is the inventory's.
+    members[INVENTORY] = (json.dumps(inventory, indent=1) + "\n").encode()
     return members
 
 
@@ -287,11 +288,21 @@ class Bundle:
         return {name: self.tarball, f"{self.version}.json": dumps(self.manifest), "current.json": dumps(current)}
 
 
-def build(model, files: dict[str, str], documents: list[dict], repo: Path = REPO) -> Bundle:
-    """The bundle of `model` (in pull mode), its rendered tree `files` (render_all) and its
-    parsed inventory `documents` (inventory_source.parse_documents)."""
+def inventory_documents(files: dict[str, str]) -> list[dict]:
+    """The rendered tree's inventory files parsed as Ansible reads the directory: in file-name
+    order, with PyYAML's safe loader (as inventory_source.parse_documents, which sits above the
+    CLI's validate and so cannot be imported here)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [yaml.load(files[path], Loader=loader) or {} for path in sorted(files)  # noqa: S506 - safe loader
+            if path.startswith("inventory/") and path.endswith(".yml")]
+
+
+def build(model, files: dict[str, str], repo: Path = REPO) -> Bundle:
+    """The bundle of `model` (in pull mode) and its rendered tree `files` (render_all)."""
     code = code_members(repo)
-    rendered = rendered_members(files, static_inventory(list_inventory(documents)))
+    rendered = rendered_members(files, static_inventory(list_inventory(inventory_documents(files))))
     m = manifest(model, code, rendered)
     members = {**code, **rendered, MANIFEST: dumps(m)}
     executable = frozenset(p for p in code if p.startswith(f"{TOP}/node/"))

@@ -52,7 +52,6 @@ def bundle(
     """Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its manifest
     <version>.json and current.json, for playbooks/publish.yml to publish on the distribution points."""
     from .. import bundle as lib
-    from ..inventory_source import inventory_files, parse_documents
     from ..render import render_all
 
     _loaded, model = checked(file)
@@ -60,7 +59,7 @@ def bundle(
         _fail(f"deploy.mode is {model.deploy.mode!r}: a bundle is built for pull mode only (deploy: {{mode: pull}})")
     if out_dir.exists() and not out_dir.is_dir():
         _fail(f"{out_dir} exists and is not a directory")
-    built = lib.build(model, render_all(model), parse_documents(inventory_files(model)))
+    built = lib.build(model, render_all(model))
     try:
         write_outputs(built.outputs(), out_dir)
     except OSError as exc:
