@@ -121,3 +121,74 @@ def test_host_address_is_the_primary_networks():
     hostvars = yaml.safe_load(render_all(hal)["inventory/hosts.yml"])["all"]["children"]["nodes_compute"]["hosts"]
     assert hal.host_address("hal05") == hostvars["hal05"]["ansible_host"]
     assert hal.host_address("nohost") is None
+
+
+# ---- the rendered files -------------------------------------------------------------------
+
+TWOGEN = "tests/data/clusters/x86-twogen.yml"
+
+
+@pytest.fixture(scope="module")
+def twogen_files():
+    from hal_provision.cli.validate import validate
+
+    return render_all(validate(TWOGEN).model)
+
+
+def test_deploy_json_names_each_nodes_point_by_its_primary_address(twogen_files):
+    data = json.loads(twogen_files[CONFIG])
+    url = "http://10.20.0.2:8181/"  # tg-mgmt's mgmt address, deploy.port
+    nodes = expand("tg[01-08]")
+    assert data == {"mode": "pull", "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
+                    "drain_wait_s": 3600, "bundle_root": "/srv/hal-provision/bundles",
+                    "points": [{"host": "tg-mgmt", "address": "10.20.0.2", "url": url, "serves": nodes}],
+                    "nodes": dict.fromkeys(nodes, url)}
+
+
+def test_two_points_split_the_nodes():
+    hal = hal_with(_with_pull, points('{host: hal-mgmt1, serves: "hal[01-08]"}', '{host: hal-mgmt2, serves: "hal[09-16]"}'))
+    data = json.loads(render_all(hal)[CONFIG])
+    assert [(p["host"], p["serves"][0], p["serves"][-1]) for p in data["points"]] == [
+        ("hal-mgmt1", "hal01", "hal08"), ("hal-mgmt2", "hal09", "hal16")]
+    assert data["nodes"]["hal09"] == data["points"][1]["url"] != data["nodes"]["hal08"]
+
+
+def test_push_renders_nothing_of_pull_mode():
+    files = render_all(hal_with())
+    assert not {CONFIG, SERVICE, TIMER, NGINX_SITE, "inventory/deploy.yml"} & set(files)
+
+
+def test_units_and_site_take_the_models_values(twogen_files):
+    timer, service, site = twogen_files[TIMER], twogen_files[SERVICE], twogen_files[NGINX_SITE]
+    assert "OnCalendar=*:0/30\n" in timer and "RandomizedDelaySec=300\n" in timer and "OnBootSec=2min\n" in timer
+    assert "Persistent=true\n" in timer
+    assert "Type=oneshot\n" in service and "ExecStart=/usr/local/sbin/hal-converge\n" in service
+    assert "Restart=no\n" in service
+    assert "listen 8181;" in site and "root /srv/hal-provision/bundles;" in site and "autoindex off;" in site
+    assert 'location = /current.json' in site and "no-store" in site
+
+
+@pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason=NO_SYSTEMD)
+def test_systemd_verifies_the_units(twogen_files, tmp_path):
+    """systemd-analyze verify loads both units in a root with the system's units and a
+    stand-in hal-converge; a bad calendar is refused (the control)."""
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    (units / "hal-converge.service").write_text(twogen_files[SERVICE])
+    (units / "hal-converge.timer").write_text(twogen_files[TIMER])
+    program = root / "usr/local/sbin/hal-converge"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+
+    def verify() -> subprocess.CompletedProcess:
+        return subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", "hal-converge.service",
+                               "hal-converge.timer"], capture_output=True, text=True)
+
+    ok = verify()
+    assert ok.returncode == 0 and not ok.stderr.strip(), ok.stderr
+    (units / "hal-converge.timer").write_text(twogen_files[TIMER].replace("OnCalendar=*:0/30", "OnCalendar=halfhourly"))
+    bad = verify()
+    assert "Failed to parse calendar specification" in bad.stderr, bad.stderr
