@@ -2,7 +2,8 @@
 
 The plugin must give Ansible exactly the groups and variables of a rendered inventory
 directory, so it does not group anything itself: it renders the same two files
-(render/inventory.py's `inventory/hosts.yml`, render/storage.py's `inventory/storage.yml`) and
+(render/inventory.py's `inventory/hosts.yml`, render/storage.py's `inventory/storage.yml`,
+render/deploy.py's `inventory/deploy.yml` in pull mode) and
 parses them as Ansible's yaml plugin would read them from that directory: in file-name order
 (Ansible reads a directory sorted), with PyYAML's safe loader (the YAML 1.1 resolver Ansible's
 own loader uses, here through libyaml).
@@ -64,9 +65,10 @@ class InventoryData:
 
 def inventory_files(cluster) -> dict[str, str]:
     """The rendered inventory files of the cluster: {relative path: text}, as render_all has them."""
-    from .render import inventory, storage
+    from .render import deploy, inventory, storage
 
     files = dict(inventory.render(cluster))
+    files.update(deploy.inventory_files(cluster))
     groups = storage.inventory(cluster)
     if groups is not None:
         files[storage.INVENTORY] = groups

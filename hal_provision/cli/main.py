@@ -51,6 +51,10 @@ LAZY: dict[str, tuple[str, str, str]] = {
                 "the responsiveness probe."),
     "recipes": ("hal_provision.cli.recipes", "app",
                 "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
+    "bundle": ("hal_provision.cli.bundle", "bundle",
+               "Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its "
+               "manifest <version>.json and current.json, for playbooks/publish.yml to publish on the distribution "
+               "points."),
     "backup": ("hal_provision.cli.backup", "app",
                "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums."),
 }

@@ -13,6 +13,7 @@ from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
 from .base import Strict
+from .deploy import Deploy, DistributionPoint
 from .composable import Composable, GpuPool, Layout, PoolGpus
 from .identity import ClusterInfo
 from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
@@ -47,6 +48,13 @@ class BackupJob(NamedTuple):
     state: str  # one of model.backup.STATES
     host: str
     sources: tuple[str, ...] = ()  # a secrets job's: the services (Services' keys) whose secrets it holds
+
+
+class DeployPoint(NamedTuple):
+    """A distribution point as deployed: its host and the pull nodes it serves."""
+
+    host: str
+    serves: NodeSet  # shared: never change it
 
 
 class PartitionBuild(NamedTuple):
@@ -95,6 +103,10 @@ class Cluster(Strict):
     composable: Composable | None = Field(
         None, description="Composable GPUs: pools of GPUs in expansion chassis attached to the hosts cabled to "
         "them, named layouts of how many each host holds, and the active layout (the one deployed).")
+    deploy: Deploy = Field(
+        default_factory=Deploy,
+        description="How the nodes are converged: pushed from the controller (default), or pulled by the compute "
+        "nodes from a bundle published on distribution points (mode pull).")
 
     @model_validator(mode="after")
     def _site_defaults(self) -> Cluster:
@@ -514,6 +526,43 @@ class Cluster(Strict):
             return None
         return f"{mount.mount_point.rstrip('/')}/{self.backup.destination.subdirectory}"
 
+    # ---- deploy (properties, not cached: a model_copy with another deploy stays right) ----
+    @property
+    def deploy_pull(self) -> bool:
+        return self.deploy.mode == "pull"
+
+    @property
+    def deploy_pull_nodes(self) -> NodeSet:
+        """The nodes that converge themselves: the Slurm nodes (every compute group) in pull
+        mode; empty in push mode. Shared: never change it."""
+        return self.slurm_nodes if self.deploy_pull else empty()
+
+    @property
+    def deploy_default_point(self) -> str:
+        """The host of the one distribution point deploy.distribution defaults to: the first
+        management host, else the first slurmctld host."""
+        managers = self.groups_with_role(Role.management)
+        return expand(managers[0].hosts)[0] if managers else self.controllers[0]
+
+    @property
+    def deploy_points(self) -> tuple[DeployPoint, ...]:
+        """The distribution points as deployed, in deploy.distribution order; empty in push
+        mode. A point without `serves` serves every pull node (one point only: a check)."""
+        if not self.deploy_pull:
+            return ()
+        written = self.deploy.distribution or [DistributionPoint(host=self.deploy_default_point)]
+        return tuple(DeployPoint(p.host, nodeset(p.serves) if p.serves is not None else self.deploy_pull_nodes)
+                     for p in written)
+
+    def host_address(self, host: str) -> str | None:
+        """The host's address on the primary network (the inventory's ansible_host); None for a
+        host the model does not have, or one without an address there."""
+        group = self.group_of(host)
+        primary = self.cluster.primary_network
+        if group is None or primary not in group.addresses:
+            return None
+        return str(group.addresses[primary] + expand(group.hosts).index(host))
+
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
 
@@ -541,7 +590,7 @@ class Cluster(Strict):
 
 
 __all__ = [
-    "Accounts", "Backup", "Composable", "GpuPool", "Layout", "NodeBuild", "PoolGpus", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
+    "Accounts", "Backup", "Deploy", "DeployPoint", "DistributionPoint", "Composable", "GpuPool", "Layout", "NodeBuild", "PoolGpus", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
     "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",

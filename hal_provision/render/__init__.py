@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, backup, composable, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, slurm_version, software, storage, swsuite
+from . import accounting, accounts, backup, composable, deploy, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, slurm_version, software, storage, swsuite
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:
@@ -22,6 +22,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(recipes.render(cluster))
     files.update(health.render(cluster))
     files.update(backup.render(cluster))
+    files.update(deploy.render(cluster))
     files.update(scratch.render(cluster))
     files.update(swsuite.render(cluster))
     files.update(storage.render(cluster))

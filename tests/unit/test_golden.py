@@ -28,7 +28,7 @@ CLUSTERS = TESTS / "data" / "clusters"
 EXAMPLES = TESTS.parent / "examples"
 GOLDEN = TESTS / "golden"
 UPDATE = os.environ.get("HAL_UPDATE_GOLDEN") == "1"
-NOT_RENDER_CASES = {"plan"}  # tests/golden/plan/: `hal-provision plan` outputs (tests/unit/test_plan.py)
+NOT_RENDER_CASES = {"plan", "bundle"}  # tests/golden/plan/: `hal-provision plan` outputs (tests/unit/test_plan.py); bundle/: manifests (test_bundle.py)
 REGENERATE = "HAL_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_golden.py"
 DIFF_LINES = 200  # per file; a longer diff is cut, the first lines tell the story
 

@@ -84,8 +84,9 @@ def test_render_does_not_depend_on_hash_seed(tmp_path):
 
 
 # Files whose layout is a contract with a node program that refuses keys it does not know, so
-# they carry no header key: backup.json, read by hal-backup (render/backup.py).
-CONTRACT_LAYOUTS = {"files/etc/hal-provision/backup.json"}
+# they carry no header key: backup.json, read by hal-backup (render/backup.py); deploy.json,
+# read by hal-converge, `hal-provision fleet` and playbooks/publish.yml (render/deploy.py).
+CONTRACT_LAYOUTS = {"files/etc/hal-provision/backup.json", "files/etc/hal-provision/deploy.json"}
 
 
 @pytest.mark.parametrize("file", [None, *CLUSTERS], ids=["hal", *(p.stem for p in CLUSTERS)])

@@ -1,0 +1,309 @@
+"""The node bundle of pull mode (issue 34): everything a compute node needs to converge itself,
+as one deterministic tar.gz, its manifest and the current.json that points at it.
+
+Members, under the top directory `bundle/`: ansible.cfg (the checkout's, with the collection
+found beside it), playbooks/**, roles/**, collections/ansible_collections/hal/provision/**, files/**
+(the rendered tree), inventory/hosts.json (a static inventory: every host with its variables
+merged as `ansible-inventory --list` shows them, and every group, in the YAML inventory
+plugin's form, which ansible-playbook reads without any plugin of ours), node/ (the node
+program and the hostlist module it imports) and manifest.json.
+
+version = the first 16 hex digits of sha256(model_hash + code_hash); model_hash is the sha256
+of the model's canonical JSON; code_hash the sha256 over the sorted (path, sha256) of every
+member that is not rendered from the model. The tar.gz is byte-identical for the same model and
+code: sorted members, mtime 0, uid and gid 0, no names, gzip without a time or file name.
+
+Pure: reads the checkout's files, writes nothing (`hal-provision bundle` writes).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+from . import __version__
+from .hostlist import expand
+
+PACKAGE = Path(__file__).resolve().parent
+REPO = PACKAGE.parent
+TOP = "bundle"
+MANIFEST = f"{TOP}/manifest.json"
+INVENTORY = f"{TOP}/inventory/hosts.json"
+RENDERED = f"{TOP}/files/"
+COLLECTION = "collections/ansible_collections/hal/provision"
+NODE_PROGRAMS = {"node/converge.py": PACKAGE / "node" / "converge.py", "node/hostlist.py": PACKAGE / "hostlist.py"}
+SKIPPED_DIRS = {"__pycache__", ".pytest_cache"}
+SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---- members -------------------------------------------------------------------------------
+
+
+def _tree(root: Path, prefix: str) -> dict[str, bytes]:
+    """Regular files under `root` (symbolic links and caches left out), keyed prefix/relative."""
+    out = {}
+    for directory, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not (Path(directory) / d).is_symlink())
+        for name in names:
+            path = Path(directory) / name
+            if name.endswith(SKIPPED_SUFFIXES) or path.is_symlink() or not path.is_file():
+                continue
+            out[f"{prefix}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return out
+
+
+def bundle_ansible_cfg(text: str) -> str:
+    """The checkout's ansible.cfg with the collection where the bundle has it."""
+    lines = [f"collections_path = {COLLECTION.split('/')[0]}" if line.startswith("collections_path") else line
+             for line in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def code_members(repo: Path = REPO) -> dict[str, bytes]:
+    """The members that do not come from the model: ansible.cfg, playbooks, roles, the
+    collection, the node program; keyed by member path (bundle/...)."""
+    members = {f"{TOP}/ansible.cfg": bundle_ansible_cfg((repo / "ansible.cfg").read_text(encoding="utf-8")).encode()}
+    members.update(_tree(repo / "playbooks", f"{TOP}/playbooks"))
+    members.update(_tree(repo / "roles", f"{TOP}/roles"))
+    members.update(_tree(repo / "hal_provision" / "ansible_collections" / "hal" / "provision", f"{TOP}/{COLLECTION}"))
+    for member, path in NODE_PROGRAMS.items():
+        if path.is_file():  # the node program comes with issue 34's node half
+            members[f"{TOP}/{member}"] = path.read_bytes()
+    return members
+
+
+def rendered_members(files: dict[str, str], inventory: dict) -> dict[str, bytes]:
+    """The members rendered from the model: the tree's files/ and the static inventory."""
+    members = {f"{TOP}/{path}": text.encode("utf-8") for path, text in files.items() if path.startswith("files/")}
+    # Not sorted: the order of a group's hosts and children is the inventory's.
+    members[INVENTORY] = (json.dumps(inventory, indent=1) + "\n").encode()
+    return members
+
+
+# ---- the inventory, as `ansible-inventory --list` has it, and its static form ---------------
+
+
+class _Group:
+    def __init__(self, name: str):
+        self.name, self.vars, self.hosts, self.children, self.parents, self.depth = name, {}, [], [], [], 0
+
+    def ancestors(self) -> list[_Group]:
+        out: dict[str, _Group] = {}
+        for parent in self.parents:
+            out.setdefault(parent.name, parent)
+            for g in parent.ancestors():
+                out.setdefault(g.name, g)
+        return list(out.values())
+
+    def deepen(self, depth: int) -> None:
+        if depth > self.depth:
+            self.depth = depth
+        for child in self.children:
+            child.deepen(self.depth + 1)
+
+
+def list_inventory(documents: list[dict]) -> dict:
+    """The parsed rendered inventory documents (inventory_source.parse_documents, in the order
+    Ansible reads the directory) as `ansible-inventory --list` prints them: `_meta.hostvars`
+    (each host's variables, group variables merged by depth then name, its own last), `all`
+    with its children (`ungrouped` first), and every non-empty group's hosts and children.
+    What Ansible's yaml plugin and inventory do, for the plain groups the renderers write."""
+    groups: dict[str, _Group] = {}
+    host_vars: dict[str, dict] = {}
+    host_groups: dict[str, list[str]] = {}
+
+    def group(name: str) -> _Group:
+        if name not in groups:
+            groups[name] = _Group(name)
+        return groups[name]
+
+    def add_child(parent: _Group, child: _Group) -> None:
+        if child not in parent.children:
+            parent.children.append(child)
+            child.deepen(parent.depth + 1)
+        if parent not in child.parents:
+            child.parents.append(parent)
+
+    def parse(name: str, data) -> _Group:
+        g = group(name)
+        for key, section in (data or {}).items():
+            if key == "vars":
+                g.vars.update(section or {})
+            elif key == "children":
+                for child, child_data in (section or {}).items():
+                    add_child(g, parse(child, child_data))
+            elif key == "hosts":
+                for host, values in (section or {}).items():
+                    for h in expand(host) if "[" in host else [host]:
+                        host_vars.setdefault(h, {}).update(values or {})
+                        if h not in g.hosts:
+                            g.hosts.append(h)
+                        host_groups.setdefault(h, [])
+                        if name not in host_groups[h]:
+                            host_groups[h].append(name)
+        return g
+
+    top = group("all")
+    add_child(top, group("ungrouped"))
+    for document in documents:
+        for name, data in document.items():
+            parse(name, data)
+    for g in list(groups.values()):
+        if g is not top and not g.ancestors():
+            add_child(top, g)
+    hostvars = {}
+    for host, direct in host_groups.items():
+        member_of: dict[str, _Group] = {"all": top}
+        for name in direct:
+            member_of[name] = groups[name]
+            member_of.update((a.name, a) for a in groups[name].ancestors())
+        merged: dict = {}
+        for g in sorted(member_of.values(), key=lambda g: (g.depth, int(g.vars.get("ansible_group_priority", 1)), g.name)):
+            merged.update(g.vars)
+        merged.update(host_vars[host])
+        if merged:
+            hostvars[host] = merged
+    out: dict = {"_meta": {"hostvars": hostvars}}
+    seen: set[str] = set()
+
+    def emit(g: _Group) -> None:
+        seen.add(g.name)
+        entry: dict = {}
+        if g is not top and g.hosts:
+            entry["hosts"] = list(g.hosts)
+        if g.children:
+            entry["children"] = [c.name for c in g.children]
+        if entry:
+            out[g.name] = entry
+        for child in g.children:
+            if child.name not in seen:
+                emit(child)
+
+    emit(top)
+    return out
+
+
+def static_inventory(listing: dict) -> dict:
+    """An `ansible-inventory --list` listing as an inventory file Ansible's yaml plugin reads
+    (JSON is YAML): every host under `all` with its merged variables, the groups nested as
+    listed. `ansible-inventory -i` of it lists the same (tests/unit/test_bundle.py)."""
+    done: set[str] = set()
+
+    def nest(name: str) -> dict:
+        if name in done:
+            return {}
+        done.add(name)
+        entry = listing.get(name, {})
+        out: dict = {}
+        if entry.get("hosts"):
+            out["hosts"] = {host: None for host in entry["hosts"]}
+        if entry.get("children"):
+            out["children"] = {child: nest(child) for child in entry["children"]}
+        return out
+
+    children = {name: nest(name) for name in listing["all"].get("children", []) if name != "ungrouped"}
+    return {"all": {"hosts": listing["_meta"]["hostvars"], "children": children}}
+
+
+# ---- hashes, manifest, archive ------------------------------------------------------------
+
+
+def model_hash(model) -> str:
+    """sha256 of the model's canonical JSON (every field, defaults included; sorted keys)."""
+    return sha256(json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode())
+
+
+def code_hash(code: dict[str, bytes]) -> str:
+    return sha256("".join(f"{path}\0{sha256(data)}\n" for path, data in sorted(code.items())).encode())
+
+
+def version_of(model_digest: str, code_digest: str) -> str:
+    return sha256((model_digest + code_digest).encode())[:16]
+
+
+def manifest(model, code: dict[str, bytes], rendered: dict[str, bytes]) -> dict:
+    m, c = model_hash(model), code_hash(code)
+    return {
+        "version": version_of(m, c),
+        "model_hash": m,
+        "code_hash": c,
+        "hal_provision": __version__,
+        "nodes": list(model.deploy_pull_nodes),
+        "points": {p.host: [h for h in p.serves if h in model.deploy_pull_nodes] for p in model.deploy_points},
+        "files": {path: sha256(data) for path, data in sorted({**code, **rendered}.items())},
+    }
+
+
+def dumps(data: dict) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _directories(paths) -> list[str]:
+    dirs = set()
+    for path in paths:
+        parts = path.split("/")[:-1]
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return sorted(dirs)
+
+
+def archive(members: dict[str, bytes], executable: frozenset[str] = frozenset()) -> bytes:
+    """The members as a deterministic tar.gz (directories too, every entry sorted by path)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        entries = [(d, None) for d in _directories(members)] + [(p, members[p]) for p in members]
+        for path, data in sorted(entries, key=lambda e: e[0]):
+            info = tarfile.TarInfo(path)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if data is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o755 if path in executable else 0o644
+                tar.addfile(info, io.BytesIO(data))
+    out = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as gz:
+        gz.write(raw.getvalue())
+    return out.getvalue()
+
+
+class Bundle:
+    """A built bundle: what `hal-provision bundle` writes into DIR."""
+
+    def __init__(self, version: str, tarball: bytes, manifest: dict):
+        self.version, self.tarball, self.manifest = version, tarball, manifest
+
+    def outputs(self) -> dict[str, bytes]:
+        """File name in DIR -> content: <version>.tar.gz, <version>.json, current.json."""
+        name = f"{self.version}.tar.gz"
+        current = {"version": self.version, "bundle": name, "sha256": sha256(self.tarball)}
+        return {name: self.tarball, f"{self.version}.json": dumps(self.manifest), "current.json": dumps(current)}
+
+
+def inventory_documents(files: dict[str, str]) -> list[dict]:
+    """The rendered tree's inventory files parsed as Ansible reads the directory: in file-name
+    order, with PyYAML's safe loader (as inventory_source.parse_documents, which sits above the
+    CLI's validate and so cannot be imported here)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [yaml.load(files[path], Loader=loader) or {} for path in sorted(files)  # noqa: S506 - safe loader
+            if path.startswith("inventory/") and path.endswith(".yml")]
+
+
+def build(model, files: dict[str, str], repo: Path = REPO) -> Bundle:
+    """The bundle of `model` (in pull mode) and its rendered tree `files` (render_all)."""
+    code = code_members(repo)
+    rendered = rendered_members(files, static_inventory(list_inventory(inventory_documents(files))))
+    m = manifest(model, code, rendered)
+    members = {**code, **rendered, MANIFEST: dumps(m)}
+    executable = frozenset(p for p in code if p.startswith(f"{TOP}/node/"))
+    return Bundle(m["version"], archive(members, executable), m)

@@ -1,0 +1,68 @@
+"""`hal-provision bundle [FILE] --out DIR`: the node bundle of pull mode (hal_provision/bundle.py
+builds it; this command only writes it). DIR gets <version>.tar.gz, <version>.json (the
+manifest) and current.json, which is replaced last; nothing is written on an error, and a
+failure while writing leaves no partial file under DIR's names."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import EXIT_UNUSABLE, checked, err, out
+
+FileArg = typer.Argument(None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False)
+
+
+def _fail(message: str) -> None:
+    err.print(f"error: {message}", style="bold red", markup=False)
+    raise typer.Exit(EXIT_UNUSABLE)
+
+
+def write_outputs(outputs: dict[str, bytes], directory: Path) -> None:
+    """Every output into a temporary file beside its target, then renamed into place, the
+    bundle and manifest first and current.json last: a reader never sees half a file, and
+    current.json never names a bundle that is not there."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staged: list[tuple[str, Path]] = []
+    try:
+        for name, data in outputs.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+            staged.append((name, Path(tmp)))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o644)
+        for name, tmp in sorted(staged, key=lambda s: s[0] == "current.json"):
+            os.replace(tmp, directory / name)
+    finally:
+        for _name, tmp in staged:
+            tmp.unlink(missing_ok=True)
+
+
+def bundle(
+    file: Optional[Path] = FileArg,
+    out_dir: Path = typer.Option(..., "--out", help="Directory to write the bundle, its manifest and current.json "
+                                 "into (created; other files there are kept).", show_default=False),
+) -> None:
+    """Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its manifest
+    <version>.json and current.json, for playbooks/publish.yml to publish on the distribution points."""
+    from .. import bundle as lib
+    from ..render import render_all
+
+    _loaded, model = checked(file)
+    if not model.deploy_pull:
+        _fail(f"deploy.mode is {model.deploy.mode!r}: a bundle is built for pull mode only (deploy: {{mode: pull}})")
+    if out_dir.exists() and not out_dir.is_dir():
+        _fail(f"{out_dir} exists and is not a directory")
+    built = lib.build(model, render_all(model))
+    try:
+        write_outputs(built.outputs(), out_dir)
+    except OSError as exc:
+        _fail(f"cannot write {out_dir}: {exc}")
+    out.print(f"bundle {built.version} for cluster '{model.cluster.name}': {len(built.manifest['files'])} files, "
+              f"{len(built.manifest['nodes'])} pull nodes, in {out_dir}", markup=False)
