@@ -28,8 +28,8 @@ run dealt with (the published one; the running one when the source is unreachabl
 the version the node had converged successfully before this run (null: never). The version a
 node runs is therefore `version` when state is current or changed, else `previous`.
 
-A node that Slurm does not know yet (first converge: no Slurm yet, or sinfo does not list the node
-slurm.conf) has no jobs to wait for: it converges without a drain.
+A node that Slurm does not know yet (first converge: no Slurm yet, or sinfo does not list the
+node) has no jobs to wait for: it converges without a drain.
 
     hal-converge [--config F] [--host H] [--bundles DIR] [--force] [--poll-s S]
 
