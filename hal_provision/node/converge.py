@@ -228,8 +228,9 @@ def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None]:
 
 
 def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple[int, str | None]:
+    # The JSON callback's document, then whatever other callbacks print (ansible.posix.timer).
     try:
-        doc = json.loads(stdout[stdout.index("{"):]) if "{" in stdout else None
+        doc = json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])[0] if "{" in stdout else None
     except json.JSONDecodeError:
         doc = None
     if not isinstance(doc, dict):
