@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""hal-converge: a pull node converges itself to the bundle its distribution point publishes.
+
+The rendered /etc/hal-provision/deploy.json (the same on every host) names this node's point
+(`nodes[<short hostname>]`, a URL). One run:
+
+1. GET <url>current.json (`{"version", "bundle", "sha256"}`). When the version is the one this
+   node last converged successfully (and no --force), the run records state "current" and stops.
+2. Downloads <url><bundle>, checks its SHA-256 (a mismatch is refused and nothing is unpacked),
+   unpacks it (tarfile's "data" filter) into BUNDLES/.unpack-<version> and renames that to
+   BUNDLES/<version> (a directory named after a version is always complete); keeps the two
+   newest bundles.
+3. Runs `ansible-playbook -c local -i bundle/inventory/hosts.json -l HOST bundle/playbooks/pull.yml
+   -e hal_rendered_dir=<bundle>/files --check`. No change: state "current" at the new version.
+   A change (or a check that fails: the real run decides): drains the node in Slurm
+   (reason "hal-provision converge: version V"), waits at most drain_wait_s for its jobs (never
+   cancels one; jobs still running: state "waiting", the node stays drained, exit 0, and the next
+   run goes on), converges for real, and resumes the node only if hal-converge drained it (its
+   reason starts with "hal-provision converge"; an administrator's drain is left alone).
+4. A failed converge drains the node with the reason "hal-provision converge failed: version V:
+   TASK" and leaves it drained.
+
+The result goes atomically (0644) to deploy.json's version_file:
+    {"host", "version", "previous", "state", "changed", "failed_task", "drained",
+     "started", "finished", "seconds"}
+state: current | changed | failed | waiting | unreachable-source. `version` is the version this
+run dealt with (the published one; the running one when the source is unreachable), `previous`
+the version the node had converged successfully before this run (null: never). The version a
+node runs is therefore `version` when state is current or changed, else `previous`.
+
+A node that Slurm does not know yet (first converge: no Slurm yet, or sinfo does not list the
+node) has no jobs to wait for: it converges without a drain.
+
+    hal-converge [--config F] [--host H] [--bundles DIR] [--force] [--poll-s S]
+
+Exit status: 0 current, changed or waiting; 1 failed or source unreachable; 2 a usage or
+configuration error. Every failure is one line on stderr, never a traceback. Two runs never
+overlap: a run that finds the lock held says so and exits 0.
+
+Standard library only: the fleet_node role copies this file onto the nodes as
+/usr/local/sbin/hal-converge, and every bundle carries it (bundle/node/) so a node updates its
+own program. (The host lists it reads are expanded already in deploy.json: it needs no
+hal_provision.hostlist.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+CONFIG = "/etc/hal-provision/deploy.json"
+BUNDLES = "/var/lib/hal-provision/bundles"
+KEEP = 2
+DRAIN_REASON = "hal-provision converge"
+HTTP_TIMEOUT_S = 60
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SUCCESSFUL = ("current", "changed")
+
+
+class ConfigError(Exception):
+    """deploy.json or the command line is wrong: nothing was tried."""
+
+
+class ConvergeError(Exception):
+    """A run that could not go on (source, bundle, Slurm)."""
+
+
+def run_command(argv: list[str], *, env: dict | None = None, cwd: str | None = None,
+                timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Every command hal-converge runs goes through here (the tests replace it)."""
+    return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, capture_output=True, text=True)
+
+
+sleep = time.sleep  # the tests replace it too
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---- configuration and the record ------------------------------------------------------------
+
+def load_config(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+    for key, kind in (("version_file", str), ("nodes", dict), ("drain_wait_s", int)):
+        if not isinstance(doc.get(key), kind):
+            raise ConfigError(f"{path}: {key} is missing or not a {kind.__name__}")
+    return doc
+
+
+def read_last(path: Path) -> dict:
+    """The previous run's result ({} when none, or when it cannot be read)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def running_version(last: dict) -> str | None:
+    """The version this node last converged successfully."""
+    if last.get("state") in SUCCESSFUL:
+        return last.get("version")
+    return last.get("previous")
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# ---- the source ------------------------------------------------------------------------------
+
+def _get(url: str) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
+            return response.read()
+    except urllib.error.HTTPError as exc:
+        raise ConvergeError(f"GET {url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConvergeError(f"GET {url}: {reason}") from None
+
+
+def published(url: str) -> dict:
+    raw = _get(url + "current.json")
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConvergeError(f"{url}current.json is not JSON") from None
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) and doc[k]
+                                            for k in ("version", "bundle", "sha256")):
+        raise ConvergeError(f"{url}current.json lacks version, bundle or sha256")
+    if "/" in doc["bundle"] or "/" in doc["version"] or doc["version"].startswith("."):
+        raise ConvergeError(f"{url}current.json names a path, not a file: {doc['bundle']!r}")
+    return doc
+
+
+def fetch_bundle(url: str, current: dict, bundles: Path) -> Path:
+    """BUNDLES/<version> (its `bundle/` inside), downloaded, verified and unpacked once."""
+    target = bundles / current["version"]
+    if (target / "bundle").is_dir():
+        os.utime(target)
+        return target
+    data = _get(url + current["bundle"])
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != current["sha256"].lower():
+        raise ConvergeError(f"{current['bundle']}: sha256 {digest} is not the published "
+                            f"{current['sha256']}: refused, nothing unpacked")
+    bundles.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".unpack-{current['version']}-", dir=bundles))
+    try:
+        archive = staging / current["bundle"]
+        archive.write_bytes(data)
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(staging, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise ConvergeError(f"{current['bundle']}: cannot unpack: {exc}") from None
+        archive.unlink()
+        if not (staging / "bundle" / "playbooks" / "pull.yml").is_file():
+            raise ConvergeError(f"{current['bundle']}: no bundle/playbooks/pull.yml inside")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    prune(bundles, keep=KEEP)
+    return target
+
+
+def prune(bundles: Path, keep: int = KEEP) -> list[str]:
+    """Removes all but the `keep` most recently used bundles; returns the removed versions."""
+    versions = sorted((p for p in bundles.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                      key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    for old in versions[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return [p.name for p in versions[keep:]]
+
+
+# ---- Ansible ---------------------------------------------------------------------------------
+
+def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None]:
+    """(changed, failed task or None) of one local run of the bundle's pull.yml."""
+    argv = ["ansible-playbook", "-c", "local", "-i", str(bundle / "inventory" / "hosts.json"),
+            "-l", host, str(bundle / "playbooks" / "pull.yml"),
+            "-e", f"hal_rendered_dir={bundle / 'files'}"] + (["--check"] if check else [])
+    env = {**os.environ, "ANSIBLE_CONFIG": str(bundle / "ansible.cfg"),
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_NOCOLOR": "1"}
+    try:
+        done = run_command(argv, env=env, cwd=str(bundle))
+    except OSError as exc:
+        return 0, f"ansible-playbook: {exc.strerror}"
+    return parse_ansible(done.returncode, done.stdout, done.stderr, host)
+
+
+def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple[int, str | None]:
+    # The JSON callback's document, then whatever other callbacks print (ansible.posix.timer).
+    try:
+        doc = json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])[0] if "{" in stdout else None
+    except json.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict):
+        last = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
+        return 0, f"ansible-playbook exited {returncode}: {last.strip()}"
+    stats = doc.get("stats", {}).get(host, {})
+    failed = None
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            result = task.get("hosts", {}).get(host, {})
+            if (result.get("failed") and not result.get("ignore_errors")) or result.get("unreachable"):
+                failed = task.get("task", {}).get("name") or "unnamed task"
+    if failed is None and (returncode != 0 or stats.get("failures") or stats.get("unreachable")):
+        failed = f"ansible-playbook exited {returncode}"
+    return int(stats.get("changed", 0)), failed
+
+
+# ---- Slurm -----------------------------------------------------------------------------------
+
+def slurm_node(host: str) -> dict | None:
+    """{"state": ..., "reason": ...} of the node (sinfo's long state, lower case), or None when
+    Slurm does not know it here (no Slurm yet, or the node is not in slurm.conf)."""
+    try:
+        done = run_command(["sinfo", "--noheader", "--Node", f"--nodes={host}", "--format=%T|%E"], timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    line = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
+    if "|" not in line:
+        return None
+    state, reason = line.split("|", 1)
+    return {"state": state.strip().lower(), "reason": reason.strip()}
+
+
+def drained_by_us(node: dict | None) -> bool:
+    return bool(node) and "drain" in node["state"] and node["reason"].startswith(DRAIN_REASON)
+
+
+def drained_by_others(node: dict | None) -> bool:
+    return bool(node) and "drain" in node["state"] and not node["reason"].startswith(DRAIN_REASON)
+
+
+def scontrol_update(host: str, *settings: str) -> None:
+    argv = ["scontrol", "update", f"nodename={host}", *settings]
+    try:
+        done = run_command(argv, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConvergeError(f"{' '.join(argv[:4])}: {exc}") from None
+    if done.returncode != 0:
+        raise ConvergeError(f"{' '.join(argv[:4])}: {(done.stderr or done.stdout).strip()}")
+
+
+def jobs_on(host: str) -> list[str]:
+    done = run_command(["squeue", "--noheader", f"--nodelist={host}",
+                        "--states=RUNNING,SUSPENDED,COMPLETING,CONFIGURING", "--format=%i"], timeout=60)
+    if done.returncode != 0:
+        raise ConvergeError(f"squeue --nodelist={host}: {(done.stderr or done.stdout).strip()}")
+    return done.stdout.split()
+
+
+def wait_for_jobs(host: str, wait_s: float, poll_s: float) -> list[str]:
+    """The jobs still running on the node after at most wait_s seconds ([] when none)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        jobs = jobs_on(host)
+        left = deadline - time.monotonic()
+        if not jobs or left <= 0:
+            return jobs
+        sleep(min(poll_s, left))
+
+
+# ---- one run ---------------------------------------------------------------------------------
+
+def short_hostname() -> str:
+    done = run_command(["hostname", "--short"])
+    name = done.stdout.strip()
+    if done.returncode != 0 or not name:
+        raise ConfigError("cannot tell this host's short name (hostname --short)")
+    return name
+
+
+def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s: float = 10.0) -> dict:
+    """One run; returns the result (not yet written)."""
+    last = read_last(Path(config["version_file"]))
+    before = running_version(last)
+    url = config["nodes"].get(host)
+    if not url:
+        raise ConfigError(f"{host} is not a pull node of deploy.json (nodes)")
+    url = url if url.endswith("/") else url + "/"
+    result = {"host": host, "version": before, "previous": before, "state": "current", "changed": 0,
+              "failed_task": None, "drained": False}
+    try:
+        current = published(url)
+    except ConvergeError as exc:
+        result.update(state="unreachable-source", failed_task=str(exc),
+                      drained=drained_by_us(slurm_node(host)))
+        return result
+    version = current["version"]
+    result["version"] = version
+    node = slurm_node(host)
+    if version == before and not force:
+        result["drained"] = drained_by_us(node)
+        return result
+    try:
+        target = fetch_bundle(url, current, bundles)
+    except ConvergeError as exc:
+        result.update(state="failed", failed_task=f"bundle: {exc}", drained=drained_by_us(node))
+        return result
+    bundle = target / "bundle"
+
+    changed, failed = ansible(bundle, host, check=True)
+    if not changed and not failed:
+        # Nothing to change; a drain left by an earlier run (waiting, failed) is ours to lift.
+        if drained_by_us(node):
+            scontrol_update(host, "state=resume")
+        return result
+
+    if node is not None and not drained_by_others(node) and not drained_by_us(node):
+        scontrol_update(host, "state=drain", f"reason={DRAIN_REASON}: version {version}")
+        node = slurm_node(host) or {"state": "drained", "reason": f"{DRAIN_REASON}: version {version}"}
+    if node is not None:
+        jobs = wait_for_jobs(host, config["drain_wait_s"], poll_s)
+        if jobs:
+            result.update(state="waiting", drained=True,
+                          failed_task=f"{len(jobs)} job(s) still running after {config['drain_wait_s']} s")
+            return result
+
+    changed, failed = ansible(bundle, host, check=False)
+    result["changed"] = changed
+    if failed:
+        result.update(state="failed", failed_task=failed)
+        if node is not None and not drained_by_others(node):
+            scontrol_update(host, "state=drain", f"reason={DRAIN_REASON} failed: version {version}: {failed}")
+        result["drained"] = node is not None
+        return result
+    result["state"] = "changed"
+    if drained_by_us(node):
+        scontrol_update(host, "state=resume")
+    result["drained"] = drained_by_others(node)
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(Path(args.config))
+    version_file = Path(config["version_file"])
+    version_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(version_file.parent / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print("hal-converge: another run holds the lock; this one does nothing", file=sys.stderr)
+            return EXIT_OK
+        started = _now()
+        host = args.host or short_hostname()
+        previous = read_last(version_file)
+        try:
+            result = converge(config, host, Path(args.bundles), force=args.force, poll_s=args.poll_s)
+        except ConvergeError as exc:
+            before = running_version(previous)
+            result = {"host": host, "version": before, "previous": before, "state": "failed",
+                      "changed": 0, "failed_task": str(exc), "drained": False}
+        finished = _now()
+        result.update(started=_iso(started), finished=_iso(finished),
+                      seconds=round((finished - started).total_seconds(), 3))
+        write_atomic(version_file, json.dumps(result, indent=2, sort_keys=True) + "\n")
+    if result["state"] in ("failed", "unreachable-source"):
+        print(f"hal-converge: {host}: {result['state']}: version {result['version']}: {result['failed_task']}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(f"hal-converge: {host}: {result['state']}: version {result['version']}"
+          + (f", {result['changed']} changed" if result["state"] == "changed" else "")
+          + (f" ({result['failed_task']})" if result["failed_task"] else ""))
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hal-converge", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=CONFIG, help=f"the rendered deploy.json (default {CONFIG})")
+    parser.add_argument("--host", help="this node's inventory name (default: hostname --short)")
+    parser.add_argument("--bundles", default=BUNDLES, help=f"where bundles are unpacked (default {BUNDLES})")
+    parser.add_argument("--force", action="store_true", help="converge even when the version is current")
+    parser.add_argument("--poll-s", type=float, default=10.0, help="seconds between job checks while drained")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"hal-converge: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConvergeError as exc:
+        print(f"hal-converge: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except OSError as exc:
+        print(f"hal-converge: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""hal-converge (hal_provision/node/converge.py) end to end on this machine.
+
+Bundles are real tar.gz files served by a real http.server on 127.0.0.1; the converge is a real
+`ansible-playbook -c local` of a tiny pull.yml that copies one rendered file. Only Slurm is
+faked, through converge.run_command (no Slurm in unit tests): sinfo, scontrol and squeue answer
+from a small in-memory node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from hal_provision.node import converge
+
+VENV_BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.skipif(not (VENV_BIN / "ansible-playbook").exists(),
+                                reason="ansible-playbook is not installed beside this Python")
+HOST = "hal01"
+
+PULL_YML = """\
+- name: Pull converge (test bundle)
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Install the message of the day
+      ansible.builtin.copy:
+        src: "{{ hal_rendered_dir }}/etc/motd"
+        dest: "{{ target_dir }}/motd"
+        mode: "0644"
+    - name: Break on purpose
+      ansible.builtin.fail:
+        msg: this bundle is broken
+      when: break_me | default(false) | bool
+"""
+
+
+def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: bool = False) -> dict:
+    """OUT/<version>.tar.gz and OUT/current.json, the layout `hal-provision bundle` publishes."""
+    members = {
+        "bundle/ansible.cfg": "[defaults]\nretry_files_enabled = False\n",
+        "bundle/playbooks/pull.yml": PULL_YML,
+        "bundle/files/etc/motd": motd,
+        # The YAML inventory plugin's layout, in JSON (a static file Ansible reads as it is).
+        "bundle/inventory/hosts.json": json.dumps({"all": {"children": {"deploy_pull": {"hosts": {HOST: {
+            "target_dir": str(target_dir), "break_me": break_me,
+            "ansible_python_interpreter": sys.executable}}}}}}),
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in sorted(members.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    blob = buffer.getvalue()
+    (out / f"{version}.tar.gz").write_bytes(blob)
+    current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(blob).hexdigest()}
+    (out / "current.json").write_text(json.dumps(current))
+    return current
+
+
+class Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def point(tmp_path):
+    """A distribution point: a real HTTP server over a directory; yields (directory, url)."""
+    root = tmp_path / "point"
+    root.mkdir()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+class FakeSlurm:
+    """One Slurm node as sinfo, scontrol and squeue see it; every other command runs for real."""
+
+    def __init__(self, known: bool = True, jobs: list[list[str]] | None = None):
+        self.known, self.state, self.reason = known, "idle", "none"
+        self.jobs = jobs or []   # squeue's answers in turn; the last one repeats
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, *, env=None, cwd=None, timeout=None):
+        tool = argv[0]
+        if tool in ("sinfo", "scontrol", "squeue", "hostname"):
+            self.calls.append(list(argv))
+        if tool == "hostname":
+            return subprocess.CompletedProcess(argv, 0, f"{HOST}\n", "")
+        if tool == "sinfo":
+            line = f"{self.state}|{self.reason}\n" if self.known else ""
+            return subprocess.CompletedProcess(argv, 0, line, "")
+        if tool == "scontrol":
+            assert argv[:3] == ["scontrol", "update", f"nodename={HOST}"], argv
+            settings = dict(a.split("=", 1) for a in argv[3:])
+            if settings["state"] == "drain":
+                self.state, self.reason = "drained", settings["reason"]
+            elif settings["state"] == "resume":
+                self.state, self.reason = "idle", "none"
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if tool == "squeue":
+            answer = self.jobs.pop(0) if len(self.jobs) > 1 else (self.jobs[0] if self.jobs else [])
+            return subprocess.CompletedProcess(argv, 0, "".join(f"{j}\n" for j in answer), "")
+        if tool == "ansible-playbook":
+            argv = [str(VENV_BIN / "ansible-playbook"), *argv[1:]]
+        return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, capture_output=True, text=True)
+
+    def updates(self) -> list[list[str]]:
+        return [c[3:] for c in self.calls if c[:2] == ["scontrol", "update"]]
+
+
+@pytest.fixture
+def node(tmp_path, point, monkeypatch):
+    """(run, slurm, paths): run(*args) runs hal-converge once as the node's timer would."""
+    root, url = point
+    state = tmp_path / "var"
+    config = tmp_path / "deploy.json"
+    config.write_text(json.dumps({
+        "mode": "pull", "version_file": str(state / "converge" / "last.json"), "port": 8181,
+        "drain_wait_s": 30, "points": [{"host": "hal-mgmt", "address": "127.0.0.1", "url": url, "serves": [HOST]}],
+        "nodes": {HOST: url}, "bundle_root": str(root)}))
+    slurm = FakeSlurm()
+    monkeypatch.setattr(converge, "run_command", slurm)
+    slept: list[float] = []
+    monkeypatch.setattr(converge, "sleep", slept.append)
+    paths = {"point": root, "target": tmp_path / "target", "bundles": state / "bundles",
+             "last": state / "converge" / "last.json", "slept": slept, "config": config}
+    paths["target"].mkdir()
+
+    def run(*args: str) -> int:
+        return converge.main(["--config", str(config), "--bundles", str(paths["bundles"]), "--poll-s", "5", *args])
+
+    return run, slurm, paths
+
+
+def last(paths) -> dict:
+    return json.loads(paths["last"].read_text())
+
+
+def test_a_new_version_is_downloaded_verified_unpacked_and_converged_around_a_drain(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    slurm.jobs = [["101"], ["101"], []]   # a job that ends while the node is drained
+    assert run() == 0
+    assert (paths["target"] / "motd").read_text() == "hello\n"
+    assert (paths["bundles"] / "v1" / "bundle" / "playbooks" / "pull.yml").is_file()
+    assert slurm.updates() == [["state=drain", "reason=hal-provision converge: version v1"], ["state=resume"]]
+    assert paths["slept"] == [5.0, 5.0]   # polled until the job was gone
+    result = last(paths)
+    assert (result["state"], result["version"], result["previous"], result["changed"]) == ("changed", "v1", None, 1)
+    assert (result["failed_task"], result["drained"]) == (None, False)
+    assert oct(paths["last"].stat().st_mode & 0o777) == "0o644"
+
+
+def test_result_json_layout(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    assert run() == 0
+    result = last(paths)
+    assert sorted(result) == sorted(["host", "version", "previous", "state", "changed", "failed_task", "drained",
+                                     "started", "finished", "seconds"])
+    assert result["host"] == HOST
+    assert result["started"].endswith("Z") and result["finished"] >= result["started"]
+    assert isinstance(result["seconds"], float) and result["seconds"] >= 0
+
+
+def test_an_up_to_date_node_does_nothing(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    assert run() == 0
+    slurm.calls.clear()
+    (paths["target"] / "motd").write_text("edited by hand\n")
+    assert run() == 0
+    assert [c[0] for c in slurm.calls] == ["hostname", "sinfo"]   # no ansible-playbook, no drain
+    assert (paths["target"] / "motd").read_text() == "edited by hand\n"
+    result = last(paths)
+    assert (result["state"], result["version"], result["previous"], result["changed"]) == ("current", "v1", "v1", 0)
+    # --force converges the same version again.
+    assert run("--force") == 0
+    assert (paths["target"] / "motd").read_text() == "hello\n"
+    assert last(paths)["state"] == "changed"
+
+
+def test_a_new_version_that_changes_nothing_is_current_without_a_drain(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    assert run() == 0
+    slurm.calls.clear()
+    make_bundle(paths["point"], "v2", "hello\n", paths["target"])
+    assert run() == 0
+    assert slurm.updates() == []
+    result = last(paths)
+    assert (result["state"], result["version"], result["previous"], result["changed"]) == ("current", "v2", "v1", 0)
+
+
+def test_a_corrupted_bundle_is_refused_and_nothing_is_unpacked(node):
+    run, slurm, paths = node
+    current = make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    blob = (paths["point"] / "v1.tar.gz").read_bytes()
+    (paths["point"] / "v1.tar.gz").write_bytes(blob[:-10] + b"0123456789")
+    assert run() == 1
+    assert not (paths["bundles"] / "v1").exists()
+    assert not paths["bundles"].exists() or list(paths["bundles"].iterdir()) == []   # no staging left either
+    assert not (paths["target"] / "motd").exists() and slurm.updates() == []
+    result = last(paths)
+    assert result["state"] == "failed" and result["version"] == "v1" and result["previous"] is None
+    assert f"not the published {current['sha256']}" in result["failed_task"]
+
+
+def test_the_two_newest_bundles_are_kept(node):
+    run, slurm, paths = node
+    for number in (1, 2, 3):
+        make_bundle(paths["point"], f"v{number}", f"hello {number}\n", paths["target"])
+        assert run() == 0
+    assert sorted(p.name for p in paths["bundles"].iterdir()) == ["v2", "v3"]
+    assert last(paths)["previous"] == "v2"
+
+
+def test_jobs_still_running_at_drain_wait_leave_the_node_drained_and_waiting(node, monkeypatch):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    clock = iter(range(0, 10_000, 20))
+    monkeypatch.setattr(converge.time, "monotonic", lambda: next(clock))
+    slurm.jobs = [["7", "8"]]
+    assert run() == 0
+    assert not (paths["target"] / "motd").exists()   # not converged under the jobs
+    assert slurm.state == "drained" and slurm.reason == "hal-provision converge: version v1"
+    result = last(paths)
+    assert (result["state"], result["drained"], result["version"], result["previous"]) == ("waiting", True, "v1", None)
+    # The next run goes on: the drain is its own, so it does not drain again, and resumes after.
+    slurm.calls.clear()
+    slurm.jobs = [[]]
+    assert run() == 0
+    assert slurm.updates() == [["state=resume"]]
+    assert (paths["target"] / "motd").read_text() == "hello\n"
+    assert (last(paths)["state"], last(paths)["drained"]) == ("changed", False)
+
+
+def test_a_failed_converge_drains_the_node_with_the_task_and_exits_1(node, capsys):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"], break_me=True)
+    assert run() == 1
+    assert slurm.state == "drained"
+    assert slurm.reason == "hal-provision converge failed: version v1: Break on purpose"
+    result = last(paths)
+    assert (result["state"], result["failed_task"], result["drained"]) == ("failed", "Break on purpose", True)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "Break on purpose" in err
+    # A fixed bundle converges the node and lifts the drain hal-converge left.
+    make_bundle(paths["point"], "v2", "fixed\n", paths["target"])
+    assert run() == 0
+    assert (slurm.state, last(paths)["state"], last(paths)["previous"]) == ("idle", "changed", None)
+
+
+def test_an_administrator_s_drain_is_left_alone(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    slurm.state, slurm.reason = "drained", "bad DIMM"
+    assert run() == 0
+    assert slurm.updates() == [] and slurm.reason == "bad DIMM"
+    assert (last(paths)["state"], last(paths)["drained"]) == ("changed", True)
+
+
+def test_a_node_slurm_does_not_know_yet_converges_without_a_drain(node):
+    run, slurm, paths = node
+    slurm.known = False
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    assert run() == 0
+    assert slurm.updates() == [] and not any(c[0] == "squeue" for c in slurm.calls)
+    assert last(paths)["state"] == "changed"
+
+
+def test_an_unreachable_source_is_recorded_and_exits_1(node, capsys):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    assert run() == 0
+    (paths["point"] / "current.json").unlink()
+    assert run() == 1
+    result = last(paths)
+    assert (result["state"], result["version"], result["previous"]) == ("unreachable-source", "v1", "v1")
+    assert "HTTP 404" in result["failed_task"]
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_two_runs_never_overlap(node, capsys):
+    run, slurm, paths = node
+    import fcntl
+    paths["last"].parent.mkdir(parents=True)
+    with open(paths["last"].parent / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert run() == 0
+    assert not paths["last"].exists() and slurm.calls == []
+    assert "another run holds the lock" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "cannot read"),
+    ("{", "is not JSON"),
+    ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1}', "hal01 is not a pull node"),
+    ('{"nodes": {}, "drain_wait_s": 1}', "version_file is missing"),
+])
+def test_configuration_errors_are_one_line_with_status_2(node, tmp_path, capsys, text, message):
+    run, slurm, paths = node
+    config = tmp_path / "bad.json"
+    if text is not None:
+        config.write_text(text.replace("/x", str(tmp_path / "x" / "last.json")))
+    assert converge.main(["--config", str(config), "--bundles", str(paths["bundles"])]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_program_runs_as_a_script_with_the_standard_library_only(tmp_path):
+    """What the role installs is the file alone: it must import nothing of hal_provision."""
+    program = tmp_path / "hal-converge"
+    program.write_text(Path(converge.__file__).read_text())
+    done = subprocess.run([sys.executable, "-I", str(program), "--help"], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0 and "--force" in done.stdout
