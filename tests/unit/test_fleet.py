@@ -1,20 +1,26 @@
 """`hal-provision fleet`: the drift rules and the folding (hal_provision.fleet), the ssh_config
 as ssh itself reads it, and the commands against a real HTTP server publishing current.json,
 with the SSH fan-out for last.json replaced by a function returning host -> text (the one seam;
-a real ClusterShell run reaches a node that does not answer)."""
+a real ClusterShell run reaches a node that does not answer); playbooks/publish.yml's structure,
+and the playbook run for real with this machine as a distribution point (local connection)."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from hal_provision import fleet as lib
@@ -306,3 +312,70 @@ def test_the_real_fan_out_reaches_nodes_as_the_inventory_says_and_reports_silenc
 
     result = run("status", str(write_tree(tmp_path / "closed", published, nodes=["n01", "n02"])), "--timeout", "3")
     assert result.exit_code == 1 and "? unreachable unreachable 2 n[01-02]" in table(result.output)
+
+
+# playbooks/publish.yml: its structure, then run for real on this machine as a point.
+
+REPO = Path(__file__).resolve().parents[2]
+PUBLISH = REPO / "playbooks" / "publish.yml"
+ANSIBLE_PLAYBOOK = shutil.which("ansible-playbook") or str(Path(sys.executable).parent / "ansible-playbook")
+
+
+def test_publish_runs_on_the_points_and_replaces_current_json_after_the_bundle():
+    [play] = yaml.safe_load(PUBLISH.read_text())
+    assert play["hosts"] == "deploy_points" and play["gather_facts"] is False
+    names = [task["name"] for task in play["tasks"]]
+    copies = [task for task in play["tasks"] if "ansible.builtin.copy" in task]
+    assert [c["ansible.builtin.copy"]["dest"] for c in copies] == [
+        "{{ __publish_root }}/{{ item }}", "{{ __publish_root }}/current.json"]
+    # current.json goes last of the copies, and only after the bundle was checked against it.
+    assert names.index("Check the bundle and its manifest against current.json") < names.index(copies[0]["name"])
+    assert all(c["ansible.builtin.copy"]["mode"] == "0644" for c in copies)
+    assert "publish_keep | default(3)" in play["vars"]["__publish_keep"]
+    assert "/etc/hal-provision/deploy.json" in play["vars"]["__publish_deploy"]  # bundle_root from the rendered tree
+    assert "publish.yml" not in [e["ansible.builtin.import_playbook"] for e in yaml.safe_load(
+        (REPO / "playbooks" / "site.yml").read_text())]
+
+
+@pytest.mark.skipif(not Path(ANSIBLE_PLAYBOOK).exists(), reason="ansible-playbook is not installed")
+def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing(tmp_path):
+    import hashlib
+
+    bundles, root = tmp_path / "out", tmp_path / "srv" / "bundles"
+    bundles.mkdir()
+    (tmp_path / "files" / "etc" / "hal-provision").mkdir(parents=True)
+    (tmp_path / "files" / lib.DEPLOY_JSON).write_text(json.dumps({"mode": "pull", "bundle_root": str(root)}))
+    (tmp_path / "inventory").mkdir()
+    (tmp_path / "inventory" / "hosts.yml").write_text(
+        "all:\n  children:\n    deploy_points:\n      hosts:\n        point:\n"
+        f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
+        "          hal_rendered_dir: '{{ inventory_dir }}/../files'\n")
+
+    def publish(version: str | None = None) -> str:
+        if version:
+            data = f"bundle {version}\n".encode()
+            (bundles / f"{version}.tar.gz").write_bytes(data)
+            (bundles / f"{version}.json").write_text(json.dumps({"version": version}))
+            (bundles / "current.json").write_text(json.dumps(
+                {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(data).hexdigest()}))
+        done = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory"), str(PUBLISH),
+                               "-e", f"bundle_dir={bundles}"], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return re.search(r"changed=(\d+)", done.stdout).group(1)
+
+    for version in (V1, V2, "5555eeee6666ffff", "7777aaaa8888bbbb"):
+        assert publish(version) != "0"
+        time.sleep(0.05)  # distinct modification times: "newest" is by mtime on the point
+    assert publish() == "0"
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        ["current.json", *(f"{v}{ext}" for v in (V2, "5555eeee6666ffff", "7777aaaa8888bbbb")
+                           for ext in (".tar.gz", ".json"))])
+    assert json.loads((root / "current.json").read_text())["version"] == "7777aaaa8888bbbb"
+
+    # A bundle that is not what current.json says is never published.
+    (bundles / "7777aaaa8888bbbb.tar.gz").write_bytes(b"tampered")
+    (root / "current.json").unlink()
+    with pytest.raises(AssertionError, match="its sha256 is not current.json's"):
+        publish()
+    assert not (root / "current.json").exists()
