@@ -24,6 +24,42 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FINDINGS, EXIT_UNUSABLE = 0, 1, 2
 
 
+class InventoryDirError(RuntimeError):
+    """A path given as a rendered inventory directory that is not one."""
+
+
+def rendered_inventory(inventory: Path) -> Path:
+    """The rendered tree's inventory directory as an absolute path (its files/ beside it), or an
+    InventoryDirError saying what is wrong (`verify`, `fleet`)."""
+    if not inventory.exists():
+        raise InventoryDirError(f"{inventory} does not exist")
+    if not inventory.is_dir():
+        raise InventoryDirError(f"{inventory} is not a directory: give the rendered tree's inventory/ directory")
+    if not (inventory / "hosts.yml").is_file() or not (inventory.parent / "files").is_dir():
+        raise InventoryDirError(f"{inventory} is not a rendered inventory: expected hosts.yml in it and files/ "
+                                "beside it (written by `hal-provision render` or `hal-provision sandbox up`)")
+    return inventory.resolve()
+
+
+def list_inventory(inventory: Path) -> dict:
+    """`ansible-inventory --list` of a rendered inventory directory (every source in it merged:
+    hosts.yml, then sandbox.yml's or a site's SSH settings); InventoryDirError when it fails."""
+    import json
+    import subprocess
+
+    from .. import tools
+
+    program = tools.find("ansible-inventory") or "ansible-inventory"
+    try:
+        proc = subprocess.run([program, "-i", str(inventory), "--list"], capture_output=True, text=True,
+                              check=False, env=tools.child_env())
+    except OSError as exc:
+        raise InventoryDirError(f"cannot run ansible-inventory: {exc}") from None
+    if proc.returncode != 0:
+        raise InventoryDirError(f"ansible-inventory -i {inventory} --list failed: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)
+
+
 @cache
 def console(stderr: bool = False) -> Console:
     """The console for stdout (`out`) or stderr (`err`)."""

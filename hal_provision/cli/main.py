@@ -57,6 +57,9 @@ LAZY: dict[str, tuple[str, str, str]] = {
                "points."),
     "backup": ("hal_provision.cli.backup", "app",
                "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums."),
+    "fleet": ("hal_provision.cli.fleet", "app",
+              "The pull-mode compute nodes: what each runs against what is published (status), and converging "
+              "them now (converge)."),
 }
 
 

@@ -16,7 +16,7 @@ from typing import List, Optional
 import typer
 
 from .. import tools
-from .common import EXIT_UNUSABLE, err
+from .common import EXIT_UNUSABLE, InventoryDirError, err, rendered_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "tests" / "infra"
@@ -28,14 +28,10 @@ class VerifyError(RuntimeError):
 
 def check_inventory(inventory: Path) -> Path:
     """The inventory directory as an absolute path, or a VerifyError saying what is wrong."""
-    if not inventory.exists():
-        raise VerifyError(f"{inventory} does not exist")
-    if not inventory.is_dir():
-        raise VerifyError(f"{inventory} is not a directory: give the rendered tree's inventory/ directory")
-    if not (inventory / "hosts.yml").is_file() or not (inventory.parent / "files").is_dir():
-        raise VerifyError(f"{inventory} is not a rendered inventory: expected hosts.yml in it and files/ beside it "
-                          "(written by `hal-provision render` or `hal-provision sandbox up`)")
-    return inventory.resolve()
+    try:
+        return rendered_inventory(inventory)
+    except InventoryDirError as exc:
+        raise VerifyError(str(exc)) from None
 
 
 def marker_expression(faults: bool = False, changes: bool = False) -> str | None:

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hal_provision import tools
+from hal_provision.cli.common import InventoryDirError
+from hal_provision.cli.common import list_inventory as listed
 from hal_provision.cli.verify import VerifyError, check_inventory
 from hal_provision.hostlist import ansible_name
 
@@ -42,11 +43,10 @@ class InventoryError(RuntimeError):
 
 
 def list_inventory(inventory: Path) -> dict:
-    proc = subprocess.run([tools.find("ansible-inventory") or "ansible-inventory", "-i", str(inventory), "--list"],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise InventoryError(f"ansible-inventory -i {inventory} --list failed:\n{proc.stderr}")
-    return json.loads(proc.stdout)
+    try:
+        return listed(inventory)
+    except InventoryDirError as exc:
+        raise InventoryError(str(exc)) from None
 
 
 @dataclass
