@@ -36,7 +36,11 @@ MANIFEST = f"{TOP}/manifest.json"
 INVENTORY = f"{TOP}/inventory/hosts.json"
 RENDERED = f"{TOP}/files/"
 COLLECTION = "collections/ansible_collections/hal/provision"
-NODE_PROGRAMS = {"node/converge.py": PACKAGE / "node" / "converge.py", "node/hostlist.py": PACKAGE / "hostlist.py"}
+# The programs the roles install on the nodes, where the roles look for them beside playbooks/
+# ({{ playbook_dir }}/../hal_provision/node/...): hal-converge among them, so a published bundle
+# updates the node's own program.
+NODE_TREE = PACKAGE / "node"
+NODE_LIBRARY = {"hal_provision/hostlist.py": PACKAGE / "hostlist.py"}
 SKIPPED_DIRS = {"__pycache__", ".pytest_cache"}
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
@@ -75,9 +79,9 @@ def code_members(repo: Path = REPO) -> dict[str, bytes]:
     members.update(_tree(repo / "playbooks", f"{TOP}/playbooks"))
     members.update(_tree(repo / "roles", f"{TOP}/roles"))
     members.update(_tree(repo / "hal_provision" / "ansible_collections" / "hal" / "provision", f"{TOP}/{COLLECTION}"))
-    for member, path in NODE_PROGRAMS.items():
-        if path.is_file():  # the node program comes with issue 34's node half
-            members[f"{TOP}/{member}"] = path.read_bytes()
+    members.update(_tree(NODE_TREE, f"{TOP}/hal_provision/node"))
+    for member, path in NODE_LIBRARY.items():
+        members[f"{TOP}/{member}"] = path.read_bytes()
     return members
 
 

@@ -38,7 +38,7 @@ configuration error. Every failure is one line on stderr, never a traceback. Two
 overlap: a run that finds the lock held says so and exits 0.
 
 Standard library only: the fleet_node role copies this file onto the nodes as
-/usr/local/sbin/hal-converge, and every bundle carries it (bundle/node/) so a node updates its
+/usr/local/sbin/hal-converge, and every bundle carries it (bundle/hal_provision/node/) so a node updates its
 own program. (The host lists it reads are expanded already in deploy.json: it needs no
 hal_provision.hostlist.)
 """

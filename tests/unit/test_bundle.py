@@ -98,7 +98,8 @@ def test_manifest_lists_every_member_with_its_sha256(twogen_bundle):
     for prefix in ("bundle/ansible.cfg", "bundle/playbooks/site.yml", "bundle/roles/slurm/tasks/main.yml",
                    "bundle/collections/ansible_collections/hal/provision/plugins/inventory/cluster.py",
                    "bundle/files/etc/hal-provision/deploy.json", "bundle/files/etc/slurm/slurm.conf",
-                   "bundle/node/hostlist.py", lib.INVENTORY):
+                   "bundle/hal_provision/hostlist.py", "bundle/hal_provision/node/converge.py",
+                   "bundle/hal_provision/node/health/healthcheck.py", lib.INVENTORY):
         assert prefix in files, prefix
     assert inside["nodes"] == [f"tg0{i}" for i in range(1, 9)]
     assert inside["points"] == {"tg-mgmt": inside["nodes"]}

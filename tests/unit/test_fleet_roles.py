@@ -53,8 +53,8 @@ def test_pull_imports_every_tier_that_reaches_a_compute_node_in_site_order_with_
     assert [e["ansible.builtin.import_playbook"] for e in pull] == [
         p for p in site if p not in CONTROL_PLANE_ONLY | CONTROLLER_ONLY]
     assert all(e["vars"]["hal_pull"] is True for e in pull)
-    # The node installs the hal-converge of the bundle it runs (bundle/node/converge.py).
-    assert pull[-1]["vars"]["fleet_node_program_src"] == "{{ playbook_dir }}/../node/converge.py"
+    # The node installs the hal-converge of the bundle it runs (bundle/hal_provision/node/converge.py).
+    assert pull[-1]["vars"]["fleet_node_program_src"] == "{{ playbook_dir }}/../hal_provision/node/converge.py"
 
 
 @pytest.mark.parametrize("playbook", sorted(CONTROL_PLANE_ONLY))
