@@ -25,7 +25,7 @@ py=python3
 if [ -n "$wheels" ]; then
   python3 -m venv --system-site-packages /tmp/hal-venv \
     && /tmp/hal-venv/bin/pip install -q --no-index --find-links "$wheels" pydantic 'ruamel.yaml' PyYAML ClusterShell \
-         typer rich ldap3 cryptography graphviz nvidia-ml-py \
+         typer rich ldap3 cryptography graphviz nvidia-ml-py 'grafana-foundation-sdk==1769699998!10.1.0' \
     && py=/tmp/hal-venv/bin/python
 fi
 export PYTHONPATH=$repo

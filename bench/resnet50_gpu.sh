@@ -19,7 +19,7 @@ steps=${2:-200}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-cp "$repo"/hal_provision/node/recipes/{train_resnet50,slurmenv,wiring_probe}.py "$work"/
+cp "$repo"/hal_provision/node/recipes/{train_resnet50,slurmenv,wiring_probe,hal_stage}.py "$work"/
 sed "s#^recipe_dir=.*#recipe_dir=$work#" "$rendered/resnet50.swbatch" > "$work/resnet50.swbatch"
 sed '/^set +u$/,/^set -u$/d' "$rendered/recipe.env" > "$work/recipe.env"
 mkdir "$work/bin"
