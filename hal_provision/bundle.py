@@ -309,5 +309,5 @@ def build(model, files: dict[str, str], repo: Path = REPO) -> Bundle:
     rendered = rendered_members(files, static_inventory(list_inventory(inventory_documents(files))))
     m = manifest(model, code, rendered)
     members = {**code, **rendered, MANIFEST: dumps(m)}
-    executable = frozenset(p for p in code if p.startswith(f"{TOP}/node/"))
+    executable = frozenset(p for p in code if p == f"{TOP}/hal_provision/node/converge.py")
     return Bundle(m["version"], archive(members, executable), m)

@@ -354,4 +354,12 @@ def _optional(s: Starter, mgmt1: str, gpus: bool) -> list[str]:
         "nothing else.",
         ["health:",
          "  interval_s: 300"])
+    out += _block(
+        "Pull mode: the compute nodes converge themselves from a bundle the management node serves.",
+        "deploy.json, the hal-converge service and timer on the compute nodes, the bundles' web site.",
+        "`hal-provision bundle` and playbooks/publish.yml after each change (docs/admins-guide.md).",
+        ["deploy:",
+         "  mode: pull",
+         "  herd_size: 500                         # compute nodes per distribution point at most",
+         "  schedule: \"*:0/30\"                    # the nodes' timer (systemd OnCalendar)"])
     return out

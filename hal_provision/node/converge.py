@@ -217,7 +217,8 @@ def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None]:
     """(changed, failed task or None) of one local run of the bundle's pull.yml."""
     argv = ["ansible-playbook", "-c", "local", "-i", str(bundle / "inventory" / "hosts.json"),
             "-l", host, str(bundle / "playbooks" / "pull.yml"),
-            "-e", f"hal_rendered_dir={bundle / 'files'}"] + (["--check"] if check else [])
+            # Extra variables win over the inventory's: a connection it names (ssh) is not this run's.
+            "-e", f"hal_rendered_dir={bundle / 'files'}", "-e", "ansible_connection=local"] + (["--check"] if check else [])
     env = {**os.environ, "ANSIBLE_CONFIG": str(bundle / "ansible.cfg"),
            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_NOCOLOR": "1"}
     try:

@@ -73,6 +73,7 @@ OPTIONAL = {
     "monitoring": ("monitoring", "  monitoring_db"),
     "recipes": ("recipes",),
     "health": ("health",),
+    "deploy": ("deploy",),
 }
 
 
