@@ -53,6 +53,9 @@ class Deploy(Strict):
         f"timer (systemd.time(7)). Accepted: {FORMS}.")
     randomized_delay_s: int = Field(
         300, ge=0, description="RandomizedDelaySec= of the timer: the nodes of a herd do not all fetch at once.")
+    boot_delay_s: int = Field(
+        120, ge=0, description="OnBootSec= of the timer: how long after boot a node converges (a node that was down "
+        "catches up then, once its network and slurmd are up).")
     drain_wait_s: int = Field(
         3600, ge=0,
         description="How long a node waits, per run, for its jobs after draining itself for a change; jobs still "

@@ -100,7 +100,7 @@ Description=hal-provision pull converge of this node ({d.schedule})
 
 [Timer]
 # At boot (a node that was down catches up), then on the schedule.
-OnBootSec=2min
+OnBootSec={d.boot_delay_s}s
 OnCalendar={d.schedule}
 # The nodes of a herd do not all fetch at once.
 RandomizedDelaySec={d.randomized_delay_s}
@@ -119,17 +119,21 @@ server {{
     server_name _;
     root {BUNDLE_ROOT};
     autoindex off;
-    limit_except GET {{
-        deny all;
-    }}
+    # Read-only: GET (and HEAD) only, in each location (nginx takes limit_except nowhere else).
     # Replaced last on every publish: a node must never read a stale one.
     location = /{CURRENT} {{
+        limit_except GET {{
+            deny all;
+        }}
         add_header Cache-Control "no-store" always;
         expires off;
         etag off;
         if_modified_since off;
     }}
     location / {{
+        limit_except GET {{
+            deny all;
+        }}
         try_files $uri =404;
     }}
 }}

@@ -113,6 +113,18 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
             parts.append(dict(part, nodes=str(nodes)))
     data["slurm"]["partitions"] = parts
     part_names = {p["name"] for p in parts}
+    deploy = data.get("deploy") or {}
+    if deploy.get("distribution"):  # pull mode: each point serves the kept nodes of its own; one point
+        points = []                 # left (the management host) when the others went with the narrowing
+        for point in deploy["distribution"]:
+            if point["host"] not in keep:
+                continue
+            served = nodeset(point["serves"]).intersection(comp_set) if point.get("serves") else None
+            if served is None or len(served):
+                points.append(dict(point, serves=str(served)) if served is not None else dict(point))
+        deploy["distribution"] = points or None
+        if deploy["distribution"] is None or len(points) == 1:
+            deploy["distribution"] = [{"host": points[0]["host"]}] if points else None
     profile = cluster.hardware[first_compute.hardware]
     vps = []
     for vp in data.get("swsuite", {}).get("virtual_partitions", []):

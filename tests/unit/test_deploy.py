@@ -160,12 +160,14 @@ def test_push_renders_nothing_of_pull_mode():
 
 def test_units_and_site_take_the_models_values(twogen_files):
     timer, service, site = twogen_files[TIMER], twogen_files[SERVICE], twogen_files[NGINX_SITE]
-    assert "OnCalendar=*:0/30\n" in timer and "RandomizedDelaySec=300\n" in timer and "OnBootSec=2min\n" in timer
+    assert "OnCalendar=*:0/30\n" in timer and "RandomizedDelaySec=300\n" in timer and "OnBootSec=120s\n" in timer
     assert "Persistent=true\n" in timer
     assert "Type=oneshot\n" in service and "ExecStart=/usr/local/sbin/hal-converge\n" in service
     assert "Restart=no\n" in service
     assert "listen 8181;" in site and "root /srv/hal-provision/bundles;" in site and "autoindex off;" in site
     assert 'location = /current.json' in site and "no-store" in site
+    # nginx takes limit_except only inside a location: each of the two has its own
+    assert site.count("limit_except GET {") == 2 and site.index("location = /current.json") < site.index("limit_except GET {")
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason=NO_SYSTEMD)
