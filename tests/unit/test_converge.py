@@ -332,3 +332,24 @@ def test_the_program_runs_as_a_script_with_the_standard_library_only(tmp_path):
     done = subprocess.run([sys.executable, "-I", str(program), "--help"], capture_output=True, text=True,
                           cwd=tmp_path, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0 and "--force" in done.stdout
+
+
+@pytest.mark.parametrize("python_has_filter", [True, False])
+@pytest.mark.parametrize(("name", "kind"), [("bundle/../escape", tarfile.REGTYPE), ("/etc/passwd", tarfile.REGTYPE),
+                                            ("elsewhere/file", tarfile.REGTYPE), ("bundle/link", tarfile.SYMTYPE)])
+def test_a_member_outside_bundle_or_not_a_file_is_refused(tmp_path, monkeypatch, python_has_filter, name, kind):
+    """Debian 12's Python (3.11.2) has no tarfile filter: hal-converge refuses what the "data"
+    filter would, and more (anything but files and directories under bundle/), either way."""
+    if not python_has_filter:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        member = tarfile.TarInfo(name)
+        member.type = kind
+        if kind == tarfile.SYMTYPE:
+            member.linkname = "/etc/shadow"
+        tar.addfile(member, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+    data.seek(0)
+    with tarfile.open(fileobj=data, mode="r:gz") as tar, pytest.raises(tarfile.TarError, match="not a file or directory"):
+        converge._extract(tar, tmp_path / "into")
+    assert not (tmp_path / "into").exists() and not (tmp_path / "escape").exists()
