@@ -138,7 +138,8 @@ def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str, cp
     """What `sandbox up` was given, beside the derived model: the tests that scale the sandbox
     out and back run `sandbox up` again with the same description and one more compute node."""
     doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet,
-           "caches": sb.caches, "cpu_only": cpu_only, "release": sb.release}
+           "caches": sb.caches, "cpu_only": cpu_only, "release": sb.release,
+           "shared": [[m.name, m.mount_point, list(m.hosts)] for m in sb.shared]}
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -194,10 +195,13 @@ def render(sb: Sandbox) -> None:
 
 
 def load(workdir: Path) -> Sandbox:
-    """The sandbox a previous `render` wrote into workdir (its derived model, no shared mounts)."""
+    """The sandbox a previous `up` wrote into workdir: its derived model and what `up` was given,
+    the shared mounts (found in the full model) among it, so that rendered_files(load(workdir))
+    is the tree `up` rendered (a work directory from before they were recorded has none)."""
     cluster = Cluster.model_validate_json((workdir / MODEL).read_text())
     source = json.loads((workdir / SOURCE).read_text()) if (workdir / SOURCE).is_file() else {}
-    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster,
+    shared = tuple(SharedMount(name, mount_point, tuple(hosts)) for name, mount_point, hosts in source.get("shared", []))
+    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster, shared=shared,
                    caches=source.get("caches", True), release=source.get("release", image_mod.DEFAULT_RELEASE))
 
 

@@ -359,8 +359,13 @@ def test_directory_users_log_in_with_the_sandboxs_own_keys(hal, tmp_path):
     assert listed["pformer"] is None  # disabled: no key in the directory, whoever holds one
     inventory = (sb.rendered / "inventory/sandbox.yml").read_text()
     assert f"hal_sandbox_user_keys: \"{keys}\"" in inventory
-    # The derived model is kept beside the tree, so a test can change it and render again.
+    # The derived model is kept beside the tree, so a test can change it and render again; with
+    # what `up` was given (its shared mounts among it), the same tree renders again.
     assert lifecycle.load(sb.workdir).cluster == sb.cluster
+    lifecycle.record_source(sb, None, 2, "10.89.77.0/24")
+    again = lifecycle.load(sb.workdir)
+    assert again.shared == sb.shared and sb.shared
+    assert lifecycle.rendered_files(again) == lifecycle.rendered_files(sb)
 
 
 @pytest.mark.skipif(shutil.which("podman") is None, reason="destroy asks podman what the sandbox left")
