@@ -230,16 +230,19 @@ def code_hash(code: dict[str, bytes]) -> str:
     return sha256("".join(f"{path}\0{sha256(data)}\n" for path, data in sorted(code.items())).encode())
 
 
-def version_of(model_digest: str, code_digest: str) -> str:
-    return sha256((model_digest + code_digest).encode())[:16]
+def version_of(model_digest: str, code_digest: str, files_digest: str) -> str:
+    """The bundle's version: its model, its code and its rendered files (a tree rendered with
+    more than the model, as the sandbox's harness settings, is another bundle), 16 hex digits."""
+    return sha256((model_digest + code_digest + files_digest).encode())[:16]
 
 
 def manifest(model, code: dict[str, bytes], rendered: dict[str, bytes]) -> dict:
-    m, c = model_hash(model), code_hash(code)
+    m, c, f = model_hash(model), code_hash(code), code_hash(rendered)
     return {
-        "version": version_of(m, c),
+        "version": version_of(m, c, f),
         "model_hash": m,
         "code_hash": c,
+        "files_hash": f,
         "hal_provision": __version__,
         "nodes": list(model.deploy_pull_nodes),
         "points": {p.host: [h for h in p.serves if h in model.deploy_pull_nodes] for p in model.deploy_points},

@@ -228,8 +228,11 @@ def prune(bundles: Path, keep: int = KEEP) -> list[str]:
 
 # ---- Ansible ---------------------------------------------------------------------------------
 
-def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None]:
-    """(changed, failed task or None) of one local run of the bundle's pull.yml."""
+MAX_TASKS_SHOWN = 20  # the changed tasks' names last.json keeps, in run order
+
+def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None, list[str]]:
+    """(changed, failed task or None, the changed tasks' names) of one local run of the bundle's
+    pull.yml."""
     argv = ["ansible-playbook", "-c", "local", "-i", str(bundle / "inventory" / "hosts.json"),
             "-l", host, str(bundle / "playbooks" / "pull.yml"),
             # Extra variables win over the inventory's: a connection it names (ssh) is not this run's.
@@ -239,11 +242,11 @@ def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None]:
     try:
         done = run_command(argv, env=env, cwd=str(bundle))
     except OSError as exc:
-        return 0, f"ansible-playbook: {exc.strerror}"
+        return 0, f"ansible-playbook: {exc.strerror}", []
     return parse_ansible(done.returncode, done.stdout, done.stderr, host)
 
 
-def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple[int, str | None]:
+def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple[int, str | None, list[str]]:
     # The JSON callback's document, then whatever other callbacks print (ansible.posix.timer).
     try:
         doc = json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])[0] if "{" in stdout else None
@@ -251,17 +254,19 @@ def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple
         doc = None
     if not isinstance(doc, dict):
         last = (stderr.strip().splitlines() or stdout.strip().splitlines() or ["no output"])[-1]
-        return 0, f"ansible-playbook exited {returncode}: {last.strip()}"
+        return 0, f"ansible-playbook exited {returncode}: {last.strip()}", []
     stats = doc.get("stats", {}).get(host, {})
-    failed = None
+    failed, changed_tasks = None, []
     for play in doc.get("plays", []):
         for task in play.get("tasks", []):
             result = task.get("hosts", {}).get(host, {})
+            if result.get("changed"):
+                changed_tasks.append(task.get("task", {}).get("name") or "unnamed task")
             if (result.get("failed") and not result.get("ignore_errors")) or result.get("unreachable"):
                 failed = task.get("task", {}).get("name") or "unnamed task"
     if failed is None and (returncode != 0 or stats.get("failures") or stats.get("unreachable")):
         failed = f"ansible-playbook exited {returncode}"
-    return int(stats.get("changed", 0)), failed
+    return int(stats.get("changed", 0)), failed, changed_tasks[:MAX_TASKS_SHOWN]
 
 
 # ---- Slurm -----------------------------------------------------------------------------------
@@ -336,7 +341,7 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
         raise ConfigError(f"{host} is not a pull node of deploy.json (nodes)")
     url = url if url.endswith("/") else url + "/"
     result = {"host": host, "version": before, "previous": before, "state": "current", "changed": 0,
-              "failed_task": None, "drained": False}
+              "changed_tasks": [], "failed_task": None, "drained": False, "drained_for_change": False}
     try:
         current = published(url)
     except ConvergeError as exc:
@@ -356,7 +361,7 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
         return result
     bundle = target / "bundle"
 
-    changed, failed = ansible(bundle, host, check=True)
+    changed, failed, _tasks = ansible(bundle, host, check=True)
     if not changed and not failed:
         # Nothing to change; a drain left by an earlier run (waiting, failed) is ours to lift.
         if drained_by_us(node):
@@ -365,6 +370,7 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
 
     if node is not None and not drained_by_others(node) and not drained_by_us(node):
         scontrol_update(host, "state=drain", f"reason={DRAIN_REASON}: version {version}")
+        result["drained_for_change"] = True
         node = slurm_node(host) or {"state": "drained", "reason": f"{DRAIN_REASON}: version {version}"}
     if node is not None:
         jobs = wait_for_jobs(host, config["drain_wait_s"], poll_s)
@@ -373,8 +379,8 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
                           failed_task=f"{len(jobs)} job(s) still running after {config['drain_wait_s']} s")
             return result
 
-    changed, failed = ansible(bundle, host, check=False)
-    result["changed"] = changed
+    changed, failed, tasks = ansible(bundle, host, check=False)
+    result.update(changed=changed, changed_tasks=tasks)
     if failed:
         result.update(state="failed", failed_task=failed)
         if node is not None and not drained_by_others(node):

@@ -79,8 +79,21 @@ def test_version_changes_with_the_model(twogen, twogen_bundle):
     assert changed.version != twogen_bundle.version
     assert changed.manifest["code_hash"] == twogen_bundle.manifest["code_hash"]
     assert changed.manifest["model_hash"] != twogen_bundle.manifest["model_hash"]
-    expected = hashlib.sha256((changed.manifest["model_hash"] + changed.manifest["code_hash"]).encode()).hexdigest()
+    m = changed.manifest
+    expected = hashlib.sha256((m["model_hash"] + m["code_hash"] + m["files_hash"]).encode()).hexdigest()
     assert changed.version == expected[:16]
+
+
+def test_version_changes_with_the_rendered_files_alone(twogen, twogen_bundle):
+    """A tree rendered with more than the model (the sandbox's harness settings) is another bundle."""
+    from hal_provision.render import render_all
+
+    files = render_all(twogen)
+    files["files/etc/hal-provision/health/h100.json"] += " "
+    other = lib.build(twogen, files)
+    assert other.manifest["model_hash"] == twogen_bundle.manifest["model_hash"]
+    assert other.manifest["code_hash"] == twogen_bundle.manifest["code_hash"]
+    assert other.version != twogen_bundle.version
 
 
 def test_version_changes_with_the_code(twogen, twogen_bundle):

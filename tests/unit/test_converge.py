@@ -164,7 +164,8 @@ def test_a_new_version_is_downloaded_verified_unpacked_and_converged_around_a_dr
     assert paths["slept"] == [5.0, 5.0]   # polled until the job was gone
     result = last(paths)
     assert (result["state"], result["version"], result["previous"], result["changed"]) == ("changed", "v1", None, 1)
-    assert (result["failed_task"], result["drained"]) == (None, False)
+    assert (result["failed_task"], result["drained"], result["drained_for_change"]) == (None, False, True)
+    assert len(result["changed_tasks"]) == 1, result
     assert oct(paths["last"].stat().st_mode & 0o777) == "0o644"
 
 
@@ -173,8 +174,8 @@ def test_result_json_layout(node):
     make_bundle(paths["point"], "v1", "hello\n", paths["target"])
     assert run() == 0
     result = last(paths)
-    assert sorted(result) == sorted(["host", "version", "previous", "state", "changed", "failed_task", "drained",
-                                     "started", "finished", "seconds"])
+    assert sorted(result) == sorted(["host", "version", "previous", "state", "changed", "changed_tasks", "failed_task",
+                                     "drained", "drained_for_change", "started", "finished", "seconds"])
     assert result["host"] == HOST
     assert result["started"].endswith("Z") and result["finished"] >= result["started"]
     assert isinstance(result["seconds"], float) and result["seconds"] >= 0
@@ -250,6 +251,7 @@ def test_jobs_still_running_at_drain_wait_leave_the_node_drained_and_waiting(nod
     assert slurm.updates() == [["state=resume"]]
     assert (paths["target"] / "motd").read_text() == "hello\n"
     assert (last(paths)["state"], last(paths)["drained"]) == ("changed", False)
+    assert last(paths)["changed_tasks"] and not last(paths)["drained_for_change"]  # drained by the run before
 
 
 def test_a_failed_converge_drains_the_node_with_the_task_and_exits_1(node, capsys):
