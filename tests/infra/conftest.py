@@ -40,6 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "changes: day-2 changes made to the model and converged, then undone "
                             "(sandbox only); run after the read-only tests")
     config.addinivalue_line("markers", "faults: destructive fault injection (sandbox only); runs last")
+    config.addinivalue_line("markers", "pull: pull mode's nodes converging themselves (a sandbox with deploy.mode "
+                            "pull: the fleet scenario)")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,6 +17,7 @@ should a test stop half way.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -65,7 +66,7 @@ def render(model: dict, into: Path) -> Path:
 
     sb = lifecycle.load(WORKDIR)
     cluster = Cluster.model_validate(model)
-    write_tree(lifecycle.rendered_files(lifecycle.Sandbox(sb.name, WORKDIR, cluster)), into)
+    write_tree(lifecycle.rendered_files(dataclasses.replace(sb, cluster=cluster)), into)
     return into
 
 

@@ -21,6 +21,7 @@ The deployed tree is applied again at the end (the Slurm tiers), so the cluster 
 
 from __future__ import annotations
 
+import dataclasses
 import copy
 import json
 import re
@@ -95,7 +96,7 @@ def render(model: dict, into: Path) -> Path:
     from hal_provision.sandbox import lifecycle
 
     sb = lifecycle.load(WORKDIR)
-    write_tree(lifecycle.rendered_files(lifecycle.Sandbox(sb.name, WORKDIR, Cluster.model_validate(model))), into)
+    write_tree(lifecycle.rendered_files(dataclasses.replace(sb, cluster=Cluster.model_validate(model))), into)
     return into
 
 

@@ -1,0 +1,207 @@
+"""Pull mode on the running cluster (issue 34): the compute nodes converge themselves from the
+bundle their distribution point serves, and `hal-provision fleet status` tells which version
+each one runs and which drifted.
+
+Runs on a sandbox whose model has `deploy.mode: pull` (the `fleet` molecule scenario: tests/data/
+clusters/fleet.yml), after site.yml pushed it once (the nodes' enrolment). Each step builds the
+bundle of the sandbox's model, changed or not, as `hal-provision bundle` builds it (from the
+tree `sandbox up` renders, so the nodes' inventory has the sandbox's settings), pushes the
+control plane (the Slurm tiers on the hosts that do not pull), publishes it with
+playbooks/publish.yml and lets the nodes take it:
+
+1. the bundle of the model as pushed: every node's converge changes nothing;
+2. a change of the partition's MaxTime: every node takes it (its slurm.conf), drains itself
+   around it and resumes, and `fleet status` shows each at the new version;
+3. a node that is down when the next version is published shows as drift, and takes the
+   version by itself once it is up again (its timer fires at boot);
+4. a node whose converge fails (its munge key gone: pull mode never fetches secrets) is
+   drained with the reason and shows as drift; with the key back it converges and resumes.
+
+Marked `pull` (and `changes`: it changes the cluster); the `fleet` scenario runs only these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from deployed import deployed, retry, run_playbook
+from hal_provision import tools
+
+D = deployed()
+HV = D.hostvars[D.login] if D.hosts_in("role_login") else {}
+WORKDIR = Path(HV["hal_sandbox_workdir"]) if HV.get("hal_sandbox_workdir") else None
+DEPLOY = json.loads(D.rendered("etc/hal-provision/deploy.json") or "{}")
+NODES = sorted(DEPLOY.get("nodes", {}))
+CONTROL_PLANE_TIERS = ("slurm-controller.yml", "slurm-login.yml")
+CONVERGE_TIMEOUT = 900  # one node's converge (check, drain, converge, resume), generously
+
+pytestmark = [pytest.mark.pull, pytest.mark.changes,
+              pytest.mark.skipif(DEPLOY.get("mode") != "pull", reason="the model's compute nodes are pushed "
+                                 "(deploy.mode push): pull mode is the fleet scenario's"),
+              pytest.mark.skipif(WORKDIR is None, reason="only the sandbox's model can be changed")]
+
+
+def load_model() -> dict:
+    return json.loads((WORKDIR / "model.json").read_text())
+
+
+def with_max_time(model: dict, max_time: str) -> dict:
+    out = json.loads(json.dumps(model))
+    out["slurm"]["partitions"][0]["max_time"] = max_time
+    return out
+
+
+def publish(model: dict, tmp: Path) -> str:
+    """The bundle of `model` built into TMP/<n>/, the control plane pushed, the bundle published;
+    its version."""
+    from hal_provision import bundle as lib
+    from hal_provision.cli.bundle import write_outputs
+    from hal_provision.model import Cluster
+    from hal_provision.render.writer import write_tree
+    from hal_provision.sandbox import lifecycle
+
+    sb = lifecycle.load(WORKDIR)
+    cluster = Cluster.model_validate(model)
+    files = lifecycle.rendered_files(dataclasses.replace(sb, cluster=cluster))
+    built = lib.build(cluster, files)
+    step = tmp / built.version
+    write_tree(files, step / "tree")
+    write_outputs(built.outputs(), step / "bundle")
+    for playbook in CONTROL_PLANE_TIERS:  # the nodes' own slurm.conf comes with their bundle
+        run_playbook(D.inventory, playbook, "-e", f"hal_rendered_dir={step / 'tree' / 'files'}", "--limit",
+                     "all:!deploy_pull", inventories=[D.inventory])
+    run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={step / 'bundle'}")
+    return built.version
+
+
+def fleet(*argv: str, timeout: int = CONVERGE_TIMEOUT) -> tuple[int, dict | str]:
+    """`hal-provision fleet ARGV` on the sandbox's inventory: (exit status, JSON or output)."""
+    proc = subprocess.run([tools.self_command(), "fleet", *argv], env=tools.child_env(), capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        return proc.returncode, proc.stdout + proc.stderr
+
+
+def status() -> tuple[int, dict]:
+    code, doc = fleet("status", str(D.inventory), "--json", timeout=120)
+    assert isinstance(doc, dict), doc
+    return code, doc
+
+
+def converge(hosts: list[str]) -> None:
+    code, out = fleet("converge", ",".join(hosts), "-i", str(D.inventory), "--wait")
+    assert code in (0, 1), out
+
+
+def last(host: str) -> dict:
+    """The node's last.json; {} before its first run, or while it cannot be reached (booting)."""
+    try:
+        out = D.host(host).run(f"cat {DEPLOY['version_file']}")
+    except RuntimeError:  # testinfra: no SSH connection
+        return {}
+    return json.loads(out.stdout) if out.rc == 0 else {}
+
+
+def slurm_state(host: str) -> tuple[str, str]:
+    out = D.host(D.controller).check_output(f"sinfo -h -N -n {host} -o '%T|%E'")
+    state, _, reason = out.splitlines()[0].partition("|")
+    return state.strip().rstrip("*~#!%$@^-+"), reason.strip()
+
+
+def container(host: str, action: str) -> None:
+    name = D.container(host)
+    assert name, f"{host} is no sandbox container"
+    proc = subprocess.run(["podman", action, name], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tmp():
+    with tempfile.TemporaryDirectory(prefix="hal-pull-") as d:
+        yield Path(d)
+    for host in NODES:  # should a test stop half way: every node up and its key in place
+        if D.container(host):
+            subprocess.run(["podman", "start", D.container(host)], capture_output=True, check=False)
+        retry(lambda h=host: last(h) is not None and D.host(h).run(
+            "test ! -e /root/munge.key.saved || mv /root/munge.key.saved /etc/munge/munge.key").rc == 0, 120, 3)
+
+
+def test_the_bundle_of_the_pushed_model_changes_nothing(tmp):
+    version = publish(load_model(), tmp)
+    converge(NODES)
+    for host in NODES:
+        run = last(host)
+        assert (run.get("version"), run.get("state"), run.get("changed"), run.get("drained")) == \
+            (version, "current", 0, False), run  # the check run found nothing to change: no drain either
+    code, doc = status()
+    assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
+    assert {n: d["version"] for n, d in doc["nodes"].items()} == {n: version for n in NODES}
+
+
+def test_a_model_change_reaches_every_node_through_its_bundle(tmp):
+    version = publish(with_max_time(load_model(), "2-00:00:00"), tmp)
+    converge(NODES)
+    for host in NODES:
+        run = last(host)
+        assert (run.get("version"), run.get("state"), run.get("drained_for_change"), run.get("drained")) == \
+            (version, "changed", True, False), run  # drained itself around the change, resumed after
+        assert run["changed"] > 0, run
+        assert "MaxTime=2-00:00:00" in D.host(host).check_output("cat /etc/slurm/slurm.conf")
+        assert retry(lambda h=host: slurm_state(h)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(host)
+    code, doc = status()
+    assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
+
+
+def test_a_node_that_was_down_catches_up_by_itself(tmp):
+    down, up = NODES[-1], NODES[:-1]
+    container(down, "stop")
+    try:
+        version = publish(with_max_time(load_model(), "3-00:00:00"), tmp)
+        converge(up)
+        code, doc = status()
+        assert code == 1 and doc["nodes"][down]["drift"] == "unreachable", json.dumps(doc, indent=1)
+        assert all(doc["nodes"][h]["version"] == version and not doc["nodes"][h]["drift"] for h in up), doc
+    finally:
+        container(down, "start")
+    booted = time.monotonic()
+    run = retry(lambda: (r := last(down)) and r.get("version") == version and r.get("state") in ("changed", "current")
+                and r, CONVERGE_TIMEOUT, 5)
+    assert run, f"{down} did not take {version} within {CONVERGE_TIMEOUT} s of its start: {last(down)}"
+    print(f"{down} took {version} {time.monotonic() - booted:.0f} s after it was started again")
+    assert "MaxTime=3-00:00:00" in D.host(down).check_output("cat /etc/slurm/slurm.conf")
+    code, doc = status()
+    assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
+
+
+def test_a_failed_converge_drains_the_node_with_the_reason(tmp):
+    node = NODES[0]
+    D.host(node).check_output("mv /etc/munge/munge.key /root/munge.key.saved")
+    try:
+        version = publish(with_max_time(load_model(), "4-00:00:00"), tmp)
+        converge([node])
+        run = last(node)
+        assert (run.get("version"), run.get("state"), run.get("drained")) == (version, "failed", True), run  # left drained
+        assert "munge" in (run.get("failed_task") or "").lower(), run
+        state, reason = slurm_state(node)
+        assert state in ("drained", "draining") and reason.startswith(f"hal-provision converge failed: version {version}"), \
+            (state, reason)
+        code, doc = status()
+        assert code == 1 and doc["nodes"][node]["drift"] == "failed", json.dumps(doc, indent=1)
+    finally:
+        D.host(node).check_output("mv /root/munge.key.saved /etc/munge/munge.key")
+    converge(NODES)  # the others take the version too
+    run = last(node)
+    assert (run.get("version"), run.get("state"), run.get("failed_task")) == (version, "changed", None), run
+    assert retry(lambda: slurm_state(node)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(node)
+    code, doc = status()
+    assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
