@@ -134,19 +134,27 @@ class Row:
     drift: str | None
     nodes: str  # a folded hostlist
     count: int
+    last_run: str = "-"  # when their last runs finished: the earliest, or "earliest .. latest"
 
 
 def rows(results: list[NodeResult]) -> list[Row]:
     """The results folded: one row per (version, state, drift), current rows first, then by drift's order."""
     groups: dict[tuple[str, str, str | None], list[str]] = {}
+    finished: dict[tuple[str, str, str | None], list[str]] = {}
     for r in results:
         groups.setdefault((r.version, r.state, r.drift), []).append(r.host)
+        if r.last and isinstance(r.last.get("finished"), str):
+            finished.setdefault((r.version, r.state, r.drift), []).append(r.last["finished"])
+
+    def when(key) -> str:
+        times = sorted(finished.get(key, []))
+        return "-" if not times else times[0] if times[0] == times[-1] else f"{times[0]} .. {times[-1]}"
 
     def order(key):
         version, state, drift = key
         return (drift is not None, DRIFTS.index(drift) if drift else 0, version, state)
 
-    return [Row(v, s, d, fold(hosts), len(hosts)) for (v, s, d), hosts in sorted(groups.items(), key=lambda kv: order(kv[0]))]
+    return [Row(*key, fold(hosts), len(hosts), when(key)) for key, hosts in sorted(groups.items(), key=lambda kv: order(kv[0]))]
 
 
 def drifted(results: list[NodeResult]) -> int:

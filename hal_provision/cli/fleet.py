@@ -139,10 +139,10 @@ def _print(points: list[dict], results: list[lib.NodeResult]) -> None:
         published.add_row(p["host"], p["url"], p["version"] or f"unreadable: {p['error']}",
                           style=None if p["version"] else "bold red")
     nodes = Table(title="pull nodes", title_justify="left", box=box.SIMPLE_HEAD)
-    for header in ("version", "state", "drift", "count", "nodes"):
+    for header in ("version", "state", "drift", "last run (UTC)", "count", "nodes"):
         nodes.add_column(header, no_wrap=header != "nodes")
     for row in lib.rows(results):
-        nodes.add_row(row.version, row.state, row.drift or "-", str(row.count), row.nodes,
+        nodes.add_row(row.version, row.state, row.drift or "-", row.last_run, str(row.count), row.nodes,
                       style=None if row.drift is None else "bold red" if row.drift in ("failed", "unreachable")
                       else "yellow")
     wide.print(published)

@@ -72,6 +72,14 @@ def test_results_fold_into_hostlists_by_version_state_and_drift_current_first():
     assert lib.drifted(results) == 4
 
 
+def test_each_row_says_when_its_nodes_last_ran():
+    texts = {"n01": last(V2, finished="2026-11-26T10:00:00Z"), "n02": last(V2, finished="2026-11-26T10:05:00Z"),
+             "n03": last(V2, "current", finished="2026-11-26T10:01:00Z"), "n04": None}
+    rows = lib.rows([lib.classify(h, t, V2) for h, t in texts.items()])
+    assert [(r.nodes, r.last_run) for r in rows] == [
+        ("n[01-02]", "2026-11-26T10:00:00Z .. 2026-11-26T10:05:00Z"), ("n03", "2026-11-26T10:01:00Z"), ("n04", "-")]
+
+
 @pytest.mark.parametrize(("data", "message"), [
     ({"mode": "push"}, "deploy.mode is 'push'"),
     ({}, "deploy.mode is 'push'"),
@@ -191,7 +199,7 @@ def test_status_exit_0_when_every_node_runs_the_published_version(tmp_path, publ
     assert result.exit_code == 0, result.output
     assert calls == [NODES]
     assert f"mgmt {published} {V2}" in table(result.output)
-    assert f"{V2} changed - 6 n[01-06]" in table(result.output)
+    assert f"{V2} changed - - 6 n[01-06]" in table(result.output)
     assert "6 of 6 nodes current" in result.output
 
 
@@ -202,8 +210,8 @@ def test_status_exit_1_on_drift_and_json_lists_rows_and_nodes(tmp_path, publishe
     result = run("status", str(inventory))
     assert result.exit_code == 1, result.output
     assert "2 of 6 nodes current, 4 drifted" in result.output
-    assert "? unreachable unreachable 1 n06" in table(result.output)
-    assert f"{V1} changed behind 1 n03" in table(result.output)
+    assert "? unreachable unreachable - 1 n06" in table(result.output)
+    assert f"{V1} changed behind - 1 n03" in table(result.output)
 
     result = run("status", str(inventory), "--json")
     assert result.exit_code == 1
@@ -311,7 +319,7 @@ def test_the_real_fan_out_reaches_nodes_as_the_inventory_says_and_reports_silenc
     assert len(arrived) == 2 and all(greeting.startswith(b"SSH-2.0-") for greeting in arrived)
 
     result = run("status", str(write_tree(tmp_path / "closed", published, nodes=["n01", "n02"])), "--timeout", "3")
-    assert result.exit_code == 1 and "? unreachable unreachable 2 n[01-02]" in table(result.output)
+    assert result.exit_code == 1 and "? unreachable unreachable - 2 n[01-02]" in table(result.output)
 
 
 # playbooks/publish.yml: its structure, then run for real on this machine as a point.
