@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as ./bootstrap.sh test runs it: pytest (unit, golden, real-Slurm
-# acceptance), then every molecule scenario, one after another (container names are global),
-# each timed, then the total. Ends with one summary line 'molecule: N passed, N failed'.
+# acceptance), then every molecule scenario in two lanes (molecule/ci-scenarios says which runs
+# beside the others), each timed, then the total. Ends with one summary line 'molecule: N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # From ./bootstrap.sh's start when it runs this (set-up included), else from here.
@@ -46,18 +46,47 @@ image_s=$(sed -n 's/^image_s=\([0-9]*\) .*/\1/p' "$image_log")
 rm -f "$image_log"
 
 # The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
-for scenario in $(sed 's/#.*//' molecule/ci-scenarios); do
-  dir="molecule/$scenario"
-  [ -f "$dir/molecule.yml" ] || { echo "no scenario $dir"; failed=$((failed + 1)); continue; }
-  echo "== molecule test -s $scenario"
+# molecule/ci-scenarios lists the scenarios in order; those tagged `beside` run one after
+# another in a second lane, beside the first lane's (their containers, networks and work
+# directories are apart from the others'). A lane's scenario prints its output as it goes (the
+# first lane) or once it has ended (the second), each timed.
+run_scenario() {  # NAME LOG: one molecule test; its result line goes to $logs/NAME.result
+  local scenario="$1" log="$2" start result
   start=$(date +%s)
-  log="$logs/$scenario.log"
-  if molecule -c molecule/shared/config.yml test -s "$scenario" 2>&1 | tee "$log"; then
-    passed=$((passed + 1)); result=passed
-  else
-    failed=$((failed + 1)); result=FAILED; failed_logs+=("$log")
-  fi
-  timings+=("$(printf '%-16s %-7s %4ds' "$scenario" "$result" "$(( $(date +%s) - start ))")")
+  if molecule -c molecule/shared/config.yml test -s "$scenario" >"$log" 2>&1; then result=passed; else result=FAILED; fi
+  printf '%s %s\n' "$result" "$(( $(date +%s) - start ))" >"$logs/$scenario.result"
+}
+lane1=(); lane2=()
+while read -r scenario tag; do
+  [ -n "$scenario" ] || continue
+  if [ "$tag" = beside ]; then lane2+=("$scenario"); else lane1+=("$scenario"); fi
+done < <(sed 's/#.*//' molecule/ci-scenarios)
+for scenario in "${lane1[@]}" "${lane2[@]}"; do
+  [ -f "molecule/$scenario/molecule.yml" ] || { echo "no scenario molecule/$scenario"; failed=$((failed + 1)); }
+done
+( for scenario in "${lane2[@]}"; do
+    [ -f "molecule/$scenario/molecule.yml" ] && run_scenario "$scenario" "$logs/$scenario.log"
+  done ) &
+lane2_pid=$!
+for scenario in "${lane1[@]}"; do
+  [ -f "molecule/$scenario/molecule.yml" ] || continue
+  echo "== molecule test -s $scenario"
+  run_scenario "$scenario" "$logs/$scenario.log" &
+  tail -n +1 -f --pid=$! "$logs/$scenario.log"
+  wait $!
+done
+wait "$lane2_pid"
+for scenario in "${lane2[@]}"; do
+  [ -f "$logs/$scenario.log" ] || continue
+  echo "== molecule test -s $scenario (ran beside the others; its output)"
+  cat "$logs/$scenario.log"
+done
+for scenario in "${lane1[@]}" "${lane2[@]}"; do
+  [ -f "$logs/$scenario.result" ] || continue
+  read -r result seconds <"$logs/$scenario.result"
+  if [ "$result" = passed ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_logs+=("$logs/$scenario.log"); fi
+  beside=""; [[ " ${lane2[*]} " == *" $scenario "* ]] && beside=" (beside)"
+  timings+=("$(printf '%-16s %-7s %4ds%s' "$scenario" "$result" "$seconds" "$beside")")
 done
 echo "== timings"
 printf '%-16s %-7s %4ds\n' pytest "$([ "$pytest_rc" -eq 0 ] && echo passed || echo FAILED)" "$pytest_s"
