@@ -27,6 +27,13 @@ def _apply(text: str, steps) -> str:
     return text
 
 
+def hal_with(*steps):
+    """The model of the embedded HAL description with `steps` applied (as _apply takes them)."""
+    from hal_provision.loader import load_text
+
+    return load_text(_apply(HAL_TEXT, steps), "c.yml").model
+
+
 def _line_col(text: str, marker: str, column_marker: str | None = None) -> tuple[int, int]:
     lines = text.splitlines()
     [number] = [n for n, line in enumerate(lines, 1) if marker in line]

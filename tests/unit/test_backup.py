@@ -21,7 +21,7 @@ from hal_provision.model.oncalendar import calendar_problem
 from hal_provision.render import render_all
 from hal_provision.render.backup import CONFIG, PROGRAM, SERVICE, TIMER
 
-from tests.conftest import HAL_TEXT, _apply
+from tests.conftest import hal_with
 
 E, W = Level.error, Level.warning
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,10 +106,6 @@ def test_valid_backup_variation_is_accepted(check_file, edited, mutation):
 
 
 # ---- the model's jobs ---------------------------------------------------------------------
-
-
-def hal_with(*steps):
-    return load_text(_apply(HAL_TEXT, steps), "c.yml").model
 
 
 def test_hal_backs_up_every_state_from_the_host_that_holds_it():

@@ -13,11 +13,10 @@ import yaml
 
 from hal_provision.findings import Level
 from hal_provision.hostlist import expand
-from hal_provision.loader import load_text
 from hal_provision.render import render_all
 from hal_provision.render.deploy import CONFIG, NGINX_SITE, SERVICE, TIMER
 
-from tests.conftest import HAL_TEXT, _apply
+from tests.conftest import hal_with
 
 E = Level.error
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
@@ -97,10 +96,6 @@ def test_valid_deploy_variation_is_accepted(check_file, edited, mutation):
 
 
 # ---- the model's views --------------------------------------------------------------------
-
-
-def hal_with(*steps):
-    return load_text(_apply(HAL_TEXT, steps), "c.yml").model
 
 
 def test_push_is_the_default_and_has_no_pull_nodes_or_points():
