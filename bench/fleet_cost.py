@@ -131,7 +131,12 @@ def main() -> int:
     ap.add_argument("--controller-cores", type=int, default=16, help="cores of the controller to extrapolate to")
     ap.add_argument("--herd", type=int, default=500, help="pull nodes per distribution point to extrapolate with")
     ap.add_argument("--keep", action="store_true", help="leave the last sandbox up")
+    ap.add_argument("--report", type=Path, metavar="FILE",
+                    help="measure nothing: print the tables of the JSON lines an earlier run printed into FILE")
     args = ap.parse_args()
+    if args.report:
+        rows = [json.loads(line) for line in args.report.read_text().splitlines() if line.startswith("{")]
+        return report(rows, args.controller_cores, args.herd)
     rows = []
     try:
         for n in args.computes:
@@ -141,6 +146,10 @@ def main() -> int:
         if not args.keep:
             subprocess.run([tools.self_command(), "sandbox", "down", str(CLUSTER), "--workdir", str(args.workdir)],
                            env=tools.child_env(), capture_output=True, check=False)
+    return report(rows, args.controller_cores, args.herd)
+
+
+def report(rows: list[dict], cores: int, herd: int) -> int:
     print(f"measured on {os.cpu_count()} cores (controller and sandbox nodes share them); one change of every "
           "compute node's deploy.json, applied by push, then by pull")
     print(f"{'nodes':>5} | {'push wall':>9} {'push CPU':>8} {'CPU/node':>8} | {'pull wall':>9} {'build':>6} "
@@ -156,17 +165,20 @@ def main() -> int:
     publish_per_point = big["publish_cpu"]  # one point in the sandbox
     print(f"\nbundle: {big['bundle_bytes'] / 1e6:.2f} MB; a node's own run (check, drain, converge, resume): "
           f"{big['node_seconds']:.0f} s with {big['nodes']} nodes sharing {os.cpu_count()} cores")
-    c = args.controller_cores
+    c = cores
     print(f"\nextrapolated (arithmetic on the {big['nodes']}-node figures above), controller with {c} cores, "
-          f"herds of {args.herd}:")
-    print(f"{'nodes':>7} {'points':>6} | {'push CPU':>10} {'push wall (CPU-bound)':>22} | {'pull ctl CPU':>12} "
-          f"{'pull wall':>10}")
+          f"herds of {herd} (one distribution point each):")
+    print(f"{'nodes':>7} {'points':>6} | {'push CPU':>10} {'push wall, CPU-bound':>21} | {'pull ctl CPU, timer':>19} "
+          f"{'+ fleet converge':>16} {'pull wall':>10}")
     for n in (1_000, 10_000):
-        points = math.ceil(n / args.herd)
+        points = math.ceil(n / herd)
         push_cpu = n * push_per_node
-        pull_cpu = big["build_cpu"] + points * publish_per_point + n * fan_per_node
-        print(f"{n:>7,} {points:>6} | {push_cpu / 60:8.0f} min {push_cpu / c / 60:18.0f} min | "
-              f"{pull_cpu / 60:9.1f} min {big['node_seconds'] / 60:7.1f} min")
+        timer_cpu = big["build_cpu"] + points * publish_per_point
+        print(f"{n:>7,} {points:>6} | {push_cpu / 60:8.0f} min {push_cpu / c / 60:17.0f} min | "
+              f"{timer_cpu / 60:15.1f} min {(timer_cpu + n * fan_per_node) / 60:12.1f} min "
+              f"{big['node_seconds'] / 60:7.1f} min")
+    print("pull ctl CPU, timer: the bundle and one publish per point; the nodes' timers start their runs. With "
+          "`fleet converge` the controller also opens an SSH session per node (the fan-out's CPU per node).")
     print("pull wall: one node's run, every node at once (each on its own cores); add the timer's randomized "
           "delay when the timer starts it, and the fan-out's own wall time (ClusterShell, its fanout at a time)")
     return 0
