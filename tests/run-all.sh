@@ -19,7 +19,7 @@ image_log=$(mktemp -t hal-image.XXXXXX)
 start=$(date +%s)
 ( python -m hal_provision.sandbox.image >"$image_log" 2>&1 \
     && python -m hal_provision.sandbox.image --bare --release trixie >>"$image_log" 2>&1; rc=$?
-  echo "image_s=$(( $(date +%s) - start )) rc=$rc" >>"$image_log"; exit $rc ) &
+  echo "image_s=$(( $(date +%s) - start )) rc=$rc" >>"$image_log"; echo "$rc" >"$logs/images.rc"; exit $rc ) &
 image_pid=$!
 # Slurm 24.11's Debian 13 root for the acceptance tests' second major, built if missing or
 # outdated beside pytest too: its tests come last and wait for this build (conftest.py).
@@ -28,6 +28,35 @@ root_log=$(mktemp -t hal-slurmroot.XXXXXX)
   echo "slurm_root_s=$(( $(date +%s) - start )) rc=$rc" >>"$root_log"; exit $rc ) &
 root_pid=$!
 
+# The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
+# molecule/ci-scenarios lists the scenarios in order; those tagged `beside` run one after
+# another in a second lane, from when the node images are there, beside pytest and then the
+# first lane (their containers, networks and work directories are apart from the others'). The
+# first lane's scenarios print their output as they go, after pytest; the second's once all
+# have ended. Each is timed.
+run_scenario() {  # NAME LOG: one molecule test; its result line goes to $logs/NAME.result
+  local scenario="$1" log="$2" start result
+  start=$(date +%s)
+  if molecule -c molecule/shared/config.yml test -s "$scenario" >"$log" 2>&1; then result=passed; else result=FAILED; fi
+  printf '%s %s\n' "$result" "$(( $(date +%s) - start ))" >"$logs/$scenario.result"
+}
+lane1=(); lane2=()
+while read -r scenario tag; do
+  [ -n "$scenario" ] || continue
+  if [ "$tag" = beside ]; then lane2+=("$scenario"); else lane1+=("$scenario"); fi
+done < <(sed 's/#.*//' molecule/ci-scenarios)
+for scenario in "${lane1[@]}" "${lane2[@]}"; do
+  [ -f "molecule/$scenario/molecule.yml" ] || { echo "no scenario molecule/$scenario"; failed=$((failed + 1)); }
+done
+# The second lane starts as soon as the node images are there (at once where they were built
+# before), beside pytest: pytest keeps one core busy, the lane the other.
+( while [ ! -f "$logs/images.rc" ]; do sleep 5; done
+  for scenario in "${lane2[@]}"; do
+    [ -f "molecule/$scenario/molecule.yml" ] || continue
+    if [ "$(cat "$logs/images.rc")" = 0 ]; then run_scenario "$scenario" "$logs/$scenario.log"
+    else echo "no node images: not run" >"$logs/$scenario.log"; echo "FAILED 0" >"$logs/$scenario.result"; fi
+  done ) &
+lane2_pid=$!
 start=$(date +%s)
 python -m pytest -ra "$@"
 pytest_rc=$?
@@ -45,29 +74,6 @@ cat "$image_log"
 image_s=$(sed -n 's/^image_s=\([0-9]*\) .*/\1/p' "$image_log")
 rm -f "$image_log"
 
-# The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
-# molecule/ci-scenarios lists the scenarios in order; those tagged `beside` run one after
-# another in a second lane, beside the first lane's (their containers, networks and work
-# directories are apart from the others'). A lane's scenario prints its output as it goes (the
-# first lane) or once it has ended (the second), each timed.
-run_scenario() {  # NAME LOG: one molecule test; its result line goes to $logs/NAME.result
-  local scenario="$1" log="$2" start result
-  start=$(date +%s)
-  if molecule -c molecule/shared/config.yml test -s "$scenario" >"$log" 2>&1; then result=passed; else result=FAILED; fi
-  printf '%s %s\n' "$result" "$(( $(date +%s) - start ))" >"$logs/$scenario.result"
-}
-lane1=(); lane2=()
-while read -r scenario tag; do
-  [ -n "$scenario" ] || continue
-  if [ "$tag" = beside ]; then lane2+=("$scenario"); else lane1+=("$scenario"); fi
-done < <(sed 's/#.*//' molecule/ci-scenarios)
-for scenario in "${lane1[@]}" "${lane2[@]}"; do
-  [ -f "molecule/$scenario/molecule.yml" ] || { echo "no scenario molecule/$scenario"; failed=$((failed + 1)); }
-done
-( for scenario in "${lane2[@]}"; do
-    [ -f "molecule/$scenario/molecule.yml" ] && run_scenario "$scenario" "$logs/$scenario.log"
-  done ) &
-lane2_pid=$!
 for scenario in "${lane1[@]}"; do
   [ -f "molecule/$scenario/molecule.yml" ] || continue
   echo "== molecule test -s $scenario"
