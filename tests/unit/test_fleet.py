@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -372,9 +371,14 @@ def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing
         assert done.returncode == 0, done.stdout + done.stderr
         return re.search(r"changed=(\d+)", done.stdout).group(1)
 
-    for version in (V1, V2, "5555eeee6666ffff", "7777aaaa8888bbbb"):
-        assert publish(version) != "0"
-        time.sleep(0.05)  # distinct modification times: "newest" is by mtime on the point
+    # The point holds three earlier bundles (as three earlier publishes left them, oldest first:
+    # "newest" is by modification time there); a fourth is published.
+    root.mkdir(parents=True)
+    for age, version in enumerate((V1, V2, "5555eeee6666ffff")):
+        for ext in (".tar.gz", ".json"):
+            (root / f"{version}{ext}").write_text(version)
+            os.utime(root / f"{version}{ext}", (1_700_000_000 + age, 1_700_000_000 + age))
+    assert publish("7777aaaa8888bbbb") != "0"
     assert publish() == "0"
     assert sorted(p.name for p in root.iterdir()) == sorted(
         ["current.json", *(f"{v}{ext}" for v in (V2, "5555eeee6666ffff", "7777aaaa8888bbbb")
