@@ -12,8 +12,9 @@ playbooks/publish.yml and lets the nodes take it:
 1. the bundle of the model as pushed: every node's converge changes nothing;
 2. a change of the partition's MaxTime: every node takes it (its slurm.conf), drains itself
    around it and resumes, and `fleet status` shows each at the new version;
-3. a node that is down when the next version is published shows as drift, and takes the
-   version by itself once it is up again (its timer fires at boot);
+3. a node that is down when the next version is published (a change of the nodes' deploy.json
+   alone: nothing for the control plane) shows as drift, and takes the version by itself once it
+   is up again (its timer fires at boot);
 4. a node whose converge fails (its munge key gone: pull mode never fetches secrets) is
    drained with the reason and shows as drift; with the key back it converges and resumes.
 
@@ -58,9 +59,20 @@ def with_max_time(model: dict, max_time: str) -> dict:
     return out
 
 
-def publish(model: dict, tmp: Path) -> str:
-    """The bundle of `model` built into TMP/<n>/, the control plane pushed, the bundle published;
-    its version."""
+def with_drain_wait(model: dict, seconds: int) -> dict:
+    """A change of the nodes' deploy.json alone: the control plane has nothing to push for it."""
+    out = json.loads(json.dumps(model))
+    out["deploy"]["drain_wait_s"] = seconds
+    return out
+
+
+def node_drain_wait(host: str) -> int:
+    return json.loads(D.host(host).check_output("cat /etc/hal-provision/deploy.json"))["drain_wait_s"]
+
+
+def publish(model: dict, tmp: Path, control_plane: bool = True) -> str:
+    """The bundle of `model` built into TMP/<n>/, the control plane pushed (unless the change is
+    the nodes' alone), the bundle published; its version."""
     from hal_provision import bundle as lib
     from hal_provision.cli.bundle import write_outputs
     from hal_provision.model import Cluster
@@ -74,7 +86,7 @@ def publish(model: dict, tmp: Path) -> str:
     step = tmp / built.version
     write_tree(files, step / "tree")
     write_outputs(built.outputs(), step / "bundle")
-    for playbook in CONTROL_PLANE_TIERS:  # the nodes' own slurm.conf comes with their bundle
+    for playbook in CONTROL_PLANE_TIERS if control_plane else ():  # the nodes' slurm.conf comes with their bundle
         run_playbook(D.inventory, playbook, "-e", f"hal_rendered_dir={step / 'tree' / 'files'}", "--limit",
                      "all:!deploy_pull", inventories=[D.inventory])
     run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={step / 'bundle'}")
@@ -166,7 +178,7 @@ def test_a_node_that_was_down_catches_up_by_itself(tmp):
     down, up = NODES[-1], NODES[:-1]
     container(down, "stop")
     try:
-        version = publish(with_max_time(load_model(), "3-00:00:00"), tmp)
+        version = publish(with_drain_wait(load_model(), 121), tmp, control_plane=False)
         converge(up)
         code, doc = status()
         assert code == 1 and doc["nodes"][down]["drift"] == "unreachable", json.dumps(doc, indent=1)
@@ -178,7 +190,7 @@ def test_a_node_that_was_down_catches_up_by_itself(tmp):
                 and r, CONVERGE_TIMEOUT, 5)
     assert run, f"{down} did not take {version} within {CONVERGE_TIMEOUT} s of its start: {last(down)}"
     print(f"{down} took {version} {time.monotonic() - booted:.0f} s after it was started again")
-    assert "MaxTime=3-00:00:00" in D.host(down).check_output("cat /etc/slurm/slurm.conf")
+    assert node_drain_wait(down) == 121
     code, doc = status()
     assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
 
@@ -187,7 +199,7 @@ def test_a_failed_converge_drains_the_node_with_the_reason(tmp):
     node = NODES[0]
     D.host(node).check_output("mv /etc/munge/munge.key /root/munge.key.saved")
     try:
-        version = publish(with_max_time(load_model(), "4-00:00:00"), tmp)
+        version = publish(with_drain_wait(load_model(), 122), tmp, control_plane=False)
         converge([node])
         run = last(node)
         assert (run.get("version"), run.get("state"), run.get("drained")) == (version, "failed", True), run  # left drained
@@ -202,6 +214,7 @@ def test_a_failed_converge_drains_the_node_with_the_reason(tmp):
     converge(NODES)  # the others take the version too
     run = last(node)
     assert (run.get("version"), run.get("state"), run.get("failed_task")) == (version, "changed", None), run
+    assert node_drain_wait(node) == 122
     assert retry(lambda: slurm_state(node)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(node)
     code, doc = status()
     assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
