@@ -34,6 +34,34 @@ def hal_with(*steps):
     return load_text(_apply(HAL_TEXT, steps), "c.yml").model
 
 
+class SystemdRoot:
+    """A root holding the system's units (/usr/lib/systemd/system) for `systemd-analyze verify
+    --root` of rendered units: unit(NAME, TEXT) writes one under /etc/systemd/system, program(PATH)
+    puts an executable stand-in at PATH (verify checks ExecStart), verify(*UNITS) runs it."""
+
+    def __init__(self, tmp_path: Path, analyze: str):
+        import shutil
+
+        self.root, self.analyze = tmp_path / "root", analyze
+        shutil.copytree("/usr/lib/systemd/system", self.root / "usr/lib/systemd/system", symlinks=True)
+        (self.root / "etc/systemd/system").mkdir(parents=True)
+
+    def unit(self, name: str, text: str) -> None:
+        (self.root / "etc/systemd/system" / name).write_text(text)
+
+    def program(self, path: str) -> None:
+        program = self.root / path.lstrip("/")
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text("#!/bin/sh\n")
+        program.chmod(0o755)
+
+    def verify(self, *units: str):
+        import subprocess
+
+        return subprocess.run([self.analyze, "verify", "--man=no", f"--root={self.root}", *units],
+                              capture_output=True, text=True)
+
+
 def _line_col(text: str, marker: str, column_marker: str | None = None) -> tuple[int, int]:
     lines = text.splitlines()
     [number] = [n for n, line in enumerate(lines, 1) if marker in line]

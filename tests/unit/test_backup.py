@@ -21,7 +21,7 @@ from hal_provision.model.oncalendar import calendar_problem
 from hal_provision.render import render_all
 from hal_provision.render.backup import CONFIG, PROGRAM, SERVICE, TIMER
 
-from tests.conftest import hal_with
+from tests.conftest import SystemdRoot, hal_with
 
 E, W = Level.error, Level.warning
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,25 +247,14 @@ def test_systemd_verifies_the_units(hal_files, tmp_path):
     """systemd-analyze verify loads both units as systemd would, in a root that holds the
     system's units and a stand-in hal-backup (verify checks that ExecStart is executable).
     The controls: a timer with a bad calendar, and a root without the program, are refused."""
-    root = tmp_path / "root"
-    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
-    units = root / "etc/systemd/system"
-    units.mkdir(parents=True)
-    (units / "hal-backup.service").write_text(hal_files[SERVICE])
-    (units / "hal-backup.timer").write_text(hal_files[TIMER])
-
-    def verify() -> subprocess.CompletedProcess:
-        return subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", "hal-backup.service",
-                               "hal-backup.timer"], capture_output=True, text=True)
-
-    missing = verify()
+    root = SystemdRoot(tmp_path, SYSTEMD_ANALYZE)
+    root.unit("hal-backup.service", hal_files[SERVICE])
+    root.unit("hal-backup.timer", hal_files[TIMER])
+    missing = root.verify("hal-backup.service", "hal-backup.timer")
     assert missing.returncode != 0 and f"Command {PROGRAM} is not executable" in missing.stderr, missing.stderr
-    program = root / PROGRAM.lstrip("/")
-    program.parent.mkdir(parents=True)
-    program.write_text("#!/bin/sh\n")
-    program.chmod(0o755)
-    ok = verify()
+    root.program(PROGRAM)
+    ok = root.verify("hal-backup.service", "hal-backup.timer")
     assert ok.returncode == 0 and not ok.stderr.strip(), ok.stderr
-    (units / "hal-backup.timer").write_text(hal_files[TIMER].replace("OnCalendar=*-*-* 02:30:00", "OnCalendar=nightly"))
-    bad = verify()
+    root.unit("hal-backup.timer", hal_files[TIMER].replace("OnCalendar=*-*-* 02:30:00", "OnCalendar=nightly"))
+    bad = root.verify("hal-backup.service", "hal-backup.timer")
     assert "Failed to parse calendar specification" in bad.stderr, bad.stderr

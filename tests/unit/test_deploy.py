@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 
 import pytest
 import yaml
@@ -16,7 +15,7 @@ from hal_provision.hostlist import expand
 from hal_provision.render import render_all
 from hal_provision.render.deploy import CONFIG, NGINX_SITE, SERVICE, TIMER
 
-from tests.conftest import hal_with
+from tests.conftest import SystemdRoot, hal_with
 
 E = Level.error
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
@@ -169,23 +168,12 @@ def test_units_and_site_take_the_models_values(twogen_files):
 def test_systemd_verifies_the_units(twogen_files, tmp_path):
     """systemd-analyze verify loads both units in a root with the system's units and a
     stand-in hal-converge; a bad calendar is refused (the control)."""
-    root = tmp_path / "root"
-    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
-    units = root / "etc/systemd/system"
-    units.mkdir(parents=True)
-    (units / "hal-converge.service").write_text(twogen_files[SERVICE])
-    (units / "hal-converge.timer").write_text(twogen_files[TIMER])
-    program = root / "usr/local/sbin/hal-converge"
-    program.parent.mkdir(parents=True)
-    program.write_text("#!/bin/sh\n")
-    program.chmod(0o755)
-
-    def verify() -> subprocess.CompletedProcess:
-        return subprocess.run([SYSTEMD_ANALYZE, "verify", "--man=no", f"--root={root}", "hal-converge.service",
-                               "hal-converge.timer"], capture_output=True, text=True)
-
-    ok = verify()
+    root = SystemdRoot(tmp_path, SYSTEMD_ANALYZE)
+    root.unit("hal-converge.service", twogen_files[SERVICE])
+    root.unit("hal-converge.timer", twogen_files[TIMER])
+    root.program("/usr/local/sbin/hal-converge")
+    ok = root.verify("hal-converge.service", "hal-converge.timer")
     assert ok.returncode == 0 and not ok.stderr.strip(), ok.stderr
-    (units / "hal-converge.timer").write_text(twogen_files[TIMER].replace("OnCalendar=*:0/30", "OnCalendar=halfhourly"))
-    bad = verify()
+    root.unit("hal-converge.timer", twogen_files[TIMER].replace("OnCalendar=*:0/30", "OnCalendar=halfhourly"))
+    bad = root.verify("hal-converge.service", "hal-converge.timer")
     assert "Failed to parse calendar specification" in bad.stderr, bad.stderr
