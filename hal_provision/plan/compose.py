@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 
 from .. import update_policy
+from ..compose.moves import moves
 from ..hostlist import fold_or_dash
 from .effects import Consequence, Sides
 from .impact import Impact
@@ -86,11 +87,16 @@ def find(old: dict[str, str], new: dict[str, str]) -> Recomposition | None:
     new_counts = after["layouts"].get(after.get("active"), {})
     if old_counts == new_counts:
         return None
+    # What compose.yml would move with the drivers answering OLD's counts (the same rule: a host
+    # takes its GPUs from the first pool cabled to it).
+    held = [{"pool": pool["name"], "hosts": {h: old_counts.get(h, 0) for h in pool.get("hosts", [])}}
+            for pool in after.get("pools", [])]
+    steps = moves(after, str(after.get("active")), held)["steps"]
     pools = []
     for pool in after.get("pools", []):
-        delta = {h: new_counts.get(h, 0) - old_counts.get(h, 0) for h in pool.get("hosts", [])}
-        loses = {h: -d for h, d in delta.items() if d < 0}
-        gains = {h: d for h, d in delta.items() if d > 0}
+        mine = [s for s in steps if s["pool"] == pool["name"]]
+        loses = {s["host"]: s["count"] for s in mine if s["action"] == "detach"}
+        gains = {s["host"]: s["count"] for s in mine if s["action"] == "attach"}
         if loses or gains:
             pools.append(PoolMove(pool["name"], pool.get("gpu_type", ""), pool.get("driver", ""),
                                   pool.get("driver_url"), loses, gains))
