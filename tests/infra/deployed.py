@@ -229,6 +229,19 @@ def deployed() -> Deployed:
     return Deployed.load(Path(inv))
 
 
+def sandbox_render(workdir: Path, model: dict):
+    """(the Cluster of `model`, its tree {path: text}) as `sandbox up` renders the sandbox at
+    WORKDIR with `model` as its derived model (its shared mounts, caches and release kept): what
+    the tests that change the sandbox's model apply."""
+    import dataclasses
+
+    from hal_provision.model import Cluster
+    from hal_provision.sandbox import lifecycle
+
+    cluster = Cluster.model_validate(model)
+    return cluster, lifecycle.rendered_files(dataclasses.replace(lifecycle.load(workdir), cluster=cluster))
+
+
 def retry(fn, timeout: float, interval: float = 1.0):
     """Call fn until it returns something true or the time is up; return its last value."""
     deadline = time.monotonic() + timeout

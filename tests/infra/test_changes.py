@@ -17,7 +17,6 @@ should a test stop half way.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from deployed import deployed, retry, run_playbook, tail
+from deployed import deployed, retry, run_playbook, sandbox_render, tail
 from hal_provision import tools
 from hal_provision.hostlist import expand
 
@@ -60,13 +59,9 @@ def compute_partition(model: dict) -> dict:
 
 def render(model: dict, into: Path) -> Path:
     """The sandbox's rendered tree for `model` (its files/ and inventory/), as `sandbox up` writes it."""
-    from hal_provision.model import Cluster
     from hal_provision.render.writer import write_tree
-    from hal_provision.sandbox import lifecycle
 
-    sb = lifecycle.load(WORKDIR)
-    cluster = Cluster.model_validate(model)
-    write_tree(lifecycle.rendered_files(dataclasses.replace(sb, cluster=cluster)), into)
+    write_tree(sandbox_render(WORKDIR, model)[1], into)
     return into
 
 

@@ -21,7 +21,6 @@ The deployed tree is applied again at the end (the Slurm tiers), so the cluster 
 
 from __future__ import annotations
 
-import dataclasses
 import copy
 import json
 import re
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from deployed import JOB_TIMEOUT, TEST_USER, deployed, retry, run_playbook
+from deployed import JOB_TIMEOUT, TEST_USER, deployed, retry, run_playbook, sandbox_render
 from hal_provision import tools
 from hal_provision.hostlist import ansible_name
 
@@ -91,12 +90,9 @@ def pooled(model: dict, active: str) -> dict:
 
 def render(model: dict, into: Path) -> Path:
     """The sandbox's rendered tree for `model` (files/ and inventory/), as `sandbox up` writes it."""
-    from hal_provision.model import Cluster
     from hal_provision.render.writer import write_tree
-    from hal_provision.sandbox import lifecycle
 
-    sb = lifecycle.load(WORKDIR)
-    write_tree(lifecycle.rendered_files(dataclasses.replace(sb, cluster=Cluster.model_validate(model))), into)
+    write_tree(sandbox_render(WORKDIR, model)[1], into)
     return into
 
 

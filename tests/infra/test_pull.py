@@ -23,7 +23,6 @@ Marked `pull` (and `changes`: it changes the cluster); the `fleet` scenario runs
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from deployed import deployed, retry, run_playbook
+from deployed import deployed, retry, run_playbook, sandbox_render
 from hal_provision import tools
 
 D = deployed()
@@ -75,13 +74,9 @@ def publish(model: dict, tmp: Path, control_plane: bool = True) -> str:
     the nodes' alone), the bundle published; its version."""
     from hal_provision import bundle as lib
     from hal_provision.cli.bundle import write_outputs
-    from hal_provision.model import Cluster
     from hal_provision.render.writer import write_tree
-    from hal_provision.sandbox import lifecycle
 
-    sb = lifecycle.load(WORKDIR)
-    cluster = Cluster.model_validate(model)
-    files = lifecycle.rendered_files(dataclasses.replace(sb, cluster=cluster))
+    cluster, files = sandbox_render(WORKDIR, model)
     built = lib.build(cluster, files)
     step = tmp / built.version
     write_tree(files, step / "tree")
