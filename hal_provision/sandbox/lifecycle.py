@@ -10,7 +10,6 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass, replace
-from ipaddress import IPv4Address
 from pathlib import Path
 
 from .. import tools
@@ -75,9 +74,7 @@ class Sandbox:
     @property
     def addresses(self) -> dict[str, str]:
         """Host -> its address on the sandbox network (the model's primary network)."""
-        primary = self.cluster.cluster.primary_network
-        return {host: str(IPv4Address(int(g.addresses[primary]) + i))
-                for g in self.cluster.nodes for i, host in enumerate(nodeset(g.hosts))}
+        return {host: self.cluster.host_address(host) for g in self.cluster.nodes for host in nodeset(g.hosts)}
 
     @property
     def ssh(self) -> SshAccess:
