@@ -5,6 +5,10 @@ installs it); plain linear otherwise.
 Mitogen keeps one Python interpreter per node for the whole run and sends modules to it
 instead of starting Python and importing each module afresh for every task: the same tasks,
 results and handlers, at about half the controller and node CPU per task (bench/converge.py).
+
+Either way the strategy first makes the directories ssh binds its control sockets in
+(plugin_utils/controller_dirs.py): neither Mitogen nor Ansible's ssh makes the one ansible.cfg's
+ssh_args name, and a machine that never ran Ansible has none.
 """
 
 from __future__ import annotations
@@ -16,16 +20,28 @@ description:
   - Runs every task on every host in lock-step as the linear strategy does; when the Python
     package mitogen is importable, its connection multiplexer carries the modules.
   - Without mitogen it is Ansible's own linear strategy, unchanged.
+  - Before the first task it makes the directory of the ControlPath in the ssh connection's
+    ssh_args and the ssh connection's control_path_dir (mode 0700) where they are missing.
 author: hal-provision
 """
+
+from ansible_collections.hal.provision.plugins.plugin_utils.controller_dirs import ensure_from_ansible_config
 
 try:
     import ansible_mitogen.loaders
     import ansible_mitogen.strategy
 except ImportError:  # no Mitogen: Ansible's own linear strategy
-    from ansible.plugins.strategy.linear import StrategyModule  # noqa: F401
+    from ansible.plugins.strategy.linear import StrategyModule as _Strategy
 else:
     _Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
-    class StrategyModule(ansible_mitogen.strategy.StrategyMixin, _Linear):
+    class _Strategy(ansible_mitogen.strategy.StrategyMixin, _Linear):
         """Ansible's linear strategy with Mitogen's connection and action plugins."""
+
+
+class StrategyModule(_Strategy):
+    """The linear strategy (through Mitogen where installed), after making ssh's directories."""
+
+    def run(self, iterator, play_context):
+        ensure_from_ansible_config()
+        return super().run(iterator, play_context)
