@@ -20,6 +20,27 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 
 LOGS=$(mktemp -d -t hal-bootstrap.XXXXXX)
 trap 'rm -rf "$LOGS"' EXIT
+
+# The test job (CI's) runs in a HOME that starts empty, so that whatever the project reads from
+# or writes into an earlier run's home fails here first, not on a user's first run. What is
+# meant to persist is named outright: pip's configuration (a site's index or mirror) and cache,
+# and hal-provision's own caches (the node wheelhouse, Slurm's second-major root, the parsed
+# inventory), where the user's own home keeps them. HAL_KEEP_HOME=1 runs in the real HOME.
+if [ "$job" = test ] && [ -z "${HAL_KEEP_HOME:-}" ]; then
+  real_home="${HOME:-$(getent passwd "$(id -un)" | cut -d: -f6)}"
+  real_cache="${XDG_CACHE_HOME:-$real_home/.cache}"
+  export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$real_cache/pip}"
+  export HAL_PROVISION_CACHE="${HAL_PROVISION_CACHE:-$real_cache/hal-provision}"
+  if [ -z "${PIP_CONFIG_FILE:-}" ]; then
+    for conf in "${XDG_CONFIG_HOME:-$real_home/.config}/pip/pip.conf" "$real_home/.pip/pip.conf"; do
+      if [ -f "$conf" ]; then export PIP_CONFIG_FILE="$conf"; break; fi
+    done
+  fi
+  HOME=$(mktemp -d -t hal-home.XXXXXX); export HOME
+  unset XDG_CACHE_HOME XDG_CONFIG_HOME XDG_DATA_HOME XDG_STATE_HOME
+  trap 'rm -rf "$LOGS" "$HOME"' EXIT
+  echo "== HOME=$HOME (empty; kept: pip's cache $PIP_CACHE_DIR${PIP_CONFIG_FILE:+ and configuration $PIP_CONFIG_FILE}, $HAL_PROVISION_CACHE)"
+fi
 clock() { local s=$(( $(date +%s) - $1 )); if [ "$s" -ge 60 ]; then printf '%dm%02ds' $((s / 60)) $((s % 60)); else printf '%ds' "$s"; fi; }
 # quiet NAME CMD...: one line "== NAME ... TIME"; the command's output only if it fails.
 quiet() {
@@ -124,6 +145,7 @@ case "$job" in
 EOF
     ;;
   test)
-    exec bash tests/run-all.sh "${@:2}"
+    # Not exec: the EXIT trap removes the logs and the empty HOME afterwards.
+    bash tests/run-all.sh "${@:2}"
     ;;
 esac

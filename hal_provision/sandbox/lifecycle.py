@@ -154,7 +154,8 @@ def host_pip_cert(environ: dict[str, str] | None = None, files: tuple[Path, ...]
     if files is None:
         home = Path.home()
         files = (Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"), home / ".pip/pip.conf",
-                 home / ".config/pip/pip.conf")
+                 home / ".config/pip/pip.conf",
+                 *((Path(environ["PIP_CONFIG_FILE"]),) if environ.get("PIP_CONFIG_FILE") else ()))
     value = environ.get("PIP_CERT")
     for path in files:
         if value is None and path.is_file():

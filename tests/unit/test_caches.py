@@ -149,8 +149,16 @@ def test_a_sandbox_without_a_modules_packages_keeps_its_modulefile_and_installs_
 
 
 def test_the_wheelhouse_lives_in_the_users_cache(monkeypatch, tmp_path):
+    monkeypatch.delenv("HAL_PROVISION_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert wheelhouse.default_dir() == tmp_path / "hal-provision" / "wheelhouse"
+
+
+def test_the_caches_directory_can_be_named_outright(monkeypatch, tmp_path):
+    """./bootstrap.sh test runs in an empty HOME and keeps the caches where the user's are."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HAL_PROVISION_CACHE", str(tmp_path / "kept"))
+    assert wheelhouse.default_dir() == tmp_path / "kept" / "wheelhouse"
 
 
 # ---- the installed packages: a role's package task runs only for what is missing ---------------

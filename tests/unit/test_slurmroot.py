@@ -14,6 +14,7 @@ from hal_provision.sandbox import slurmroot
 
 @pytest.fixture
 def root(tmp_path, monkeypatch):
+    monkeypatch.delenv("HAL_PROVISION_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     return slurmroot.default_dir()
 
