@@ -31,13 +31,18 @@ root_pid=$!
 # The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
 # molecule/ci-scenarios lists the scenarios in order; those tagged `beside` run one after
 # another in a second lane, from when the node images are there, beside pytest and then the
-# first lane (their containers, networks and work directories are apart from the others'). The
-# first lane's scenarios print their output as they go, after pytest; the second's once all
-# have ended. Each is timed.
-run_scenario() {  # NAME LOG: one molecule test; its result line goes to $logs/NAME.result
-  local scenario="$1" log="$2" start result
+# first lane (their containers, networks and work directories are apart from the others').
+# Every scenario prints its output as it goes, the second lane's lines after "[NAME] " as they
+# come between the first lane's (and pytest's). Each is timed.
+run_scenario() {  # NAME LOG [PREFIX]: one molecule test, its output printed as it goes (each line
+  # after PREFIX, for the second lane's) and kept in LOG; its result line goes to $logs/NAME.result
+  local scenario="$1" log="$2" prefix="${3:-}" start result
   start=$(date +%s)
-  if molecule -c molecule/shared/config.yml test -s "$scenario" >"$log" 2>&1; then result=passed; else result=FAILED; fi
+  if molecule -c molecule/shared/config.yml test -s "$scenario" 2>&1 | tee "$log" | sed -u "s/^/$prefix/"; then
+    result=passed
+  else
+    result=FAILED
+  fi
   printf '%s %s\n' "$result" "$(( $(date +%s) - start ))" >"$logs/$scenario.result"
 }
 lane1=(); lane2=()
@@ -53,7 +58,7 @@ done
 ( while [ ! -f "$logs/images.rc" ]; do sleep 5; done
   for scenario in "${lane2[@]}"; do
     [ -f "molecule/$scenario/molecule.yml" ] || continue
-    if [ "$(cat "$logs/images.rc")" = 0 ]; then run_scenario "$scenario" "$logs/$scenario.log"
+    if [ "$(cat "$logs/images.rc")" = 0 ]; then run_scenario "$scenario" "$logs/$scenario.log" "[$scenario] "
     else echo "no node images: not run" >"$logs/$scenario.log"; echo "FAILED 0" >"$logs/$scenario.result"; fi
   done ) &
 lane2_pid=$!
@@ -77,16 +82,9 @@ rm -f "$image_log"
 for scenario in "${lane1[@]}"; do
   [ -f "molecule/$scenario/molecule.yml" ] || continue
   echo "== molecule test -s $scenario"
-  run_scenario "$scenario" "$logs/$scenario.log" &
-  tail -n +1 -f --pid=$! "$logs/$scenario.log"
-  wait $!
+  run_scenario "$scenario" "$logs/$scenario.log"
 done
 wait "$lane2_pid"
-for scenario in "${lane2[@]}"; do
-  [ -f "$logs/$scenario.log" ] || continue
-  echo "== molecule test -s $scenario (ran beside the others; its output)"
-  cat "$logs/$scenario.log"
-done
 for scenario in "${lane1[@]}" "${lane2[@]}"; do
   [ -f "$logs/$scenario.result" ] || continue
   read -r result seconds <"$logs/$scenario.result"
