@@ -54,6 +54,7 @@ def nodeset(expr: str) -> NodeSet:
             f"not a valid hostlist expression: {expr!r} (host names use letters, digits and '-'; "
             "ranges look like hal[01-16])"
         )
+    _check_size(expr)
     single = _single_range(expr)
     if single is not None:  # the NodeSet ClusterShell's parser would build, for a third of the cost
         return _single_range_nodeset(*single)
@@ -81,6 +82,43 @@ def nodeset(expr: str) -> NodeSet:
 
 
 _TOP_LEVEL_COMMA = re.compile(r",(?![^\[]*\])")
+
+
+# The most hosts one expression, and one description, may name: ten times the largest cluster
+# the toolkit is measured at (docs/benchmarks.md, 100,000 nodes). Counted from the text before
+# anything is built: ClusterShell holds every index of a range, so n[0-99999999] alone took
+# minutes and gigabytes.
+MAX_HOSTS = 1_000_000
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+_RANGE = re.compile(r"^\s*(\d+)(?:-(\d+)(?:/(\d+))?)?\s*$")
+
+
+def count_bound(expr: str) -> int:
+    """An upper bound of the hosts EXPR names, from its text: per comma-separated piece, the
+    product of its brackets' sizes (a piece with a malformed bracket counts one: the parser
+    reports it)."""
+    total = 0
+    for piece in _TOP_LEVEL_COMMA.split(expr):
+        size = 1
+        for group in _BRACKET.findall(piece):
+            group_size = 0
+            for item in group.split(","):
+                m = _RANGE.match(item)
+                if not m:
+                    continue
+                lo, hi, step = int(m.group(1)), int(m.group(2) or m.group(1)), int(m.group(3) or 1)
+                group_size += max(0, (hi - lo) // max(step, 1) + 1)
+            size *= max(group_size, 1)
+        total += size
+    return total
+
+
+def _check_size(expr: str) -> None:
+    if isinstance(expr, str) and "[" in expr:
+        count = count_bound(expr)
+        if count > MAX_HOSTS:
+            raise HostlistError(f"hostlist expression {expr!r} names {count:,} hosts, more than the {MAX_HOSTS:,} "
+                                "a description may")
 
 
 def pieces(expr: str) -> list[str]:
@@ -159,6 +197,7 @@ def check(expr: str) -> None:
     """
     if isinstance(expr, str) and expr in _CHECKED:
         return
+    _check_size(expr)
     if not (isinstance(expr, str) and _ALLOWED.match(expr) and _range_shapes([expr]) is not None):
         nodeset(expr)
     _CHECKED.add(expr)

@@ -88,6 +88,9 @@ def load_text(text: str, file: str) -> Loaded:
     locates the checks' findings, when there are any, through libyaml's node tree; any error
     falls back to ruamel's round-trip path, which reports it with line and column.
     """
+    bounds = _beyond_bounds(text, file)
+    if bounds is not None:
+        return Loaded(file, None, [bounds])
     data = _fast_parse(text)
     if data is not None:
         try:
@@ -186,6 +189,68 @@ def _key_matches(key_node, part) -> bool:
         return loader.construct_object(key_node, deep=True) == part
     finally:
         loader.dispose()
+
+
+# What a description may hold, checked on libyaml's event stream (a state machine with no
+# recursion) before any parser builds a tree: both builders recurse per level (libyaml's
+# composer overflowed the C stack on a 400 KB file of nested brackets; ruamel's raised
+# RecursionError at 3,000 levels), and aliases let a small file stand for a huge tree
+# ("billion laughs") that validation would walk in full. A real description nests about ten
+# levels and uses a few anchors.
+MAX_DEPTH = 64
+MAX_NODES = 2_000_000
+
+
+def _beyond_bounds(text: str, file: str) -> Finding | None:
+    """A located error where the text nests deeper than MAX_DEPTH or, with its aliases expanded,
+    holds more than MAX_NODES nodes; None within bounds (syntax errors are the parsers' to report)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    sizes: dict[str, int] = {}  # anchor -> its node's size, aliases expanded
+    open_nodes: list[list] = []  # [anchor, size so far] per open collection
+    total = 0
+
+    def error(event, message: str) -> Finding:
+        mark = event.start_mark
+        return Finding(Level.error, (), message, "yaml", file, mark.line + 1, mark.column + 1)
+
+    def close(size: int, anchor: str | None) -> None:
+        if anchor:
+            sizes[anchor] = size
+        if open_nodes:
+            open_nodes[-1][1] += size
+
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                if len(open_nodes) >= MAX_DEPTH:
+                    return error(event, f"YAML nested deeper than {MAX_DEPTH} levels: a cluster description "
+                                 "needs about ten")
+                open_nodes.append([event.anchor, 1])
+                total += 1
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, size = open_nodes.pop()
+                close(size, anchor)
+            elif isinstance(event, yaml.ScalarEvent):
+                total += 1
+                close(1, event.anchor)
+            elif isinstance(event, yaml.AliasEvent):
+                size = sizes.get(event.anchor, 1)
+                total += size
+                close(size, None)
+            if total > MAX_NODES:
+                return error(event, f"YAML stands for more than {MAX_NODES:,} values once its aliases (*name) "
+                             "are expanded; write the description without such repetition")
+    except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):  # libyaml's own limit, met while scanning ahead
+            mark = exc.problem_mark
+            return Finding(Level.error, (), f"YAML nested deeper than {MAX_DEPTH} levels: a cluster description "
+                           "needs about ten", "yaml", file, mark.line + 1, mark.column + 1)
+        return None  # malformed: the parsers below report it with its position
+    except yaml.YAMLError:
+        return None
+    return None
 
 
 def _fast_parse(text: str):

@@ -6,9 +6,9 @@ from functools import cached_property
 from typing import Literal, NamedTuple
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from ..hostlist import common_count, empty, expand, fold, nodeset, outside, overlap, overlaps, pieces, union_shared
+from ..hostlist import MAX_HOSTS, common_count, count_bound, empty, expand, fold, nodeset, outside, overlap, overlaps, pieces, union_shared
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
@@ -107,6 +107,21 @@ class Cluster(Strict):
         default_factory=Deploy,
         description="How the nodes are converged: pushed from the controller (default), or pulled by the compute "
         "nodes from a bundle published on distribution points (mode pull).")
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _hosts_within_bounds(cls, groups):
+        """All node groups together name at most MAX_HOSTS hosts, counted from their text
+        before any group's hosts are built."""
+        if isinstance(groups, list):
+            texts = [g["hosts"] for g in groups if isinstance(g, dict) and isinstance(g.get("hosts"), str)]
+            counts = [count_bound(t) for t in texts]
+            # One expression over the bound is reported at its own line, by the Hostlist type.
+            if sum(counts) > MAX_HOSTS and max(counts) <= MAX_HOSTS:
+                count = sum(counts)
+                raise ValueError(f"the node groups name {count:,} hosts together, more than the {MAX_HOSTS:,} a "
+                                 "description may")
+        return groups
 
     @model_validator(mode="after")
     def _site_defaults(self) -> Cluster:

@@ -43,7 +43,20 @@ def _check_name(value: str) -> str:
 # The highest ID a user namespace can map (2**32 - 2; 2**32 - 1 is the kernel's "no ID").
 MAX_ID = 2**32 - 2
 
-AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s:]*$")]
+def no_dot_segments(value: str) -> str:
+    """A path names its place directly: a '.' or '..' segment could lead a rendered file, a
+    mount or a prefix outside the directory it belongs in."""
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{value!r} has a '.' or '..' segment; write the path it means without them")
+    return value
+
+
+def absolute_path(pattern: str = r"^/[^\s:]*$"):
+    """An absolute path matching `pattern`, without '.' or '..' segments."""
+    return Annotated[str, Field(pattern=pattern), AfterValidator(no_dot_segments)]
+
+
+AbsolutePath = absolute_path()
 
 
 class IdRange(Strict):

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from .base import AbsolutePath, Name, Strict
+from .base import AbsolutePath, Name, Strict, absolute_path, no_dot_segments
 
 # The share of a scratch device's size Slurm is told (TmpDisk) when the profile names none: the
 # file system takes the rest (XFS's log and metadata, ext4's reserved blocks), and slurmd drains
 # a node whose TmpFS is smaller than its TmpDisk.
 TMP_DISK_SHARE = 0.95
 
+# A block device's path, e.g. /dev/nvme0n1.
+DevicePath = absolute_path(r"^/\S+$")
+
 
 class GpuDevice(Strict):
     socket: int = Field(ge=0, description="CPU socket the GPU hangs off (0-based).")
-    file: str = Field("", description="Device file; empty means /dev/nvidia<index>.", pattern=r"^(/dev/\S+)?$")
+    file: Annotated[str, AfterValidator(no_dot_segments)] = Field(
+        "", description="Device file; empty means /dev/nvidia<index>.", pattern=r"^(/dev/\S+)?$")
 
 
 class Gpus(Strict):
@@ -40,8 +44,8 @@ class IbAdapter(Strict):
 
 
 class LocalDisk(Strict):
-    device: str = Field(
-        pattern=r"^/\S+$", description="Block device path, e.g. /dev/nvme0n1 (a /dev/disk/by-id/ name survives "
+    device: DevicePath = Field(
+        description="Block device path, e.g. /dev/nvme0n1 (a /dev/disk/by-id/ name survives "
         "renumbering).")
     kind: Literal["nvme", "ssd", "hdd"] = Field("nvme", description="What the device is.")
     size_gib: int = Field(gt=0, description="Size in GiB.")
@@ -51,7 +55,7 @@ class LocalScratch(Strict):
     """Node-local scratch: local disks combined into one file system that Slurm's TmpFS names
     and each job's private /tmp lives on (a node group's job_tmp_base)."""
 
-    devices: list[str] = Field(
+    devices: list[DevicePath] = Field(
         min_length=1, description="Devices of local_disks it is made of (their `device` paths).")
     layout: Literal["single", "raid0"] = Field(
         "single", description="single: one device as it is; raid0: the devices striped with mdadm.")

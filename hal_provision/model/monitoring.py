@@ -25,12 +25,16 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import Name, Strict
+from .base import Name, Strict, absolute_path
 from .nodes import NodeGroup, Role
 from .placement import PLACED, Placement
 
 if TYPE_CHECKING:
     from . import Cluster
+
+
+# The directory the storage responsiveness collector lists.
+ProbePath = absolute_path(r"^/")
 
 
 @dataclass(frozen=True)
@@ -157,8 +161,8 @@ class Monitoring(Strict):
         description="Telegraf inputs of one node group, by the group's name: the group's whole list, in place "
         "of its roles' lists (more specific, so it wins; nothing is merged). For a group that differs from the "
         "rest of its role, e.g. compute nodes without a BMC the bmc collector could read.")
-    storage_probe_path: str = Field(
-        "/home", pattern=r"^/", description="Directory the storage_responsiveness collector lists (the users' homes).")
+    storage_probe_path: ProbePath = Field(
+        "/home", description="Directory the storage_responsiveness collector lists (the users' homes).")
     grafana: Grafana | None = Field(None, description="Grafana and its dashboards; None: no Grafana.")
 
     def listed_for(self, group: NodeGroup) -> list[str] | None:

@@ -22,7 +22,7 @@ from pydantic import AfterValidator, Field
 
 from ..hostlist import union_shared
 
-from .base import Name, Strict
+from .base import Name, Strict, absolute_path
 from .placement import PLACED, Placement
 
 _SIZE = re.compile(r"^(\d+)([KMGT])$")
@@ -50,7 +50,7 @@ def _check_size(value: str) -> str:
 Size = Annotated[str, AfterValidator(_check_size)]
 """A size such as 1M, 256K or 32G; kept as written, compared in bytes."""
 
-AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
+AbsolutePath = absolute_path(r"^/[^\s]*$")
 
 
 # ---- appliances -----------------------------------------------------------------------------

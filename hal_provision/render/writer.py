@@ -38,17 +38,32 @@ def write_tree(files: dict[str, str], out_dir: str | os.PathLike) -> Path:
         raise WriteError(f"cannot create {parent}: {exc.strerror}") from None
     try:
         for rel, text in files.items():
-            target = staging / rel
+            target = _inside(staging, rel, out)
             target.parent.mkdir(parents=True, exist_ok=True)
             write_file(target, text)
         write_file(staging / MARKER, "This directory is written by `hal-provision render`; it is replaced as a whole.\n")
         for d in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
             d.chmod(0o755)
         _swap_in(staging, out)
+    except WriteError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise WriteError(f"cannot write {out}: {exc}") from None
     return out
+
+
+def _inside(staging: Path, rel: str, out: Path) -> Path:
+    """STAGING/REL, refused (WriteError, nothing written) unless it lies inside STAGING: the last
+    guard should a path from the description get past the model's checks."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or any(p in (".", "..") for p in rel.split("/")):
+        raise WriteError(f"refusing to write {rel!r}: it does not name a file inside {out}")
+    target = staging.joinpath(*parts)
+    if not target.resolve().is_relative_to(staging.resolve()):
+        raise WriteError(f"refusing to write {rel!r}: it resolves outside {out}")
+    return target
 
 
 SLICE = 1 << 20
