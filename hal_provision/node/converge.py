@@ -6,8 +6,10 @@ The rendered /etc/hal-provision/deploy.json (the same on every host) names this 
 
 1. GET <url>current.json (`{"version", "bundle", "sha256"}`). When the version is the one this
    node last converged successfully (and no --force), the run records state "current" and stops.
-2. Downloads <url><bundle>, checks its SHA-256 (a mismatch is refused and nothing is unpacked),
-   unpacks it (tarfile's "data" filter) into BUNDLES/.unpack-<version> and renames that to
+2. Downloads <url><bundle> (streamed to disk, cut off past MAX_BUNDLE_BYTES), checks its SHA-256
+   (a mismatch is refused and nothing is unpacked), unpacks it (files and directories under
+   bundle/ only, at most MAX_MEMBERS and MAX_UNPACKED_BYTES, owned by root, no setuid/setgid or
+   group/other write) into BUNDLES/.unpack-<version> and renames that to
    BUNDLES/<version> (a directory named after a version is always complete); keeps the two
    newest bundles.
 3. Runs `ansible-playbook -c local -i bundle/inventory/hosts.json -l HOST bundle/playbooks/pull.yml
@@ -66,6 +68,14 @@ BUNDLES = "/var/lib/hal-provision/bundles"
 KEEP = 2
 DRAIN_REASON = "hal-provision converge"
 HTTP_TIMEOUT_S = 60
+# What a point may send and a bundle may hold: a release is about 10 MB, a few thousand members.
+# Past these a download is cut off and an archive refused before it is unpacked, so a hostile
+# or broken point can neither fill the node's memory or disk nor unpack a gzip bomb.
+MAX_CURRENT_BYTES = 64 << 10
+MAX_BUNDLE_BYTES = 256 << 20
+MAX_MEMBERS = 50_000
+MAX_UNPACKED_BYTES = 1 << 30
+CHUNK = 1 << 20
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SUCCESSFUL = ("current", "changed")
 
@@ -143,10 +153,25 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 # ---- the source ------------------------------------------------------------------------------
 
-def _get(url: str) -> bytes:
+def _get(url: str, limit: int, into=None):
+    """The body of GET URL (at most LIMIT bytes, else refused): returned, or streamed into the
+    binary file INTO (then its sha256 is returned)."""
+    digest, size, chunks = hashlib.sha256(), 0, []
     try:
         with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
-            return response.read()
+            while True:
+                chunk = response.read(min(CHUNK, limit + 1 - size))
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > limit:
+                    raise ConvergeError(f"GET {url}: more than {limit:,} bytes: refused")
+                digest.update(chunk)
+                if into is None:
+                    chunks.append(chunk)
+                else:
+                    into.write(chunk)
+        return b"".join(chunks) if into is None else digest.hexdigest()
     except urllib.error.HTTPError as exc:
         raise ConvergeError(f"GET {url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
@@ -155,7 +180,7 @@ def _get(url: str) -> bytes:
 
 
 def published(url: str) -> dict:
-    raw = _get(url + "current.json")
+    raw = _get(url + "current.json", MAX_CURRENT_BYTES)
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError:
@@ -170,17 +195,28 @@ def published(url: str) -> dict:
 
 def _extract(tar: tarfile.TarFile, into: Path) -> None:
     """Every member under INTO, and only regular files and directories below `bundle/` (a bundle
-    holds nothing else): tarfile's "data" filter where this Python has it (3.11.4 on; Debian 12
-    ships 3.11.2), the same refusals by hand where it does not."""
-    for member in tar.getmembers():
+    holds nothing else), at most MAX_MEMBERS of them and MAX_UNPACKED_BYTES in all (counted from
+    the headers as they are read, before anything is unpacked), each owned by root and without
+    setuid, setgid, sticky or group/other write bits. That is what tarfile's "data" filter does
+    where this Python has it (3.11.4 on; Debian 12 ships 3.11.2): done here by hand, and the
+    filter applied as well where it exists."""
+    members, total = [], 0
+    for member in tar:  # headers one at a time: a bomb is refused at its first member over the cap
         parts = Path(member.name).parts
         if member.name.startswith("/") or ".." in parts or not parts or parts[0] != "bundle" \
                 or not (member.isfile() or member.isdir()):
             raise tarfile.TarError(f"member {member.name!r} is not a file or directory under bundle/")
+        total += member.size
+        if len(members) >= MAX_MEMBERS or total > MAX_UNPACKED_BYTES:
+            raise tarfile.TarError(f"more than {MAX_MEMBERS:,} members or {MAX_UNPACKED_BYTES:,} bytes unpacked")
+        member.mode &= 0o755  # no setuid, setgid or sticky bit; no write for group or others
+        member.uid = member.gid = 0
+        member.uname = member.gname = "root"
+        members.append(member)
     if hasattr(tarfile, "data_filter"):
-        tar.extractall(into, filter="data")
+        tar.extractall(into, members=members, filter="data")
     else:
-        tar.extractall(into)
+        tar.extractall(into, members=members)
 
 
 def fetch_bundle(url: str, current: dict, bundles: Path) -> Path:
@@ -189,16 +225,15 @@ def fetch_bundle(url: str, current: dict, bundles: Path) -> Path:
     if (target / "bundle").is_dir():
         os.utime(target)
         return target
-    data = _get(url + current["bundle"])
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != current["sha256"].lower():
-        raise ConvergeError(f"{current['bundle']}: sha256 {digest} is not the published "
-                            f"{current['sha256']}: refused, nothing unpacked")
     bundles.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".unpack-{current['version']}-", dir=bundles))
     try:
         archive = staging / current["bundle"]
-        archive.write_bytes(data)
+        with open(archive, "wb") as stream:
+            digest = _get(url + current["bundle"], MAX_BUNDLE_BYTES, into=stream)
+        if digest != current["sha256"].lower():
+            raise ConvergeError(f"{current['bundle']}: sha256 {digest} is not the published "
+                                f"{current['sha256']}: refused, nothing unpacked")
         try:
             with tarfile.open(archive, "r:gz") as tar:
                 _extract(tar, staging)

@@ -46,8 +46,10 @@ PULL_YML = """\
 """
 
 
-def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: bool = False) -> dict:
-    """OUT/<version>.tar.gz and OUT/current.json, the layout `hal-provision bundle` publishes."""
+def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: bool = False,
+                extra: tuple = ()) -> dict:
+    """OUT/<version>.tar.gz and OUT/current.json, the layout `hal-provision bundle` publishes;
+    EXTRA: (TarInfo, bytes or None) members added after the bundle's own."""
     members = {
         "bundle/ansible.cfg": "[defaults]\nretry_files_enabled = False\n",
         "bundle/playbooks/pull.yml": PULL_YML,
@@ -64,6 +66,8 @@ def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: 
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
+        for info, data in extra:
+            tar.addfile(info, None if data is None else io.BytesIO(data))
     blob = buffer.getvalue()
     (out / f"{version}.tar.gz").write_bytes(blob)
     current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(blob).hexdigest()}
@@ -355,3 +359,86 @@ def test_a_member_outside_bundle_or_not_a_file_is_refused(tmp_path, monkeypatch,
     with tarfile.open(fileobj=data, mode="r:gz") as tar, pytest.raises(tarfile.TarError, match="not a file or directory"):
         converge._extract(tar, tmp_path / "into")
     assert not (tmp_path / "into").exists() and not (tmp_path / "escape").exists()
+
+
+# ---- crafted bundles: each refused, or unpacked with its danger taken out, and last.json says so --
+
+def crafted(name: str, kind=tarfile.REGTYPE, data: bytes | None = b"", **attrs) -> tuple:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = len(data) if data is not None and kind == tarfile.REGTYPE else 0
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+@pytest.mark.parametrize("member", [
+    crafted("bundle/../escape"),
+    crafted("/etc/escape"),
+    crafted("bundle/link", tarfile.SYMTYPE, linkname="/etc/shadow"),
+    crafted("bundle/hard", tarfile.LNKTYPE, linkname="bundle/ansible.cfg"),
+    crafted("bundle/dev/sda", tarfile.BLKTYPE, devmajor=8, devminor=0),
+    crafted("bundle/tty", tarfile.CHRTYPE, devmajor=5, devminor=0),
+    crafted("bundle/fifo", tarfile.FIFOTYPE),
+], ids=["traversal", "absolute", "symlink", "hard-link", "block-device", "char-device", "fifo"])
+def test_a_crafted_member_refuses_the_bundle_and_last_json_says_why(node, member):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(member,))
+    assert run() == 1
+    result = last(paths)
+    assert result["state"] == "failed" and result["previous"] is None
+    assert f"member {member[0].name!r} is not a file or directory under bundle/" in result["failed_task"]
+    assert not paths["bundles"].exists() or list(paths["bundles"].iterdir()) == []  # nothing unpacked
+    assert not (paths["target"] / "motd").exists() and slurm.updates() == []
+    assert not (paths["point"].parent / "escape").exists() and not Path("/etc/escape").exists()
+
+
+@pytest.mark.parametrize("python_has_filter", [True, False])
+def test_setuid_world_writable_and_foreign_owners_are_neutralised(node, monkeypatch, python_has_filter):
+    if not python_has_filter:  # Debian 12's Python 3.11.2
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(
+        crafted("bundle/bin/setuid-shell", data=b"#!/bin/sh\n", mode=0o6755, uid=1234, gid=1234, uname="mallory",
+                gname="mallory"),
+        crafted("bundle/open", tarfile.DIRTYPE, mode=0o1777, uid=1234, gid=1234),
+        crafted("bundle/open/writable", data=b"x", mode=0o666),
+    ))
+    assert run() == 0 and last(paths)["state"] == "changed"
+    unpacked = paths["bundles"] / "v1" / "bundle"
+    for rel, mode in (("bin/setuid-shell", 0o755), ("open", 0o755), ("open/writable", 0o644)):
+        st = (unpacked / rel).stat()
+        assert oct(st.st_mode & 0o7777) == oct(mode), rel
+        assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid()), rel  # root's, where hal-converge runs
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_unpacked(node, monkeypatch):
+    """1 MiB of unpacked bytes allowed here, a member of 8 MiB of zeros (about 8 KiB gzipped)."""
+    monkeypatch.setattr(converge, "MAX_UNPACKED_BYTES", 1 << 20)
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(crafted("bundle/zeros", data=bytes(8 << 20)),))
+    assert (paths["point"] / "v1.tar.gz").stat().st_size < 64 << 10
+    assert run() == 1
+    result = last(paths)
+    assert result["state"] == "failed" and "1,048,576 bytes unpacked" in result["failed_task"]
+    assert not paths["bundles"].exists() or list(paths["bundles"].iterdir()) == []
+
+
+def test_an_oversized_bundle_is_cut_off_while_it_downloads(node, monkeypatch):
+    monkeypatch.setattr(converge, "MAX_BUNDLE_BYTES", 64 << 10)
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(crafted("bundle/noise", data=os.urandom(256 << 10)),))
+    assert run() == 1
+    result = last(paths)
+    assert result["state"] == "failed" and "more than 65,536 bytes: refused" in result["failed_task"]
+    assert not paths["bundles"].exists() or list(paths["bundles"].iterdir()) == []  # the partial file is gone
+
+
+def test_an_oversized_current_json_is_refused(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    doc = json.loads((paths["point"] / "current.json").read_text())
+    (paths["point"] / "current.json").write_text(json.dumps({**doc, "padding": "x" * (1 << 20)}))
+    assert run() == 1
+    result = last(paths)
+    assert result["state"] == "unreachable-source" and "more than 65,536 bytes: refused" in result["failed_task"]
