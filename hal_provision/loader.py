@@ -199,6 +199,7 @@ def _key_matches(key_node, part) -> bool:
 # levels and uses a few anchors.
 MAX_DEPTH = 64
 MAX_NODES = 2_000_000
+TOO_DEEP = f"YAML nested deeper than {MAX_DEPTH} levels: a cluster description needs about ten"
 
 
 def _beyond_bounds(text: str, file: str) -> Finding | None:
@@ -225,8 +226,7 @@ def _beyond_bounds(text: str, file: str) -> Finding | None:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 if len(open_nodes) >= MAX_DEPTH:
-                    return error(event, f"YAML nested deeper than {MAX_DEPTH} levels: a cluster description "
-                                 "needs about ten")
+                    return error(event, TOO_DEEP)
                 open_nodes.append([event.anchor, 1])
                 total += 1
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
@@ -245,8 +245,7 @@ def _beyond_bounds(text: str, file: str) -> Finding | None:
     except yaml.MarkedYAMLError as exc:
         if "nesting depth" in str(exc.problem):  # libyaml's own limit, met while scanning ahead
             mark = exc.problem_mark
-            return Finding(Level.error, (), f"YAML nested deeper than {MAX_DEPTH} levels: a cluster description "
-                           "needs about ten", "yaml", file, mark.line + 1, mark.column + 1)
+            return Finding(Level.error, (), TOO_DEEP, "yaml", file, mark.line + 1, mark.column + 1)
         return None  # malformed: the parsers below report it with its position
     except yaml.YAMLError:
         return None
