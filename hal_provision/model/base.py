@@ -51,9 +51,13 @@ def no_dot_segments(value: str) -> str:
     return value
 
 
+CleanPath = Annotated[str, AfterValidator(no_dot_segments)]
+"""A path, absolute or relative (to a prefix, a home), without '.' or '..' segments."""
+
+
 def absolute_path(pattern: str = r"^/[^\s:]*$"):
     """An absolute path matching `pattern`, without '.' or '..' segments."""
-    return Annotated[str, Field(pattern=pattern), AfterValidator(no_dot_segments)]
+    return Annotated[CleanPath, Field(pattern=pattern)]
 
 
 AbsolutePath = absolute_path()

@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field
 
 from ..hostlist import HostlistError, expand
 from ..hostlist import check as check_hostlist
-from .base import Hostlist, Name, Strict, no_dot_segments
+from .base import CleanPath, Hostlist, Name, Strict
 
 DRIVERS = ("sandbox", "rest")
 
@@ -53,7 +53,7 @@ class GpuPool(Strict):
                                 "slots).")
     socket: int = Field(0, ge=0, description="Host CPU socket the chassis link hangs off (0-based): gres.conf's "
                         "Cores of the pool GPUs.")
-    driver: Annotated[str, AfterValidator(_check_driver), AfterValidator(no_dot_segments)] = Field(
+    driver: Annotated[CleanPath, AfterValidator(_check_driver)] = Field(
         "sandbox", description="What attaches and detaches the GPUs: sandbox (fake device files moved between "
         "sandbox containers), rest (a vendor's REST API at driver_url) or the absolute path of a site's program "
         "answering the same commands.")

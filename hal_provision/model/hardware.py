@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 
-from .base import AbsolutePath, Name, Strict, absolute_path, no_dot_segments
+from .base import AbsolutePath, Name, Strict, absolute_path
 
 # The share of a scratch device's size Slurm is told (TmpDisk) when the profile names none: the
 # file system takes the rest (XFS's log and metadata, ext4's reserved blocks), and slurmd drains
 # a node whose TmpFS is smaller than its TmpDisk.
 TMP_DISK_SHARE = 0.95
 
-# A block device's path, e.g. /dev/nvme0n1.
+# A block device's path, e.g. /dev/nvme0n1; a GPU's device file, or empty for /dev/nvidia<index>.
 DevicePath = absolute_path(r"^/\S+$")
+GpuDeviceFile = absolute_path(r"^(/dev/\S+)?$")
 
 
 class GpuDevice(Strict):
     socket: int = Field(ge=0, description="CPU socket the GPU hangs off (0-based).")
-    file: Annotated[str, AfterValidator(no_dot_segments)] = Field(
-        "", description="Device file; empty means /dev/nvidia<index>.", pattern=r"^(/dev/\S+)?$")
+    file: GpuDeviceFile = Field("", description="Device file; empty means /dev/nvidia<index>.")
 
 
 class Gpus(Strict):

@@ -11,11 +11,11 @@ the node) or from the site.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
-from .base import AbsolutePath, Name, Strict, no_dot_segments
+from .base import AbsolutePath, CleanPath, Name, Strict
 from .software import ModuleRef
 
 APP_KINDS = ("jupyter_notebook", "jupyterlab", "tensorboard", "h2o")
@@ -46,7 +46,7 @@ class PortalApp(Strict):
         None, gt=0, description="Longest session; None: each virtual partition's max_time_hours."
     )
     default_hours: int = Field(1, gt=0, description="The form's preset number of hours.")
-    tensorboard_logdir: Annotated[str, AfterValidator(no_dot_segments)] = Field(
+    tensorboard_logdir: CleanPath = Field(
         "~/tensorboard", description="kind tensorboard: the log directory TensorBoard reads (~ is the home)."
     )
 

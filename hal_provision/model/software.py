@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .base import MAX_ID, AbsolutePath, IdRange, Name, Strict, no_dot_segments
+from .base import MAX_ID, AbsolutePath, CleanPath, IdRange, Name, Strict
 from .nodes import Role
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class Module(Strict):
         description="Installation prefix. Default: software.prefix_root/NAME/VERSION (Core) or "
         "software.prefix_root/COMPILER/COMPILER_VERSION/NAME/VERSION (compiler level).",
     )
-    paths: dict[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], list[Annotated[str, AfterValidator(no_dot_segments)]]] = Field(
+    paths: dict[Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")], list[CleanPath]] = Field(
         default_factory=lambda: {"PATH": ["bin"]},
         description="Path variables to prepend to, e.g. {PATH: [bin], LD_LIBRARY_PATH: [lib64]}; relative "
         "entries are under the prefix, absolute ones are used as given.",

@@ -25,16 +25,22 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def ssh_control_path(ssh_args: str) -> str | None:
     """The ControlPath an ssh_args string sets (the first: ssh keeps an option's first value),
     or None."""
-    path = None
     words = shlex.split(ssh_args or "")
     for i, word in enumerate(words):
-        option = word[2:] if word.startswith("-o") and len(word) > 2 else (words[i + 1] if word == "-o" and i + 1 < len(words) else None)
-        if option is None:
+        if word == "-o" and i + 1 < len(words):
+            option = words[i + 1]
+        elif word.startswith("-o") and len(word) > 2:
+            option = word[2:]
+        else:
             continue
         key, _, value = option.partition("=")
-        if key.strip().lower() == "controlpath" and path is None:
-            path = value.strip()
-    return path
+        if key.strip().lower() == "controlpath":
+            return value.strip()  # the first: ssh keeps an option's first value
+    return None
+
+
+def _expand_env(text: str, environ) -> str:
+    return _ENV.sub(lambda m: environ.get(m.group(1), ""), text)
 
 
 def ssh_home() -> str:
@@ -48,7 +54,7 @@ def control_dir(control_path: str, environ=None) -> str | None:
     environ = os.environ if environ is None else environ
     if not control_path or control_path.lower() == "none":
         return None
-    path = _ENV.sub(lambda m: environ.get(m.group(1), ""), control_path)
+    path = _expand_env(control_path, environ)
     if path == "~" or path.startswith("~/"):
         path = ssh_home() + path[1:]
     parent = os.path.dirname(path.replace("%d", ssh_home()))
@@ -72,7 +78,7 @@ def ensure_control_dirs(ssh_args: str | None, control_path_dir: str | None, envi
     if directory:
         made.append(ensure_dir(directory))
     if control_path_dir:
-        path = _ENV.sub(lambda m: environ.get(m.group(1), ""), control_path_dir)
+        path = _expand_env(control_path_dir, environ)
         if path == "~" or path.startswith("~/"):  # Ansible expands ~ from $HOME
             path = environ.get("HOME", ssh_home()) + path[1:]
         made.append(ensure_dir(path))
