@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite, as ./bootstrap.sh test runs it: pytest (unit, golden, real-Slurm
-# acceptance), then every molecule scenario in two lanes (molecule/ci-scenarios says which runs
-# beside the others), each timed, then the total. Ends with one summary line 'molecule: N passed, N failed'.
+# The whole test suite, as ./bootstrap.sh test runs it: pytest (the unit tests, and beside them
+# the real-Slurm acceptance tests; arguments given: one pytest with them), then every molecule
+# scenario in two lanes (molecule/ci-scenarios says which runs beside the others), each timed,
+# then the total. Ends with one summary line 'molecule: N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # From ./bootstrap.sh's start when it runs this (set-up included), else from here.
@@ -14,15 +15,24 @@ logs=$(mktemp -d -t hal-scenarios.XXXXXX)
 # Every scenario runs a locally built node image (no registry): Debian 12's bare one and the
 # one with the roles' packages on it, and Debian 13's bare one (the workstation scenario's),
 # built if missing in the background while pytest runs (mostly downloads and dpkg beside
-# pytest's CPU work); their output follows pytest's.
+# pytest's CPU work); their output follows pytest's. In order: Debian 12's images (then the
+# second lane may start), the wheelhouse of the HAL sandbox (hal_provision.sandbox.prefill: what
+# `default`'s `up` would otherwise fetch and build after pytest), Debian 13's image (which only
+# the workstation scenario, at the second lane's end, waits for).
 image_log=$(mktemp -t hal-image.XXXXXX)
 start=$(date +%s)
-( python -m hal_provision.sandbox.image >"$image_log" 2>&1 \
-    && python -m hal_provision.sandbox.image --bare --release trixie >>"$image_log" 2>&1; rc=$?
-  echo "image_s=$(( $(date +%s) - start )) rc=$rc" >>"$image_log"; echo "$rc" >"$logs/images.rc"; exit $rc ) &
+( python -m hal_provision.sandbox.image >"$image_log" 2>&1; rc=$?
+  echo "image_s=$(( $(date +%s) - start )) rc=$rc" >>"$image_log"; echo "$rc" >"$logs/images.rc"
+  if [ "$rc" = 0 ]; then
+    python -m hal_provision.sandbox.prefill >>"$image_log" 2>&1; prc=$?
+    echo "wheelhouse_s=$(( $(date +%s) - start )) rc=$prc" >>"$image_log"
+  fi
+  python -m hal_provision.sandbox.image --bare --release trixie >>"$image_log" 2>&1; trc=$?
+  echo "trixie_s=$(( $(date +%s) - start )) rc=$trc" >>"$image_log"; echo "$trc" >"$logs/trixie.rc"
+  [ "$rc" = 0 ] && [ "$trc" = 0 ] ) &
 image_pid=$!
 # Slurm 24.11's Debian 13 root for the acceptance tests' second major, built if missing or
-# outdated beside pytest too: its tests come last and wait for this build (conftest.py).
+# outdated beside pytest too: its tests wait for this build (conftest.py).
 root_log=$(mktemp -t hal-slurmroot.XXXXXX)
 ( python -m hal_provision.sandbox.slurmroot >"$root_log" 2>&1; rc=$?
   echo "slurm_root_s=$(( $(date +%s) - start )) rc=$rc" >>"$root_log"; exit $rc ) &
@@ -55,16 +65,44 @@ for scenario in "${lane1[@]}" "${lane2[@]}"; do
 done
 # The second lane starts as soon as the node images are there (at once where they were built
 # before), beside pytest: pytest keeps one core busy, the lane the other.
-( while [ ! -f "$logs/images.rc" ]; do sleep 5; done
-  for scenario in "${lane2[@]}"; do
+# A scenario whose nodes run Debian 13 (its create.yml names trixie) waits for that image too.
+images_for() {  # SCENARIO: the rc files of the images it needs
+  echo "$logs/images.rc"
+  if grep -qs trixie "molecule/$1/create.yml"; then echo "$logs/trixie.rc"; fi
+}
+( for scenario in "${lane2[@]}"; do
     [ -f "molecule/$scenario/molecule.yml" ] || continue
-    if [ "$(cat "$logs/images.rc")" = 0 ]; then run_scenario "$scenario" "$logs/$scenario.log" "[$scenario] "
+    ok=yes
+    for rc_file in $(images_for "$scenario"); do
+      while [ ! -f "$rc_file" ]; do sleep 5; done
+      [ "$(cat "$rc_file")" = 0 ] || ok=""
+    done
+    if [ -n "$ok" ]; then run_scenario "$scenario" "$logs/$scenario.log" "[$scenario] "
     else echo "no node images: not run" >"$logs/$scenario.log"; echo "FAILED 0" >"$logs/$scenario.result"; fi
   done ) &
 lane2_pid=$!
 start=$(date +%s)
-python -m pytest -ra "$@"
-pytest_rc=$?
+if [ "$#" -gt 0 ]; then
+  python -m pytest -ra "$@"
+  pytest_rc=$?
+  parts=""
+else
+  # The unit tests (CPU-bound) and the acceptance tests (real Slurm daemons, MariaDB, InfluxDB,
+  # JupyterHub: mostly waiting for them) side by side, each its own pytest; the acceptance
+  # tests' lines after "[acceptance] ". Their daemons run in private namespaces and scratch
+  # directories (tests/acceptance/slurm_harness.py), apart from the unit tests'.
+  ( acc_start=$(date +%s)
+    python -m pytest -ra tests/acceptance 2>&1 | sed -u "s/^/[acceptance] /"; acc_rc=${PIPESTATUS[0]}
+    echo "$acc_rc $(( $(date +%s) - acc_start ))" >"$logs/acceptance.result" ) &
+  acc_pid=$!
+  python -m pytest -ra tests/unit
+  unit_rc=$?
+  unit_s=$(( $(date +%s) - start ))
+  wait "$acc_pid"
+  read -r acc_rc acc_s <"$logs/acceptance.result" || { acc_rc=1; acc_s=0; }
+  pytest_rc=$(( unit_rc || acc_rc ))
+  parts=" (unit ${unit_s}s $([ "$unit_rc" -eq 0 ] && echo passed || echo FAILED), beside it acceptance ${acc_s}s $([ "$acc_rc" -eq 0 ] && echo passed || echo FAILED))"
+fi
 pytest_s=$(( $(date +%s) - start ))
 
 echo "== slurm 24.11 root"
@@ -73,11 +111,10 @@ cat "$root_log"
 root_s=$(sed -n 's/^slurm_root_s=\([0-9]*\) .*/\1/p' "$root_log")
 rm -f "$root_log"
 
-echo "== node images"
-wait "$image_pid" || failed=$((failed + 1))
-cat "$image_log"
-image_s=$(sed -n 's/^image_s=\([0-9]*\) .*/\1/p' "$image_log")
-rm -f "$image_log"
+echo "== node images (Debian 12's; the wheelhouse and Debian 13's image follow after the scenarios)"
+while [ ! -f "$logs/images.rc" ]; do sleep 5; done
+image_lines=$(wc -l <"$image_log")
+head -n "$image_lines" "$image_log"
 
 for scenario in "${lane1[@]}"; do
   [ -f "molecule/$scenario/molecule.yml" ] || continue
@@ -85,6 +122,13 @@ for scenario in "${lane1[@]}"; do
   run_scenario "$scenario" "$logs/$scenario.log"
 done
 wait "$lane2_pid"
+echo "== node images: the wheelhouse (a failure here only means default's \`up\` filled it itself), Debian 13's image"
+wait "$image_pid" || failed=$((failed + 1))
+tail -n "+$((image_lines + 1))" "$image_log"
+image_s=$(sed -n 's/^image_s=\([0-9]*\) .*/\1/p' "$image_log")
+wheelhouse_s=$(sed -n 's/^wheelhouse_s=\([0-9]*\) .*/\1/p' "$image_log")
+trixie_s=$(sed -n 's/^trixie_s=\([0-9]*\) .*/\1/p' "$image_log")
+rm -f "$image_log"
 for scenario in "${lane1[@]}" "${lane2[@]}"; do
   [ -f "$logs/$scenario.result" ] || continue
   read -r result seconds <"$logs/$scenario.result"
@@ -93,8 +137,9 @@ for scenario in "${lane1[@]}" "${lane2[@]}"; do
   timings+=("$(printf '%-16s %-7s %4ds%s' "$scenario" "$result" "$seconds" "$beside")")
 done
 echo "== timings"
-printf '%-16s %-7s %4ds\n' pytest "$([ "$pytest_rc" -eq 0 ] && echo passed || echo FAILED)" "$pytest_s"
-printf '%-16s %-7s %4ds (beside pytest)\n' "node images" - "${image_s:-0}"
+printf '%-16s %-7s %4ds%s\n' pytest "$([ "$pytest_rc" -eq 0 ] && echo passed || echo FAILED)" "$pytest_s" "$parts"
+printf '%-16s %-7s %4ds (beside pytest; then the wheelhouse at %ss, Debian 13 at %ss)\n' "node images" - "${image_s:-0}" \
+  "${wheelhouse_s:--}" "${trixie_s:--}"
 printf '%-16s %-7s %4ds (beside pytest)\n' "slurm root" - "${root_s:-0}"
 printf '%s\n' "${timings[@]}"
 total=$(( $(date +%s) - all_start ))

@@ -241,6 +241,15 @@ def with_user_keys(sb: Sandbox) -> Cluster:
     return sb.cluster.model_copy(update={"accounts": accounts.model_copy(update={"users": users})})
 
 
+def fill_wheelhouse(sb: Sandbox, image: str, wheels: Path | None = None, log=print) -> dict[str, str]:
+    """The wheelhouse filled with what this sandbox's portal and module environments pip-install,
+    for the nodes of `image`; the module environments whose packages no pip source of this
+    machine has (see wheelhouse.fill_available). Needs no container of the sandbox: `python -m
+    hal_provision.sandbox.prefill` runs it ahead of `up`."""
+    return wheelhouse.fill_available(rendered_files(sb), wheels or wheelhouse.default_dir(), image,
+                                     host_pip_cert(), log)
+
+
 def create(sb: Sandbox, log=print) -> Sandbox:
     """Render, build the image if missing, start the network and one container per host.
     Returns the sandbox as made: without the module environments whose packages this machine's
@@ -255,7 +264,7 @@ def create(sb: Sandbox, log=print) -> Sandbox:
     wheels = None
     if sb.caches:
         wheels = wheelhouse.default_dir()
-        missing = wheelhouse.fill_available(rendered_files(sb), wheels, image, host_pip_cert(), log)
+        missing = fill_wheelhouse(sb, image, wheels, log)
         for module, why in sorted(missing.items()):
             log(f"module {module}: its packages are in none of this machine's pip sources ({why}); the sandbox "
                 "writes its modulefile and installs nothing for it, and the tests that need it skip")

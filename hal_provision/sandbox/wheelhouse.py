@@ -13,6 +13,7 @@ hub-side additions (roles/portal/vars/main.yml), read from where they are kept.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -120,8 +121,18 @@ def fill(reqs: list[str], wheelhouse: Path, image: str, pip_cert: Path | None = 
     the wheelhouse has, else from the index; a stamp per requirement set and image skips
     even that on the next `sandbox up`."""
     wheelhouse.mkdir(parents=True, exist_ok=True)
+    if not reqs:
+        return wheelhouse
+    # One filler at a time (two sandboxes coming up at once, or the prefill CI runs beside
+    # pytest and a scenario's `up`): the second waits, then finds the stamp the first wrote.
+    with open(wheelhouse / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fill_locked(reqs, wheelhouse, image, pip_cert, log)
+
+
+def _fill_locked(reqs: list[str], wheelhouse: Path, image: str, pip_cert: Path | None, log) -> Path:
     stamp = wheelhouse / _stamp(reqs, image)
-    if not reqs or stamp.is_file():
+    if stamp.is_file():
         return wheelhouse
     args = ["podman", "run", "--rm", "--mount", f"type=bind,src={wheelhouse.resolve()},dst=/wheelhouse"]
     if pip_cert is not None:

@@ -236,3 +236,55 @@ def test_role_vars_are_read_from_the_vars_files(tmp_path):
     (tmp_path / "r1/vars/RedHat.yml").write_text("__r1_packages: [rpm-only]\n")
     assert image.role_packages(tmp_path) == ["a", "b", "c", "d", "e"]
     assert image.role_services(tmp_path) == ["svc"]
+
+
+def test_the_prefill_fills_what_sandbox_up_would(monkeypatch, tmp_path):
+    """`python -m hal_provision.sandbox.prefill` (CI runs it beside pytest) fills the wheelhouse
+    with the requirement sets `up` fills for the same description, so `up` finds their stamps."""
+    from hal_provision.sandbox import lifecycle, prefill
+
+    seen = []
+    monkeypatch.setattr(image, "build_packages", lambda release=image.DEFAULT_RELEASE: f"img-{release}")
+    monkeypatch.setattr(wheelhouse, "fill_available",
+                        lambda files, wheels, img, *a, **kw: seen.append((wheelhouse.requirement_sets(files), img)) or {})
+    assert prefill.main([]) == 0
+    up = lifecycle.plan(load().model, tmp_path / "work")
+    lifecycle.fill_wheelhouse(up, image.build_packages(), tmp_path / "wheels")
+    assert len(seen) == 2 and seen[0] == seen[1], seen
+    (portal, modules), img = seen[0]
+    assert img == "img-bookworm" and "jupyterhub==5.2.1" in portal and modules
+
+
+def test_a_bad_description_stops_the_prefill_with_its_located_error(capsys, tmp_path):
+    from hal_provision.sandbox import prefill
+
+    bad = tmp_path / "c.yml"
+    bad.write_text("schema_version: 1\ncluster: [\n")
+    assert prefill.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:" in err and "error" in err and "Traceback" not in err
+
+
+def test_two_fillers_at_once_run_pip_once(monkeypatch, tmp_path):
+    """Two sandboxes coming up at once (or the prefill beside a scenario's `up`): the second
+    waits for the first's lock, then finds its stamp."""
+    import subprocess
+    import threading
+    import time
+
+    runs = []
+
+    def pip(args, **kw):
+        runs.append(args)
+        time.sleep(0.5)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(wheelhouse, "host_find_links", lambda: [])
+    monkeypatch.setattr(wheelhouse.subprocess, "run", pip)
+    threads = [threading.Thread(target=wheelhouse.fill, args=(["a==1"], tmp_path, "img", None, lambda _m: None))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 1 and len(list(tmp_path.glob(".filled-*"))) == 1
