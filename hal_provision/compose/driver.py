@@ -5,8 +5,11 @@
 
 One JSON object on stdout. Exit 0: done (or listed). Exit 1: refused, nothing changed,
 {"error": "<one line>"}. Exit 2: usage, configuration, or the fabric failing or unreachable,
-{"error": "<one line>"}. Never a traceback. A site's own program (--driver /abs/path) is run
-with the same arguments minus --driver, and its answer is checked against the contract.
+or anything read (composable.json, the state file, the fabric manager's or a site program's
+answer) that breaks the contract, {"error": "<one line>"}. Never a traceback: even a fault of
+this code's own is an exit 2, since an exit 1 would claim that nothing changed. A site's own
+program (--driver /abs/path) is run with the same arguments minus --driver, and its answer is
+checked against the contract.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,10 +34,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _count(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GPUs") from None
+    """A command line's count: ASCII digits, at least 1 (not -2, 1.5, 1e999, NaN or ' 3')."""
+    if not re.fullmatch(r"[0-9]{1,30}", text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{contract.shown(text)} is not a number of GPUs (a whole number from 1)")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -90,16 +94,16 @@ def _site_program(args: argparse.Namespace, argv: list[str]) -> tuple[dict, int]
         raise DriverError(f"the driver program {program} cannot run: {e.strerror}") from None
     stderr = contract.one_line(proc.stderr)[-200:]
     try:
-        answer = json.loads(proc.stdout)
-    except ValueError:
-        raise DriverError(f"the driver program {program} exited {proc.returncode} without a JSON answer"
+        answer = contract.loads(proc.stdout)
+    except ValueError as e:
+        raise DriverError(f"the driver program {program} exited {proc.returncode} without a JSON answer ({e})"
                           + (f": {stderr}" if stderr else "")) from None
     if proc.returncode not in (EXIT_OK, EXIT_REFUSED, EXIT_ERROR):
         raise DriverError(f"the driver program {program} exited {proc.returncode}" + (f": {stderr}" if stderr else ""))
     if proc.returncode != EXIT_OK and not (isinstance(answer, dict) and set(answer) == {"error"}):
         raise DriverError(f"the driver program {program} exited {proc.returncode} without an 'error' answer")
     problems = contract.shape_problems(args.command, answer)
-    if proc.returncode == EXIT_OK and (problems or "error" in answer):
+    if problems or (proc.returncode == EXIT_OK and "error" in answer):
         raise DriverError(f"the driver program {program}'s answer breaks the contract: "
                           + ("; ".join(problems) or "an 'error' with exit 0"))
     return answer, proc.returncode
@@ -118,6 +122,8 @@ def run(argv: list[str]) -> tuple[dict, int]:
         return {"error": contract.one_line(e)}, EXIT_REFUSED
     except DriverError as e:
         return {"error": contract.one_line(e)}, EXIT_ERROR
+    except Exception as e:  # noqa: BLE001 - the contract's last word: a fault here is not a refusal
+        return {"error": f"the driver failed: {type(e).__name__}: {contract.one_line(e)[:300]}"}, EXIT_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:

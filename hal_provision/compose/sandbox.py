@@ -67,16 +67,18 @@ class SandboxDriver:
 
     def holding(self) -> dict[str, int]:
         if self.state.exists():
+            again = "remove it to start again from the active layout"
             try:
-                data = json.loads(self.state.read_text())
-                hosts = {str(h): int(n) for h, n in data["hosts"].items()}
-            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-                raise DriverError(f"the state file {self.state} is unreadable ({e}): remove it to start "
-                                  "again from the active layout") from None
+                data = contract.loads(self.state.read_bytes())
+            except (OSError, ValueError) as e:
+                raise DriverError(f"the state file {self.state} is unreadable ({e}): {again}") from None
+            if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
+                raise DriverError(f"the state file {self.state} has no 'hosts' mapping: {again}")
+            hosts = {h: contract.count_of(n, f"the state file {self.state}: hosts[{h}]") for h, n in data["hosts"].items()}
             if data.get("pool") != self.pool.name or set(hosts) != set(self.pool.hosts):
-                raise DriverError(f"the state file {self.state} is for pool {data.get('pool')!r} on "
+                raise DriverError(f"the state file {self.state} is for pool {contract.shown(data.get('pool'))} on "
                                   f"{', '.join(sorted(hosts))}, not pool {self.pool.name} on {', '.join(self.pool.hosts)}")
-            return hosts
+            return contract.check_holding(self.pool, hosts, f"the state file {self.state}")
         for host in self.pool.hosts:
             present = len(self.devices(host))
             if present < self.initial.get(host, 0):
