@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from hal_provision.loader import load
 from hal_provision.render.swsuite import table as vp_table
@@ -190,3 +194,123 @@ def test_swsuite_runs_without_third_party_packages():
         "import hal_provision.node.swsuite.cli, hal_provision.node.swsuite.translate, hal_provision.node.swsuite.queue\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- the installed programs on a user's mistakes: one line naming the argument, exit 2 ------
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles" / "swsuite"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, hal_table):
+    """The suite as the swsuite role installs it: its modules in LIB/swsuite/, the commands
+    from the role's own launcher text (with this Python for the system python3), the table."""
+    root = tmp_path_factory.mktemp("swsuite")
+    lib, bin_dir = root / "lib", root / "bin"
+    (lib / "swsuite").mkdir(parents=True)
+    bin_dir.mkdir()
+    role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    for module in role_vars["__swsuite_modules"]:
+        shutil.copy(ROOT / "hal_provision" / "node" / "swsuite" / module, lib / "swsuite" / module)
+    tasks = yaml.safe_load((ROLE / "tasks" / "configure.yml").read_text())
+    launcher = next(t for t in tasks if t["name"] == "Install the commands")["ansible.builtin.copy"]["content"]
+    for command in role_vars["__swsuite_commands"]:
+        text = (launcher.replace("{{ __swsuite_python }}", sys.executable)
+                .replace("{{ swsuite_lib_dir | to_json }}", json.dumps(str(lib))).replace("{{ item }}", command))
+        assert "{{" not in text, text
+        (bin_dir / command).write_text(text)
+        (bin_dir / command).chmod(0o755)
+    table = root / "virtual-partitions.json"
+    table.write_text(json.dumps(hal_table))
+    return bin_dir, table
+
+
+def run_installed(installed, command: str, *argv: str) -> subprocess.CompletedProcess:
+    bin_dir, table = installed
+    env = {"PATH": os.environ["PATH"], "SWSUITE_TABLE": str(table), "LANG": "C.UTF-8"}
+    return subprocess.run([str(bin_dir / command), *argv], capture_output=True, text=True, env=env, timeout=60,
+                          cwd=bin_dir.parent)
+
+
+FORMS = "use HOURS (e.g. 24 or 1.5), H:MM, H:MM:SS or D-HH:MM:SS"
+CUT = "'" + "9" * 36 + "..."  # a long argument, as a message shows it
+
+# argv after the command -> the one line on stderr after "swrun: error: "
+MISTAKES = [
+    (["-t", "99999999999999999999"], "-t/--time: the time '99999999999999999999' is longer than Slurm can take"),
+    (["-t", "9" * 400], f"-t/--time: the time {CUT} is longer than Slurm can take"),
+    (["-t", "99999999999999999999:00"], "-t/--time: the time '99999999999999999999:00' is longer than Slurm can take"),
+    (["-t", "9" * 5000 + ":00"], f"-t/--time: the time {CUT} is longer than Slurm can take"),
+    (["-t", "2982617-00:00:00"], "-t/--time: the time '2982617-00:00:00' is longer than Slurm can take"),
+    (["-t", "-5"], f"-t/--time: cannot read the time '-5': {FORMS}"),
+    (["-t", "1e999"], f"-t/--time: cannot read the time '1e999': {FORMS}"),
+    (["-t", "abc"], f"-t/--time: cannot read the time 'abc': {FORMS}"),
+    (["-t", "NaN"], f"-t/--time: cannot read the time 'NaN': {FORMS}"),
+    (["-t", "inf"], f"-t/--time: cannot read the time 'inf': {FORMS}"),
+    (["-t", "\u0663"], f"-t/--time: cannot read the time '\u0663': {FORMS}"),
+    (["--time="], f"-t/--time: cannot read the time '': {FORMS}"),
+    (["-t", "0:00"], f"-t/--time: the time '0:00' is zero: {FORMS}"),
+    (["-t"], "-t needs a value"),
+    (["-c", "abc"], "-c/--cpus-per-gpu takes a whole number; got 'abc'"),
+    (["-c", "-5"], "-c/--cpus-per-gpu takes a whole number; got '-5'"),
+    (["-c", "1e999"], "-c/--cpus-per-gpu takes a whole number; got '1e999'"),
+    (["-c", "9" * 5000], f"-c/--cpus-per-gpu takes a whole number; got {CUT}"),
+    (["-c", "\u0663"], "-c/--cpus-per-gpu takes a whole number; got '\u0663'"),
+    (["-c", "99999"], "-c/--cpus-per-gpu must be 1..40 (hardware threads per GPU on this node); got 99999"),
+]
+
+
+@pytest.mark.parametrize("argv, message", MISTAKES, ids=[" ".join(a)[:30] for a, _ in MISTAKES])
+@pytest.mark.parametrize("command", ["swrun", "swbatch"])
+def test_a_mistake_in_the_arguments_is_one_line_naming_it_and_exit_2(installed, tmp_path, command, argv, message):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\nhostname\n")
+    tail = [str(script)] if command == "swbatch" else ["hostname"]
+    proc = run_installed(installed, command, "-p", "gpux1", "--dry-run", *argv, *([] if argv == ["-t"] else tail))
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr == f"{command}: error: {message}\n"
+
+
+def test_an_unknown_virtual_partition_is_one_line_however_long(installed):
+    proc = run_installed(installed, "swrun", "-p", "x" * 100_000, "--dry-run")
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("swrun: error: unknown virtual partition '" + "x" * 36 + "...; valid: cpun1, cpun2")
+
+
+@pytest.mark.parametrize("line, why", [
+    ('#SWBATCH -p gpux1 --job-name="unbalanced', "No closing quotation"),
+    ("#SWBATCH -p gpux1 --comment='half", "No closing quotation"),
+    ("#SWBATCH -p gpux1 \\", "No escaped character"),
+])
+def test_an_unbalanced_quote_in_a_swbatch_line_is_one_line_naming_it(installed, tmp_path, line, why):
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/bash\n{line}\nhostname\n")
+    proc = run_installed(installed, "swbatch", "--dry-run", str(script))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"swbatch: error: {script}, line 2: cannot split the #SWBATCH line: {why}\n"
+
+
+@pytest.mark.parametrize("what, message", [
+    ("missing", "cannot read {script}: No such file or directory"),
+    ("directory", "cannot read {script}: Is a directory"),
+    ("huge-time", "-t/--time: the time '99999999999999999999' is longer than Slurm can take"),
+])
+def test_swbatch_script_mistakes_are_one_line(installed, tmp_path, what, message):
+    script = tmp_path / "job.sh"
+    if what == "directory":
+        script.mkdir()
+    elif what == "huge-time":
+        script.write_text("#!/bin/bash\n#SWBATCH -p gpux1 -t 99999999999999999999\nhostname\n")
+    proc = run_installed(installed, "swbatch", "--dry-run", str(script))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"swbatch: error: {message.format(script=script)}\n"
+
+
+def test_a_quote_in_the_users_command_is_passed_on_unchanged(installed):
+    """An unbalanced quote in an argument is the user's command's business: the shell has split
+    the words already, and srun gets them as they are."""
+    proc = run_installed(installed, "swrun", "-p", "gpux1", "--dry-run", "--job-name=it's", "bash", "-c", "echo 'hi")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    words = shlex.split(proc.stdout)
+    assert words[-3:] == ["bash", "-c", "echo 'hi"] and "--job-name=it's" in words[:-3]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
 
-from .translate import Request, SwError, resolve, sorted_names
+from .translate import Request, SwError, resolve, shown, sorted_names
 
 TABLE_ENV = "SWSUITE_TABLE"
 TABLE_DEFAULT = "/etc/swsuite/virtual-partitions.json"
@@ -100,10 +101,9 @@ def _parse(prog: str, argv: list[str]) -> tuple[Request, list[str], bool, bool]:
             vp = a[2:]
         elif a in ("-c", "--cpus-per-gpu") or a.startswith("--cpus-per-gpu="):
             raw = value()
-            try:
-                cpg = int(raw)
-            except ValueError:
-                raise SwError(f"-c/--cpus-per-gpu takes a whole number; got {raw!r}") from None
+            if not re.fullmatch(r"[0-9]{1,9}", raw.strip()):
+                raise SwError(f"-c/--cpus-per-gpu takes a whole number; got {shown(raw)}")
+            cpg = int(raw)
         elif a in ("-t", "--time") or a.startswith("--time="):
             time = value()
         elif a.startswith("-"):
@@ -165,7 +165,10 @@ def script_directives(script: Path) -> list[str]:
         if n == 0 and s.startswith("#!"):
             continue
         if s.startswith("#SWBATCH"):
-            out.extend(shlex.split(s[len("#SWBATCH"):]))
+            try:
+                out.extend(shlex.split(s[len("#SWBATCH"):]))
+            except ValueError as exc:  # an unbalanced quote, a backslash at the end
+                raise SwError(f"{script}, line {n + 1}: cannot split the #SWBATCH line: {exc}") from None
         elif s and not s.startswith("#"):
             break  # directives end at the first command, as with #SBATCH
     return out

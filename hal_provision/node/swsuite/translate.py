@@ -28,37 +28,43 @@ class SwError(Exception):
 
 TIME_FORMS = "HOURS (e.g. 24 or 1.5), H:MM, H:MM:SS or D-HH:MM:SS"
 
+# Slurm keeps a time limit as 32-bit minutes, the top values meaning "no value" and
+# "infinite": a longer -t is refused here rather than overflowing on the way there.
+SLURM_MAX_MINUTES = 2**32 - 3
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """TEXT's repr for a message, cut to LIMIT characters: a user's argument may be long."""
+    r = repr(text)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
 
 def parse_time(text: str) -> int:
-    """Minutes from the accepted time forms; SwError names them when the text is none."""
+    """Minutes from the accepted time forms (ASCII digits); SwError naming -t/--time and the
+    forms when the text is none of them, zero, or longer than Slurm can take."""
     t = text.strip()
-    try:
-        if re.fullmatch(r"\d+(\.\d+)?", t):
-            minutes = math.ceil(float(t) * 60)
-        elif m := re.fullmatch(r"(\d+)-(\d{1,2}):(\d{2}):(\d{2})", t):
-            d, h, mi, s = map(int, m.groups())
-            _check_clock(mi, s)
-            minutes = d * 1440 + h * 60 + mi + math.ceil(s / 60)
-        elif m := re.fullmatch(r"(\d+):(\d{2}):(\d{2})", t):
-            h, mi, s = map(int, m.groups())
-            _check_clock(mi, s)
-            minutes = h * 60 + mi + math.ceil(s / 60)
-        elif m := re.fullmatch(r"(\d+):(\d{2})", t):
-            h, mi = map(int, m.groups())
-            _check_clock(mi, 0)
-            minutes = h * 60 + mi
-        else:
-            raise ValueError
-    except ValueError:
-        raise SwError(f"cannot read the time {text!r}: use {TIME_FORMS}") from None
+    longer = SwError(f"-t/--time: the time {shown(text)} is longer than Slurm can take")
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
+        hours = float(t)  # inf from about 310 digits on, which math.ceil cannot take
+        if hours * 60 > SLURM_MAX_MINUTES:
+            raise longer
+        minutes = math.ceil(hours * 60)
+    else:
+        m = (re.fullmatch(r"([0-9]+)-([0-9]{1,2}):([0-9]{2}):([0-9]{2})", t)
+             or re.fullmatch(r"()([0-9]+):([0-9]{2}):([0-9]{2})", t)
+             or re.fullmatch(r"()([0-9]+):([0-9]{2})()", t))
+        if not m or int(m.group(3)) > 59 or int(m.group(4) or 0) > 59:
+            raise SwError(f"-t/--time: cannot read the time {shown(text)}: use {TIME_FORMS}")
+        try:
+            d, h, mi, s = (int(g or 0) for g in m.groups())
+        except ValueError:  # more digits than Python turns into a number
+            raise longer from None
+        minutes = d * 1440 + h * 60 + mi + math.ceil(s / 60)
     if minutes <= 0:
-        raise SwError(f"the time {text!r} is zero: use {TIME_FORMS}")
+        raise SwError(f"-t/--time: the time {shown(text)} is zero: use {TIME_FORMS}")
+    if minutes > SLURM_MAX_MINUTES:
+        raise longer
     return minutes
-
-
-def _check_clock(minutes: int, seconds: int) -> None:
-    if minutes > 59 or seconds > 59:
-        raise ValueError
 
 
 def slurm_time(minutes: int) -> str:
@@ -134,7 +140,7 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
     vp = vps.get(req.virtual_partition)
     if vp is None:
         raise SwError(
-            f"unknown virtual partition {req.virtual_partition!r}; valid: {', '.join(sorted_names(vps))}"
+            f"unknown virtual partition {shown(req.virtual_partition)}; valid: {', '.join(sorted_names(vps))}"
         )
     node = vp["node"]
     shape = job_shape(req.virtual_partition, vp, node, req.cpus_per_gpu)
