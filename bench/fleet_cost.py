@@ -88,6 +88,7 @@ def measure(computes: int, workdir: Path) -> dict:
     sb = lifecycle.load(workdir)
     nodes = list(sb.cluster.deploy_pull_nodes)
     from hal_provision import bundle as lib
+    from hal_provision import release
     from hal_provision.cli.bundle import write_outputs
     from hal_provision.render.writer import write_tree
 
@@ -102,7 +103,7 @@ def measure(computes: int, workdir: Path) -> dict:
         pulled, files = changed(sb, 2)
         start, cpu0 = time.monotonic(), time.process_time()
         built = lib.build(pulled.cluster, files)
-        write_outputs(built.outputs(), tmp / "bundle")
+        write_outputs(release.sign_outputs(built.outputs(), pulled.cluster.cluster.name), tmp / "bundle")
         build_cpu = time.process_time() - cpu0
         publish_wall, publish_cpu = playbook(sb, "publish.yml", "-e", f"bundle_dir={tmp / 'bundle'}")
         converge_wall, converge_cpu, _out = timed(

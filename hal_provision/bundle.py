@@ -289,9 +289,11 @@ class Bundle:
         self.version, self.tarball, self.manifest = version, tarball, manifest
 
     def outputs(self) -> dict[str, bytes]:
-        """File name in DIR -> content: <version>.tar.gz, <version>.json, current.json."""
+        """File name in DIR -> content: <version>.tar.gz, <version>.json, and current.json as
+        the fields of the release, unsigned (hal_provision/release.py signs it: a node takes
+        only a signed one)."""
         name = f"{self.version}.tar.gz"
-        current = {"version": self.version, "bundle": name, "sha256": sha256(self.tarball)}
+        current = {"version": self.version, "bundle": name, "sha256": sha256(self.tarball), "size": len(self.tarball)}
         return {name: self.tarball, f"{self.version}.json": dumps(self.manifest), "current.json": dumps(current)}
 
 

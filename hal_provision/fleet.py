@@ -12,6 +12,8 @@ publishes", in the order it is decided:
   never-ran            no last.json: hal-converge never finished a run there
   unreadable           last.json is not hal-converge's JSON
   failed               the last run failed (the node drained itself)
+  refused              the last run refused the published release (unsigned, signed with
+                       another key, another cluster's, expired, or a rollback): nothing changed
   waiting              the last run drained the node and is waiting for its jobs
   unreachable-source   the last run could not read its point's current.json
   unpublished          the node's point did not give its current.json to the controller
@@ -28,8 +30,8 @@ from .hostlist import fold
 
 DEPLOY_JSON = "etc/hal-provision/deploy.json"  # in the rendered files tree
 UNIT = "hal-converge.service"
-DRIFTS = ("unreachable", "never-ran", "unreadable", "failed", "waiting", "unreachable-source", "unpublished",
-          "behind")
+DRIFTS = ("unreachable", "never-ran", "unreadable", "failed", "refused", "waiting", "unreachable-source",
+          "unpublished", "behind")
 # States hal-converge writes after a run that left the node at `version`.
 SETTLED = ("current", "changed")
 
@@ -52,6 +54,8 @@ class Deploy:
     version_file: str
     points: tuple[Point, ...]
     nodes: dict[str, str]  # pull node -> its point's URL
+    cluster: str = ""
+    bundle_root: str = ""  # where each point keeps the bundles and current.json
 
 
 def parse_deploy(text: str, where: str = "deploy.json") -> Deploy:
@@ -70,23 +74,22 @@ def parse_deploy(text: str, where: str = "deploy.json") -> Deploy:
         points = tuple(Point(p["host"], p["url"], tuple(p.get("serves", ()))) for p in data["points"])
         nodes = {str(host): str(url) for host, url in data["nodes"].items()}
         version_file = str(data["version_file"])
+        cluster, bundle_root = str(data["cluster"]), str(data["bundle_root"])
     except (KeyError, TypeError, AttributeError) as exc:
         raise FleetError(f"{where}: missing or malformed field {exc}") from None
     urls = {p.url for p in points}
     for host, url in sorted(nodes.items()):
         if url not in urls:
             raise FleetError(f"{where}: nodes.{host}: {url} is no point's url")
-    return Deploy(mode, version_file, points, nodes)
+    return Deploy(mode, version_file, points, nodes, cluster, bundle_root)
 
 
 def published_version(text: str | None) -> str | None:
-    """The version a current.json publishes; None when there is none to read."""
-    if text is None:
-        return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
+    """The version a current.json (a signed release's envelope) publishes; None when there is
+    none to read. Unverified: the point's row says whether the signature verifies."""
+    from .release import open_envelope
+
+    data = open_envelope(text) if text is not None else None
     version = data.get("version") if isinstance(data, dict) else None
     return version if isinstance(version, str) and version else None
 
@@ -114,7 +117,7 @@ def classify(host: str, last_text: str | None, published: str | None) -> NodeRes
     if not isinstance(last, dict) or not isinstance(last.get("state"), str):
         return NodeResult(host, "?", "unreadable", published, "unreadable")
     version, state = str(last.get("version") or "-"), last["state"]
-    if state in ("failed", "waiting", "unreachable-source"):
+    if state in ("failed", "refused", "waiting", "unreachable-source"):
         drift = state
     elif state not in SETTLED:
         drift = "unreadable"

@@ -1,7 +1,8 @@
 """`hal-provision bundle [FILE] --out DIR`: the node bundle of pull mode (hal_provision/bundle.py
-builds it; this command only writes it). DIR gets <version>.tar.gz, <version>.json (the
-manifest) and current.json, which is replaced last; nothing is written on an error, and a
-failure while writing leaves no partial file under DIR's names."""
+builds it, hal_provision/release.py signs its release; this command writes them). DIR gets
+<version>.tar.gz, <version>.json (the manifest) and current.json (the release, signed with the
+cluster's key, made on the first run), which is replaced last; nothing is written on an error,
+and a failure while writing leaves no partial file under DIR's names."""
 
 from __future__ import annotations
 
@@ -48,10 +49,17 @@ def bundle(
     file: Optional[Path] = FileArg,
     out_dir: Path = typer.Option(..., "--out", help="Directory to write the bundle, its manifest and current.json "
                                  "into (created; other files there are kept).", show_default=False),
+    valid_days: int = typer.Option(30, "--valid-days", min=1, max=3650, help="Days until the release expires: a "
+                                   "node refuses an expired one, so publish at least this often."),
+    keys: Optional[Path] = typer.Option(None, "--keys", help="The release-key directory (default: $HAL_RELEASE_KEYS, "
+                                        "else ~/.config/hal-provision/release-keys); the cluster's key pair is made "
+                                        "there on the first run.", show_default=False),
 ) -> None:
     """Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its manifest
-    <version>.json and current.json, for playbooks/publish.yml to publish on the distribution points."""
+    <version>.json and current.json (the release, signed with the cluster's key), for playbooks/publish.yml to
+    publish on the distribution points."""
     from .. import bundle as lib
+    from .. import release
     from ..render import render_all
 
     _loaded, model = checked(file)
@@ -61,8 +69,15 @@ def bundle(
         _fail(f"{out_dir} exists and is not a directory")
     built = lib.build(model, render_all(model))
     try:
-        write_outputs(built.outputs(), out_dir)
+        outputs = release.sign_outputs(built.outputs(), model.cluster.name, valid_days, keys)
+    except (release.ReleaseError, OSError) as exc:
+        _fail(f"cannot sign the release: {exc}")
+    try:
+        write_outputs(outputs, out_dir)
     except OSError as exc:
         _fail(f"cannot write {out_dir}: {exc}")
+    signed = release.open_envelope(outputs["current.json"]) or {}
     out.print(f"bundle {built.version} for cluster '{model.cluster.name}': {len(built.manifest['files'])} files, "
-              f"{len(built.manifest['nodes'])} pull nodes, in {out_dir}", markup=False)
+              f"{len(built.manifest['nodes'])} pull nodes, in {out_dir}; release serial {signed.get('serial')}, "
+              f"expires {signed.get('expires')}, signed with {release.key_paths(model.cluster.name, keys)[0]}",
+              markup=False)

@@ -1,8 +1,10 @@
 """`hal-provision fleet status|converge`: the pull-mode compute nodes seen from the controller.
 
-`status` reads what each distribution point publishes (current.json, over HTTP) and what each
-pull node last did (its last.json, over SSH with ClusterShell), folds the nodes into hostlists
-by version and state, and exits 0 when every node is current, 1 on drift, 2 on unusable input.
+`status` reads what each distribution point publishes (its current.json) and what each pull
+node last did (its last.json), both over SSH with ClusterShell (a point's web server answers
+only the nodes it serves), checks each point's release against the cluster's public release key
+on this controller, folds the nodes into hostlists by version and state, and exits 0 when every
+node is current, 1 on drift, 2 on unusable input.
 `converge` starts hal-converge.service on the nodes now instead of at their timer's next run.
 
 The nodes are reached as the rendered inventory says (address, port, user, key, common SSH
@@ -13,9 +15,8 @@ folding, the drift rules, the ssh_config) lives in hal_provision.fleet.
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Optional
 
@@ -31,8 +32,7 @@ app = typer.Typer(no_args_is_help=True, help="The pull-mode compute nodes: what 
 
 # Where `hal-provision render` writes by default (its -o rendered).
 DEFAULT_INVENTORY = Path("rendered/inventory")
-TIMEOUT = typer.Option(10, "--timeout", min=1, help="Seconds to wait for each node's SSH connection and each "
-                       "point's current.json.")
+TIMEOUT = typer.Option(10, "--timeout", min=1, help="Seconds to wait for each node's and point's SSH connection.")
 
 
 class Fleet:
@@ -55,9 +55,9 @@ def load(inventory: Path) -> Fleet:
                              "nodes (set deploy.mode: pull in cluster.yml and render)")
     deploy = lib.parse_deploy(path.read_text(), str(path))
     hostvars = list_inventory(inventory).get("_meta", {}).get("hostvars", {})
-    missing = [host for host in deploy.nodes if host not in hostvars]
+    missing = [host for host in [*deploy.nodes, *(p.host for p in deploy.points)] if host not in hostvars]
     if missing:
-        raise lib.FleetError(f"{path}: nodes {fold(missing)} are not in the inventory {inventory}")
+        raise lib.FleetError(f"{path}: nodes {fold(sorted(set(missing)))} are not in the inventory {inventory}")
     return Fleet(inventory, deploy, hostvars)
 
 
@@ -89,26 +89,39 @@ def read_last(fleet: Fleet, hosts: list[str], timeout: int) -> dict[str, str | N
     return fan_out(fleet, hosts, lib.last_json_command(fleet.deploy.version_file), timeout, command_timeout=timeout * 3)
 
 
-def read_current(url: str, timeout: int) -> tuple[str | None, str | None]:
-    """A point's current.json: (text, None), or (None, why not)."""
-    target = url if url.endswith("/") else url + "/"
+def read_published(fleet: Fleet, timeout: int) -> dict[str, str | None]:
+    """Each point's current.json text, read on the point over SSH (None: no answer, or no file)."""
+    hosts = sorted({p.host for p in fleet.deploy.points})
+    command = f"cat {shlex.quote(fleet.deploy.bundle_root.rstrip('/') + '/current.json')}"
+    return fan_out(fleet, hosts, command, timeout, command_timeout=timeout * 3)
+
+
+def signature(text: str, cluster: str) -> str:
+    """Whether a point's release verifies with this controller's public key of the cluster."""
+    from .. import release
+
+    _key, pub = release.key_paths(cluster)
+    if not pub.is_file():
+        return f"not checked: no release key {pub} on this controller"
     try:
-        with urllib.request.urlopen(target + "current.json", timeout=timeout) as response:
-            return response.read().decode(), None
-    except (urllib.error.URLError, OSError, UnicodeDecodeError) as exc:
-        return None, str(getattr(exc, "reason", exc))
+        doc = release.verify(text, pub)
+    except release.ReleaseError as exc:
+        return f"DOES NOT VERIFY: {exc}"
+    return f"verified, serial {doc.get('serial')}, expires {doc.get('expires')}"
 
 
 def survey(fleet: Fleet, hosts: list[str], timeout: int) -> tuple[list[dict], list[lib.NodeResult]]:
     """What the points publish and each of `hosts`' result."""
     points, published = [], {}
+    texts = read_published(fleet, timeout)
     for point in fleet.deploy.points:
-        text, problem = read_current(point.url, timeout)
+        text = texts.get(point.host)
         version = lib.published_version(text)
-        if text is not None and version is None:
-            problem = "current.json names no version"
+        problem = None if version else (f"cannot read {fleet.deploy.bundle_root}/current.json over SSH" if text is None
+                                        else "current.json is no release (unsigned or malformed)")
         published[point.url] = version
-        points.append({"host": point.host, "url": point.url, "version": version, "error": problem})
+        points.append({"host": point.host, "url": point.url, "version": version, "error": problem,
+                       "signature": signature(text, fleet.deploy.cluster) if version else None})
     last = read_last(fleet, hosts, timeout)
     results = [lib.classify(h, last.get(h), published.get(fleet.deploy.nodes[h])) for h in hosts]
     return points, results
@@ -133,20 +146,26 @@ def _print(points: list[dict], results: list[lib.NodeResult]) -> None:
 
     wide = out if out.is_terminal else Console(width=max(out.width, 120), highlight=False, emoji=False)
     published = Table(title="published", title_justify="left", box=box.SIMPLE_HEAD)
-    for header in ("point", "url", "version"):
-        published.add_column(header, no_wrap=True)
+    for header in ("point", "url", "version", "signature"):
+        published.add_column(header, no_wrap=header != "signature")
     for p in points:
-        published.add_row(p["host"], p["url"], p["version"] or f"unreadable: {p['error']}",
-                          style=None if p["version"] else "bold red")
+        published.add_row(p["host"], p["url"], p["version"] or f"unreadable: {p['error']}", p["signature"] or "-",
+                          style=None if p["version"] and (p["signature"] or "").startswith("verified") else "bold red")
     nodes = Table(title="pull nodes", title_justify="left", box=box.SIMPLE_HEAD)
     for header in ("version", "state", "drift", "last run (UTC)", "count", "nodes"):
         nodes.add_column(header, no_wrap=header != "nodes")
     for row in lib.rows(results):
         nodes.add_row(row.version, row.state, row.drift or "-", row.last_run, str(row.count), row.nodes,
-                      style=None if row.drift is None else "bold red" if row.drift in ("failed", "unreachable")
+                      style=None if row.drift is None else "bold red" if row.drift in ("failed", "refused", "unreachable")
                       else "yellow")
     wide.print(published)
     wide.print(nodes)
+    reasons: dict[str, list[str]] = {}  # why the drifted nodes' last runs did not converge, as they said
+    for r in results:
+        if r.drift and r.last and isinstance(r.last.get("failed_task"), str):
+            reasons.setdefault(r.last["failed_task"], []).append(r.host)
+    for why, hosts in reasons.items():
+        wide.print(f"{fold(hosts)}: {why}", markup=False)
     n = lib.drifted(results)
     wide.print(f"{len(results) - n} of {len(results)} nodes current" + (f", {n} drifted" if n else ""), markup=False)
 

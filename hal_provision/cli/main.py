@@ -53,8 +53,8 @@ LAZY: dict[str, tuple[str, str, str]] = {
                 "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
     "bundle": ("hal_provision.cli.bundle", "bundle",
                "Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its "
-               "manifest <version>.json and current.json, for playbooks/publish.yml to publish on the distribution "
-               "points."),
+               "manifest <version>.json and current.json (the release, signed with the cluster's key), for "
+               "playbooks/publish.yml to publish on the distribution points."),
     "backup": ("hal_provision.cli.backup", "app",
                "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums."),
     "fleet": ("hal_provision.cli.fleet", "app",

@@ -4,8 +4,13 @@
 The rendered /etc/hal-provision/deploy.json (the same on every host) names this node's point
 (`nodes[<short hostname>]`, a URL). One run:
 
-1. GET <url>current.json (`{"version", "bundle", "sha256"}`). When the version is the one this
-   node last converged successfully (and no --force), the run records state "current" and stops.
+1. GET <url>current.json: a signed release (hal_provision/release.py: an envelope of the release
+   document and minisign's signature of it). The signature must verify with the cluster's
+   public key (deploy.json's release_key, installed by the enrolling push), the release must
+   be this cluster's, unexpired, and its serial no older than the one this node took last;
+   otherwise the run records state "refused" with the reason, downloads nothing and changes
+   nothing. When the version is the one this node last converged successfully (and no
+   --force), the run records state "current" and stops.
 2. Downloads <url><bundle> (streamed to disk, cut off past MAX_BUNDLE_BYTES), checks its SHA-256
    (a mismatch is refused and nothing is unpacked), unpacks it (files and directories under
    bundle/ only, at most MAX_MEMBERS and MAX_UNPACKED_BYTES, owned by root, no setuid/setgid or
@@ -24,9 +29,11 @@ The rendered /etc/hal-provision/deploy.json (the same on every host) names this 
 
 The result goes atomically (0644) to deploy.json's version_file:
     {"host", "version", "previous", "state", "changed", "failed_task", "drained",
-     "started", "finished", "seconds"}
-state: current | changed | failed | waiting | unreachable-source. `version` is the version this
-run dealt with (the published one; the running one when the source is unreachable), `previous`
+     "serial", "expires", "started", "finished", "seconds"}
+state: current | changed | failed | waiting | refused | unreachable-source. `version` is the
+version this run dealt with (the published one; the running one when the source is unreachable
+or its release was refused), `serial` and `expires` those of the newest release this node
+accepted (a later release must not have a smaller serial), `previous`
 the version the node had converged successfully before this run (null: never). The version a
 node runs is therefore `version` when state is current or changed, else `previous`.
 
@@ -35,11 +42,12 @@ node) has no jobs to wait for: it converges without a drain.
 
     hal-converge [--config F] [--host H] [--bundles DIR] [--force] [--poll-s S]
 
-Exit status: 0 current, changed or waiting; 1 failed or source unreachable; 2 a usage or
+Exit status: 0 current, changed or waiting; 1 failed, refused or source unreachable; 2 a usage or
 configuration error. Every failure is one line on stderr, never a traceback. Two runs never
 overlap: a run that finds the lock held says so and exits 0.
 
-Standard library only: the fleet_node role copies this file onto the nodes as
+Standard library only, and Debian's minisign for the signature: the fleet_node role installs
+both, and copies this file onto the nodes as
 /usr/local/sbin/hal-converge, and every bundle carries it (bundle/hal_provision/node/) so a node updates its
 own program. (The host lists it reads are expanded already in deploy.json: it needs no
 hal_provision.hostlist.)
@@ -88,6 +96,11 @@ class ConvergeError(Exception):
     """A run that could not go on (source, bundle, Slurm)."""
 
 
+class Refused(ConvergeError):
+    """A published release this node must not take: unsigned, signed with another key, another
+    cluster's, expired, or older than the one it took last."""
+
+
 def run_command(argv: list[str], *, env: dict | None = None, cwd: str | None = None,
                 timeout: float | None = None) -> subprocess.CompletedProcess:
     """Every command hal-converge runs goes through here (the tests replace it)."""
@@ -114,7 +127,8 @@ def load_config(path: Path) -> dict:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
-    for key, kind in (("version_file", str), ("nodes", dict), ("drain_wait_s", int)):
+    for key, kind in (("version_file", str), ("nodes", dict), ("drain_wait_s", int), ("release_key", str),
+                      ("cluster", str)):
         if not isinstance(doc.get(key), kind):
             raise ConfigError(f"{path}: {key} is missing or not a {kind.__name__}")
     return doc
@@ -179,18 +193,68 @@ def _get(url: str, limit: int, into=None):
         raise ConvergeError(f"GET {url}: {reason}") from None
 
 
-def published(url: str) -> dict:
-    raw = _get(url + "current.json", MAX_CURRENT_BYTES)
+RELEASE_FORMAT = "hal-provision release 1"  # hal_provision/release.py's FORMAT
+
+
+def verify_signature(message: bytes, signature: bytes, public_key: str) -> str | None:
+    """None when minisign verifies `signature` of `message` with `public_key` (a file); else why not."""
+    with tempfile.TemporaryDirectory(prefix="hal-release-") as tmp:
+        msg, sig = Path(tmp) / "release.json", Path(tmp) / "release.json.minisig"
+        msg.write_bytes(message)
+        sig.write_bytes(signature)
+        try:
+            done = subprocess.run(["minisign", "-V", "-q", "-p", public_key, "-m", str(msg), "-x", str(sig)],
+                                  capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            return "minisign is not installed"
+        except subprocess.TimeoutExpired:
+            return "minisign did not answer within 60 s"
+    if done.returncode == 0:
+        return None
+    return " ".join((done.stderr or done.stdout or f"minisign exited {done.returncode}").split())
+
+
+def check_release(raw: bytes, config: dict, last_serial: int | None, now: dt.datetime | None = None) -> dict:
+    """The release document of a published current.json, once its signature verifies with the
+    cluster's key and it is this cluster's, unexpired and no older than `last_serial`; Refused
+    with the reason otherwise."""
     try:
-        doc = json.loads(raw)
+        envelope = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Refused("current.json is not JSON") from None
+    if not isinstance(envelope, dict) or envelope.get("format") != RELEASE_FORMAT \
+            or not isinstance(envelope.get("release"), str) or not isinstance(envelope.get("signature"), str):
+        raise Refused("current.json is not a signed release (no signature): unsigned or forged")
+    release = envelope["release"].encode()
+    why = verify_signature(release, envelope["signature"].encode(), config["release_key"])
+    if why is not None:
+        raise Refused(f"the signature does not verify with {config['release_key']}: {why}")
+    try:
+        doc = json.loads(release)
     except json.JSONDecodeError:
-        raise ConvergeError(f"{url}current.json is not JSON") from None
+        raise Refused("the signed release is not JSON") from None
     if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) and doc[k]
-                                            for k in ("version", "bundle", "sha256")):
-        raise ConvergeError(f"{url}current.json lacks version, bundle or sha256")
+                                            for k in ("cluster", "version", "bundle", "sha256", "expires")) \
+            or not isinstance(doc.get("serial"), int) or not isinstance(doc.get("size"), int):
+        raise Refused("the signed release lacks cluster, version, bundle, sha256, size, serial or expires")
+    if doc["cluster"] != config["cluster"]:
+        raise Refused(f"the release is cluster {doc['cluster']!r}'s, this node is {config['cluster']!r}'s")
     if "/" in doc["bundle"] or "/" in doc["version"] or doc["version"].startswith("."):
-        raise ConvergeError(f"{url}current.json names a path, not a file: {doc['bundle']!r}")
+        raise Refused(f"the release names a path, not a file: {doc['bundle']!r}")
+    try:
+        expires = dt.datetime.strptime(doc["expires"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        raise Refused(f"the release's expiry {doc['expires']!r} is not a UTC time") from None
+    if expires <= (now or _now()):
+        raise Refused(f"release {doc['version']} expired at {doc['expires']}: publish a new one")
+    if last_serial is not None and doc["serial"] < last_serial:
+        raise Refused(f"release {doc['version']} has serial {doc['serial']}, older than {last_serial}, the "
+                      "release this node took last: a rollback, refused (publish the older model as a new release)")
     return doc
+
+
+def published(url: str, config: dict, last_serial: int | None) -> dict:
+    return check_release(_get(url + "current.json", MAX_CURRENT_BYTES), config, last_serial)
 
 
 def _extract(tar: tarfile.TarFile, into: Path) -> None:
@@ -230,7 +294,7 @@ def fetch_bundle(url: str, current: dict, bundles: Path) -> Path:
     try:
         archive = staging / current["bundle"]
         with open(archive, "wb") as stream:
-            digest = _get(url + current["bundle"], MAX_BUNDLE_BYTES, into=stream)
+            digest = _get(url + current["bundle"], min(current["size"], MAX_BUNDLE_BYTES), into=stream)
         if digest != current["sha256"].lower():
             raise ConvergeError(f"{current['bundle']}: sha256 {digest} is not the published "
                                 f"{current['sha256']}: refused, nothing unpacked")
@@ -375,16 +439,21 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
     if not url:
         raise ConfigError(f"{host} is not a pull node of deploy.json (nodes)")
     url = url if url.endswith("/") else url + "/"
+    last_serial = last.get("serial") if isinstance(last.get("serial"), int) else None
     result = {"host": host, "version": before, "previous": before, "state": "current", "changed": 0,
-              "changed_tasks": [], "failed_task": None, "drained": False, "drained_for_change": False}
+              "changed_tasks": [], "failed_task": None, "drained": False, "drained_for_change": False,
+              "serial": last_serial, "expires": last.get("expires")}
     try:
-        current = published(url)
+        current = published(url, config, last_serial)
+    except Refused as exc:
+        result.update(state="refused", failed_task=f"release refused: {exc}", drained=drained_by_us(slurm_node(host)))
+        return result
     except ConvergeError as exc:
         result.update(state="unreachable-source", failed_task=str(exc),
                       drained=drained_by_us(slurm_node(host)))
         return result
     version = current["version"]
-    result["version"] = version
+    result.update(version=version, serial=current["serial"], expires=current["expires"])
     node = slurm_node(host)
     if version == before and not force:
         result["drained"] = drained_by_us(node)
@@ -447,12 +516,13 @@ def run(args: argparse.Namespace) -> int:
         except ConvergeError as exc:
             before = running_version(previous)
             result = {"host": host, "version": before, "previous": before, "state": "failed",
-                      "changed": 0, "failed_task": str(exc), "drained": False}
+                      "changed": 0, "failed_task": str(exc), "drained": False,
+                      "serial": previous.get("serial"), "expires": previous.get("expires")}
         finished = _now()
         result.update(started=_iso(started), finished=_iso(finished),
                       seconds=round((finished - started).total_seconds(), 3))
         write_atomic(version_file, json.dumps(result, indent=2, sort_keys=True) + "\n")
-    if result["state"] in ("failed", "unreachable-source"):
+    if result["state"] in ("failed", "refused", "unreachable-source"):
         print(f"hal-converge: {host}: {result['state']}: version {result['version']}: {result['failed_task']}",
               file=sys.stderr)
         return EXIT_FAILED

@@ -13,6 +13,11 @@ playbooks/publish.yml and lets the nodes take it:
    converge changes nothing;
 2. a change of the partition's MaxTime: every node takes it (its slurm.conf), drains itself
    around it and resumes, and `fleet status` shows each at the new version;
+   Then forged releases put straight on the point (as whoever is root there could): the bundle
+   of another change with a current.json that has its valid sha256 but no signature, then one
+   signed with another key, then the genuine release of step 1 again (an older serial): every
+   node refuses each before downloading anything, nothing on them changes, `fleet status` shows
+   them `refused` with the reason; the signed release of step 2 published again is taken;
 3. a node that is down when the next version is published (a change of the nodes' deploy.json
    alone: nothing for the control plane) shows as drift, and takes the version by itself once it
    is up again (its timer fires at boot);
@@ -71,9 +76,11 @@ def node_drain_wait(host: str) -> int:
 
 
 def publish(model: dict, tmp: Path, control_plane: bool = True) -> str:
-    """The bundle of `model` built into TMP/<n>/, the control plane pushed (unless the change is
-    the nodes' alone), the bundle published; its version."""
+    """The bundle of `model` built into TMP/<version>/ and its release signed with the cluster's
+    key (as `hal-provision bundle` does, with the key the enrolling push made), the control plane
+    pushed (unless the change is the nodes' alone), the bundle published; its version."""
     from hal_provision import bundle as lib
+    from hal_provision import release
     from hal_provision.cli.bundle import write_outputs
     from hal_provision.render.writer import write_tree
 
@@ -81,7 +88,7 @@ def publish(model: dict, tmp: Path, control_plane: bool = True) -> str:
     built = lib.build(cluster, files)
     step = tmp / built.version
     write_tree(files, step / "tree")
-    write_outputs(built.outputs(), step / "bundle")
+    write_outputs(release.sign_outputs(built.outputs(), cluster.cluster.name), step / "bundle")
     for playbook in CONTROL_PLANE_TIERS if control_plane else ():  # the nodes' slurm.conf comes with their bundle
         run_playbook(D.inventory, playbook, "-e", f"hal_rendered_dir={step / 'tree' / 'files'}", "--limit",
                      "all:!deploy_pull", inventories=[D.inventory])
@@ -169,6 +176,73 @@ def test_a_model_change_reaches_every_node_through_its_bundle(tmp):
         assert retry(lambda h=host: slurm_state(h)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(host)
     code, doc = status()
     assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
+
+
+POINT = DEPLOY["points"][0]["host"] if DEPLOY.get("points") else None
+
+
+def put_on_point(tmp: Path, files: dict[str, bytes]) -> None:
+    """Files written straight into the point's bundle root, current.json last, as whoever is
+    root on the point could (publish.yml would refuse an unsigned release)."""
+    for name in sorted(files, key=lambda n: n == "current.json"):
+        local = tmp / "forged" / name
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(files[name])
+        proc = subprocess.run(["podman", "cp", str(local), f"{D.container(POINT)}:{DEPLOY['bundle_root']}/{name}"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+
+
+def refused_everywhere(reason: str, running: str, before: dict[str, str]) -> None:
+    """Every node refused the point's release for `reason`, still runs `running`, its slurm.conf
+    as `before`, undrained, and `fleet status` shows them refused."""
+    converge(NODES)
+    for host in NODES:
+        run = last(host)
+        assert (run.get("state"), run.get("version"), run.get("drained")) == ("refused", running, False), run
+        assert reason in run["failed_task"], run
+        assert D.host(host).check_output("cat /etc/slurm/slurm.conf") == before[host], f"{host}: slurm.conf changed"
+        assert slurm_state(host)[0] in ("idle", "mixed", "allocated"), slurm_state(host)
+    code, doc = status()
+    assert code == 1 and all(doc["nodes"][h]["drift"] == "refused" for h in NODES), json.dumps(doc, indent=1)
+
+
+def test_forged_and_older_releases_are_refused_by_every_node(tmp):
+    from hal_provision import bundle as lib
+    from hal_provision import release
+
+    running = {last(h).get("version") for h in NODES}
+    assert len(running) == 1, running  # step 2's version, everywhere
+    running = running.pop()
+    before = {h: D.host(h).check_output("cat /etc/slurm/slurm.conf") for h in NODES}
+    cluster, files = sandbox_render(WORKDIR, with_max_time(load_model(), "4-00:00:00"))
+    built = lib.build(cluster, files)
+    outputs = built.outputs()
+    assert built.version != running
+
+    # The bundle of a change, with a current.json naming its valid sha256, unsigned.
+    put_on_point(tmp, outputs)
+    refused_everywhere("not a signed release", running, before)
+    # The same, signed with a key that is not the cluster's.
+    other = tmp / "intruder-keys"
+    put_on_point(tmp, {"current.json": release.sign_outputs(outputs, cluster.cluster.name, directory=other)["current.json"]})
+    refused_everywhere("the signature does not verify", running, before)
+    code, doc = status()
+    assert doc["points"][0]["signature"].startswith("DOES NOT VERIFY"), doc["points"]
+    # Step 1's genuine release again: signed, but older than the one the nodes run.
+    first = min((d for d in tmp.iterdir() if (d / "bundle" / "current.json").is_file()),
+                key=lambda d: release.open_envelope((d / "bundle" / "current.json").read_bytes())["serial"])
+    assert first.name != running
+    run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={first / 'bundle'}")
+    refused_everywhere("a rollback, refused", running, before)
+    # The signed release the nodes run, published again: taken (nothing to change), no drift.
+    run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={tmp / running / 'bundle'}")
+    converge(NODES)
+    assert all((last(h).get("state"), last(h).get("version")) == ("current", running) for h in NODES), \
+        {h: last(h) for h in NODES}
+    code, doc = status()
+    assert code == 0 and doc["drift"] == 0 and doc["points"][0]["signature"].startswith("verified"), \
+        json.dumps(doc, indent=1)
 
 
 def test_a_node_that_was_down_catches_up_by_itself(tmp):

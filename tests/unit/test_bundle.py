@@ -122,7 +122,8 @@ def test_current_json_names_the_bundle_and_its_sha256(twogen_bundle):
     outputs = twogen_bundle.outputs()
     current = json.loads(outputs["current.json"])
     assert current == {"version": twogen_bundle.version, "bundle": f"{twogen_bundle.version}.tar.gz",
-                       "sha256": hashlib.sha256(outputs[current["bundle"]]).hexdigest()}
+                       "sha256": hashlib.sha256(outputs[current["bundle"]]).hexdigest(),
+                       "size": len(outputs[current["bundle"]])}
 
 
 def test_no_secret_is_in_the_bundle(twogen_bundle):
@@ -177,17 +178,24 @@ def test_manifest_matches_its_golden(twogen_bundle):
     assert GOLDEN.read_text() == actual
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def run_cli(*args: str, keys: Path | None = None) -> subprocess.CompletedProcess:
+    """`hal-provision bundle ARGS`, its release key in KEYS (never the user's own)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HAL_RELEASE_KEYS": str(keys or Path("/nonexistent/keys"))}
     return subprocess.run([sys.executable, "-m", "hal_provision.cli", "bundle", *args], capture_output=True, text=True,
                           env=env, cwd=REPO, check=False)
 
 
 def test_command_writes_the_bundle_manifest_and_current(tmp_path, twogen_bundle):
-    proc = run_cli(str(TWOGEN), "--out", str(tmp_path / "out"))
+    from hal_provision import release
+
+    proc = run_cli(str(TWOGEN), "--out", str(tmp_path / "out"), keys=tmp_path / "keys")
     assert proc.returncode == 0, proc.stderr
     written = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
-    assert written == twogen_bundle.outputs()
+    built = twogen_bundle.outputs()
+    assert {k: v for k, v in written.items() if k != "current.json"} == {k: v for k, v in built.items() if k != "current.json"}
+    # current.json: the same release, signed with the key `bundle` made
+    signed = release.verify(written["current.json"], tmp_path / "keys" / "twogen.pub")
+    assert {k: signed[k] for k in ("version", "bundle", "sha256", "size")} == json.loads(built["current.json"])
 
 
 def test_push_cluster_is_refused_naming_deploy_mode_and_nothing_is_written(tmp_path):

@@ -1,9 +1,10 @@
 """hal-converge (hal_provision/node/converge.py) end to end on this machine.
 
-Bundles are real tar.gz files served by a real http.server on 127.0.0.1; the converge is a real
-`ansible-playbook -c local` of a tiny pull.yml that copies one rendered file. Only Slurm is
-faked, through converge.run_command (no Slurm in unit tests): sinfo, scontrol and squeue answer
-from a small in-memory node.
+Bundles are real tar.gz files served by a real http.server on 127.0.0.1, their releases signed
+by hal_provision/release.py with a real minisign key made for the module and verified by the
+real minisign; the converge is a real `ansible-playbook -c local` of a tiny pull.yml that copies
+one rendered file. Only Slurm is faked, through converge.run_command (no Slurm in unit tests):
+sinfo, scontrol and squeue answer from a small in-memory node.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -22,12 +24,37 @@ from pathlib import Path
 
 import pytest
 
+from hal_provision import release
 from hal_provision.node import converge
 
 VENV_BIN = Path(sys.executable).parent
-pytestmark = pytest.mark.skipif(not (VENV_BIN / "ansible-playbook").exists(),
-                                reason="ansible-playbook is not installed beside this Python")
+pytestmark = [pytest.mark.skipif(not (VENV_BIN / "ansible-playbook").exists(),
+                                 reason="ansible-playbook is not installed beside this Python"),
+              pytest.mark.skipif(shutil.which("minisign") is None,
+                                 reason="minisign is not installed (Debian package minisign; ./bootstrap.sh installs it)")]
 HOST = "hal01"
+CLUSTER = "hal"
+KEYS: dict[str, Path] = {}  # the module's release-key directory (the `keys` fixture)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def keys(tmp_path_factory):
+    """The cluster's release key pair, as `hal-provision bundle` makes it, and another cluster's."""
+    KEYS["dir"] = tmp_path_factory.mktemp("release-keys")
+    release.ensure_key(CLUSTER, KEYS["dir"])
+    release.ensure_key("intruder", KEYS["dir"])
+    yield KEYS["dir"]
+    KEYS.clear()
+
+
+def signed(current: dict, key_of: str = CLUSTER, cluster: str = CLUSTER, serial: int | None = None,
+           now=None, **changes) -> bytes:
+    """current.json of `current` (version, bundle, sha256, size) as a release signed with
+    `key_of`'s key for `cluster`; CHANGES overwrite the document's fields before it is signed."""
+    serial = serial if serial is not None else release.next_serial(CLUSTER, KEYS["dir"])
+    release._record_serial(CLUSTER, serial, KEYS["dir"])
+    document = {**release.release_document(cluster, current, serial, now=now), **changes}
+    return release.sign(document, release.key_paths(key_of, KEYS["dir"])[0])
 
 PULL_YML = """\
 - name: Pull converge (test bundle)
@@ -70,8 +97,9 @@ def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: 
             tar.addfile(info, None if data is None else io.BytesIO(data))
     blob = buffer.getvalue()
     (out / f"{version}.tar.gz").write_bytes(blob)
-    current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(blob).hexdigest()}
-    (out / "current.json").write_text(json.dumps(current))
+    current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(blob).hexdigest(),
+               "size": len(blob)}
+    (out / "current.json").write_bytes(signed(current))
     return current
 
 
@@ -80,15 +108,25 @@ class Quiet(SimpleHTTPRequestHandler):
         pass
 
 
+class Recorded(Quiet):
+    """Quiet, and each GET's path in the server's `requested` list."""
+
+    def do_GET(self):
+        self.server.requested.append(self.path)
+        super().do_GET()
+
+
 @pytest.fixture
 def point(tmp_path):
-    """A distribution point: a real HTTP server over a directory; yields (directory, url)."""
+    """A distribution point: a real HTTP server over a directory; yields (directory, url,
+    the paths it was asked for)."""
     root = tmp_path / "point"
     root.mkdir()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(root)))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Recorded, directory=str(root)))
+    server.requested = []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}/"
+    yield root, f"http://127.0.0.1:{server.server_address[1]}/", server.requested
     server.shutdown()
     server.server_close()
 
@@ -132,11 +170,12 @@ class FakeSlurm:
 @pytest.fixture
 def node(tmp_path, point, monkeypatch):
     """(run, slurm, paths): run(*args) runs hal-converge once as the node's timer would."""
-    root, url = point
+    root, url, requested = point
     state = tmp_path / "var"
     config = tmp_path / "deploy.json"
     config.write_text(json.dumps({
-        "mode": "pull", "version_file": str(state / "converge" / "last.json"), "port": 8181,
+        "mode": "pull", "cluster": CLUSTER, "release_key": str(release.key_paths(CLUSTER, KEYS["dir"])[1]),
+        "version_file": str(state / "converge" / "last.json"), "port": 8181,
         "drain_wait_s": 30, "points": [{"host": "hal-mgmt", "address": "127.0.0.1", "url": url, "serves": [HOST]}],
         "nodes": {HOST: url}, "bundle_root": str(root)}))
     slurm = FakeSlurm()
@@ -144,7 +183,7 @@ def node(tmp_path, point, monkeypatch):
     slept: list[float] = []
     monkeypatch.setattr(converge, "sleep", slept.append)
     paths = {"point": root, "target": tmp_path / "target", "bundles": state / "bundles",
-             "last": state / "converge" / "last.json", "slept": slept, "config": config}
+             "last": state / "converge" / "last.json", "slept": slept, "config": config, "requested": requested}
     paths["target"].mkdir()
 
     def run(*args: str) -> int:
@@ -179,7 +218,9 @@ def test_result_json_layout(node):
     assert run() == 0
     result = last(paths)
     assert sorted(result) == sorted(["host", "version", "previous", "state", "changed", "changed_tasks", "failed_task",
-                                     "drained", "drained_for_change", "started", "finished", "seconds"])
+                                     "drained", "drained_for_change", "serial", "expires", "started", "finished",
+                                     "seconds"])
+    assert isinstance(result["serial"], int) and result["expires"].endswith("Z")
     assert result["host"] == HOST
     assert result["started"].endswith("Z") and result["finished"] >= result["started"]
     assert isinstance(result["seconds"], float) and result["seconds"] >= 0
@@ -318,8 +359,10 @@ def test_two_runs_never_overlap(node, capsys):
 @pytest.mark.parametrize("text, message", [
     (None, "cannot read"),
     ("{", "is not JSON"),
-    ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1}', "hal01 is not a pull node"),
+    ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1, "release_key": "/k", "cluster": "c"}',
+     "hal01 is not a pull node"),
     ('{"nodes": {}, "drain_wait_s": 1}', "version_file is missing"),
+    ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1, "cluster": "c"}', "release_key is missing"),
 ])
 def test_configuration_errors_are_one_line_with_status_2(node, tmp_path, capsys, text, message):
     run, slurm, paths = node
@@ -438,7 +481,100 @@ def test_an_oversized_current_json_is_refused(node):
     run, slurm, paths = node
     make_bundle(paths["point"], "v1", "hello\n", paths["target"])
     doc = json.loads((paths["point"] / "current.json").read_text())
-    (paths["point"] / "current.json").write_text(json.dumps({**doc, "padding": "x" * (1 << 20)}))
+    (paths["point"] / "current.json").write_text(json.dumps({**doc, "padding": "x" * (1 << 20)}))  # signed, but huge
     assert run() == 1
     result = last(paths)
     assert result["state"] == "unreachable-source" and "more than 65,536 bytes: refused" in result["failed_task"]
+
+
+# ---- signed releases: what a node refuses before it downloads anything --------------------------
+
+def _refused(run, paths, capsys, reason: str) -> dict:
+    """One run that refuses the published release: exit 1, one line on stderr, last.json says
+    why, no bundle asked for, nothing unpacked, the node's file as it was."""
+    before = (paths["target"] / "motd").read_text() if (paths["target"] / "motd").exists() else None
+    paths["requested"].clear()
+    capsys.readouterr()
+    assert run() == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "refused" in err, err
+    result = last(paths)
+    assert result["state"] == "refused" and result["failed_task"].startswith("release refused: "), result
+    assert reason in result["failed_task"], result
+    assert paths["requested"] == ["/current.json"], paths["requested"]  # the bundle was never fetched
+    after = (paths["target"] / "motd").read_text() if (paths["target"] / "motd").exists() else None
+    assert after == before
+    return result
+
+
+def test_an_unsigned_release_with_a_valid_sha256_is_refused(node, capsys):
+    run, slurm, paths = node
+    current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
+    (paths["point"] / "current.json").write_text(json.dumps(current))  # what a forger can write: no signature
+    result = _refused(run, paths, capsys, "not a signed release")
+    assert (result["version"], result["previous"], result["serial"]) == (None, None, None)
+    assert not (paths["target"] / "motd").exists() and slurm.updates() == []
+
+
+def test_a_release_signed_with_another_key_is_refused(node, capsys):
+    run, slurm, paths = node
+    current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
+    (paths["point"] / "current.json").write_bytes(signed(current, key_of="intruder"))
+    _refused(run, paths, capsys, "the signature does not verify")
+
+
+def test_a_release_rewritten_after_signing_is_refused(node, capsys):
+    """The signed document and its signature kept, one field of the document changed (another
+    bundle's sha256, say)."""
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "owned\n", paths["target"])
+    envelope = json.loads((paths["point"] / "current.json").read_text())
+    envelope["release"] = envelope["release"].replace('"size":', '"size":1', 1)
+    (paths["point"] / "current.json").write_text(json.dumps(envelope))
+    _refused(run, paths, capsys, "the signature does not verify")
+
+
+def test_another_clusters_release_is_refused(node, capsys):
+    run, slurm, paths = node
+    current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
+    (paths["point"] / "current.json").write_bytes(signed(current, cluster="other"))
+    _refused(run, paths, capsys, "cluster 'other'")
+
+
+def test_an_expired_release_is_refused(node, capsys):
+    import datetime as dt
+
+    run, slurm, paths = node
+    current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
+    long_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=31)
+    (paths["point"] / "current.json").write_bytes(signed(current, now=long_ago))
+    _refused(run, paths, capsys, "expired at")
+
+
+def test_an_older_signed_release_is_refused_as_a_rollback(node, capsys):
+    """v1 signed first (a smaller serial), v2 after; the node takes v2, then refuses v1 when the
+    point publishes it again, and keeps running v2 with v2's serial."""
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "one\n", paths["target"])
+    old_release = (paths["point"] / "current.json").read_bytes()
+    make_bundle(paths["point"], "v2", "two\n", paths["target"])
+    assert run() == 0
+    taken = last(paths)
+    assert (taken["state"], taken["version"]) == ("changed", "v2")
+    (paths["point"] / "current.json").write_bytes(old_release)
+    result = _refused(run, paths, capsys, "a rollback, refused")
+    assert (result["version"], result["previous"], result["serial"]) == ("v2", "v2", taken["serial"])
+    assert (paths["target"] / "motd").read_text() == "two\n"
+    # The same release again is not a rollback: the node is current.
+    make_bundle(paths["point"], "v3", "three\n", paths["target"])
+    assert run() == 0 and last(paths)["version"] == "v3"
+
+
+def test_a_point_that_sends_more_than_the_signed_size_is_cut_off(node, capsys):
+    run, slurm, paths = node
+    current = make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    (paths["point"] / "current.json").write_bytes(signed({**current, "size": current["size"] // 2}))
+    assert run() == 1
+    result = last(paths)
+    assert result["state"] == "failed" and f"more than {current['size'] // 2:,} bytes: refused" in result["failed_task"]
+    assert not (paths["target"] / "motd").exists()

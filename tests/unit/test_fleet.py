@@ -1,12 +1,12 @@
 """`hal-provision fleet`: the drift rules and the folding (hal_provision.fleet), the ssh_config
-as ssh itself reads it, and the commands against a real HTTP server publishing current.json,
-with the SSH fan-out for last.json replaced by a function returning host -> text (the one seam;
-a real ClusterShell run reaches a node that does not answer); playbooks/publish.yml's structure,
-and the playbook run for real with this machine as a distribution point (local connection)."""
+as ssh itself reads it, and the commands with the SSH fan-out replaced by functions returning
+host -> text (each point's current.json, a release signed with a real minisign key, and each
+node's last.json: the seams; a real ClusterShell run reaches a node that does not answer);
+playbooks/publish.yml's structure, and the playbook run for real with this machine as a
+distribution point (local connection)."""
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from hal_provision import fleet as lib
+from hal_provision import release
 from hal_provision.cli import fleet as cli
 from hal_provision.cli.main import app
 
@@ -43,6 +43,7 @@ def last(version: str, state: str = "changed", **extra) -> str:
     (last(V2, "failed", failed_task="Install slurmd"), V2, (V2, "failed", "failed")),
     (last(V2, "waiting"), V2, (V2, "waiting", "waiting")),
     (last(V1, "unreachable-source"), V2, (V1, "unreachable-source", "unreachable-source")),
+    (last(V1, "refused", failed_task="release refused: not a signed release"), V2, (V1, "refused", "refused")),
     (last(V1), None, (V1, "changed", "unpublished")),
     (None, V1, ("?", "unreachable", "unreachable")),
     ("", V1, ("-", "never-ran", "never-ran")),
@@ -83,7 +84,9 @@ def test_each_row_says_when_its_nodes_last_ran():
     ({"mode": "push"}, "deploy.mode is 'push'"),
     ({}, "deploy.mode is 'push'"),
     ({"mode": "pull", "points": [], "nodes": {}}, "missing or malformed field 'version_file'"),
-    ({"mode": "pull", "version_file": "/x", "points": [{"host": "p", "url": "http://a/"}],
+    ({"mode": "pull", "version_file": "/x", "points": [], "nodes": {}, "bundle_root": "/b"},
+     "missing or malformed field 'cluster'"),
+    ({"mode": "pull", "version_file": "/x", "cluster": "c", "bundle_root": "/b", "points": [{"host": "p", "url": "http://a/"}],
       "nodes": {"n01": "http://b/"}}, "nodes.n01: http://b/ is no point's url"),
 ])
 def test_deploy_json_that_fleet_cannot_use_is_named(data, message):
@@ -129,25 +132,41 @@ def test_common_args_without_an_ssh_config_form_are_named(args, message):
     assert message in str(caught.value)
 
 
-# The commands, against a rendered tree written here and a real HTTP server publishing.
+# The commands, against a rendered tree written here; what the point publishes and the nodes'
+# last.json come through the SSH seams.
 
-class Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:  # not onto the command's captured stderr
-        pass
+URL = "http://127.0.0.1:8181/"
+
+
+def signed_release(version: str, keys: Path, key_of: str = "fl") -> str:
+    """current.json publishing `version`, signed with `key_of`'s key in `keys`."""
+    current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": "0" * 64, "size": 1}
+    release.ensure_key(key_of, keys)
+    text = release.sign(release.release_document("fl", current, release.next_serial(key_of, keys)),
+                        release.key_paths(key_of, keys)[0])
+    return text.decode()
+
+
+def fake_published(monkeypatch, texts: dict[str, str | None]) -> list:
+    """The points' seam: each point's current.json text as given (absent: no answer)."""
+    calls = []
+
+    def read_published(fleet, timeout):
+        calls.append(sorted({p.host for p in fleet.deploy.points}))
+        return {p.host: texts.get(p.host) for p in fleet.deploy.points}
+
+    monkeypatch.setattr(cli, "read_published", read_published)
+    return calls
 
 
 @pytest.fixture
-def published(tmp_path):
-    """A distribution point: a real HTTP server over a bundle root with current.json (V2)."""
-    root = tmp_path / "bundles"
-    root.mkdir()
-    (root / "current.json").write_text(json.dumps({"version": V2, "bundle": f"{V2}.tar.gz", "sha256": "0" * 64}))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+def published(tmp_path, monkeypatch):
+    """The point mgmt publishing V2, signed with the cluster's key on this controller
+    (HAL_RELEASE_KEYS); the point's URL."""
+    keys = tmp_path / "release-keys"
+    monkeypatch.setenv(release.KEYS_ENV, str(keys))
+    fake_published(monkeypatch, {"mgmt": signed_release(V2, keys)})
+    return URL
 
 
 def write_tree(root: Path, url: str, mode: str = "pull", nodes: list[str] = NODES, port: int = 1) -> Path:
@@ -161,7 +180,7 @@ def write_tree(root: Path, url: str, mode: str = "pull", nodes: list[str] = NODE
     deploy = root / "files" / lib.DEPLOY_JSON
     deploy.parent.mkdir(parents=True)
     deploy.write_text(json.dumps({
-        "mode": mode, "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
+        "mode": mode, "cluster": "fl", "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
         "drain_wait_s": 3600, "bundle_root": "/srv/hal-provision/bundles",
         "points": [{"host": "mgmt", "address": "127.0.0.1", "url": url, "serves": nodes}],
         "nodes": {n: url for n in nodes}}))
@@ -197,7 +216,7 @@ def test_status_exit_0_when_every_node_runs_the_published_version(tmp_path, publ
     result = run("status", str(inventory))
     assert result.exit_code == 0, result.output
     assert calls == [NODES]
-    assert f"mgmt {published} {V2}" in table(result.output)
+    assert any(line.startswith(f"mgmt {published} {V2} verified, serial ") for line in table(result.output)), result.output
     assert f"{V2} changed - - 6 n[01-06]" in table(result.output)
     assert "6 of 6 nodes current" in result.output
 
@@ -215,7 +234,10 @@ def test_status_exit_1_on_drift_and_json_lists_rows_and_nodes(tmp_path, publishe
     result = run("status", str(inventory), "--json")
     assert result.exit_code == 1
     report = json.loads(result.output)
-    assert report["points"] == [{"host": "mgmt", "url": published, "version": V2, "error": None}]
+    [point] = report["points"]
+    assert {k: point[k] for k in ("host", "url", "version", "error")} == {"host": "mgmt", "url": published,
+                                                                         "version": V2, "error": None}
+    assert point["signature"].startswith("verified, serial "), point
     assert [(r["nodes"], r["drift"]) for r in report["rows"]] == [
         ("n[01-02]", None), ("n06", "unreachable"), ("n05", "never-ran"), ("n04", "failed"), ("n03", "behind")]
     assert report["drift"] == 4
@@ -225,14 +247,48 @@ def test_status_exit_1_on_drift_and_json_lists_rows_and_nodes(tmp_path, publishe
 
 
 def test_status_with_its_point_down_reports_the_nodes_unpublished(tmp_path, monkeypatch):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{s.getsockname()[1]}/"
-    inventory = write_tree(tmp_path, url)
+    inventory = write_tree(tmp_path, URL)
+    fake_published(monkeypatch, {"mgmt": None})
     fake_last(monkeypatch, {n: last(V2) for n in NODES})
     report = json.loads(run("status", str(inventory), "--json", "--timeout", "2").output)
-    assert report["points"][0]["version"] is None and "refused" in report["points"][0]["error"].lower()
+    assert report["points"][0]["version"] is None
+    assert report["points"][0]["error"] == "cannot read /srv/hal-provision/bundles/current.json over SSH"
     assert [(r["nodes"], r["drift"]) for r in report["rows"]] == [("n[01-06]", "unpublished")]
+
+
+def test_status_says_when_a_points_release_does_not_verify_and_why_nodes_refused_it(tmp_path, monkeypatch):
+    """A point publishing a release signed with another key (or none): its row says so in red;
+    the nodes that refused it show as drift `refused`, with their reason."""
+    keys = tmp_path / "release-keys"
+    monkeypatch.setenv(release.KEYS_ENV, str(keys))
+    release.ensure_key("fl", keys)
+    inventory = write_tree(tmp_path, URL)
+    fake_published(monkeypatch, {"mgmt": signed_release(V2, tmp_path / "intruder-keys")})
+    why = "release refused: the signature does not verify with /etc/hal-provision/release.pub: ..."
+    fake_last(monkeypatch, {n: last(V1, "refused", failed_task=why) for n in NODES})
+    result = run("status", str(inventory))
+    assert result.exit_code == 1, result.output
+    assert f"{V1} refused refused - 6 n[01-06]" in table(result.output)
+    assert f"n[01-06]: {why}" in table(result.output)
+    report = json.loads(run("status", str(inventory), "--json").output)
+    assert report["points"][0]["signature"].startswith("DOES NOT VERIFY: the signature does not verify")
+    fake_published(monkeypatch, {"mgmt": json.dumps({"version": V2, "bundle": f"{V2}.tar.gz", "sha256": "0" * 64})})
+    report = json.loads(run("status", str(inventory), "--json").output)
+    assert report["points"][0]["error"] == "current.json is no release (unsigned or malformed)"
+
+
+def test_points_are_read_over_ssh_from_their_bundle_root(tmp_path, monkeypatch):
+    inventory = write_tree(tmp_path, URL)
+    commands = []
+
+    def fan_out(fleet, hosts, command, timeout, command_timeout=0):
+        commands.append((list(hosts), command))
+        return {h: None for h in hosts}
+
+    monkeypatch.setattr(cli, "fan_out", fan_out)
+    fleet = cli.load(inventory)
+    assert cli.read_published(fleet, 5) == {"mgmt": None}
+    assert commands == [(["mgmt"], "cat /srv/hal-provision/bundles/current.json")]
 
 
 def test_status_of_a_push_cluster_or_a_bad_directory_is_one_error(tmp_path, published):
@@ -363,8 +419,10 @@ def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing
             data = f"bundle {version}\n".encode()
             (bundles / f"{version}.tar.gz").write_bytes(data)
             (bundles / f"{version}.json").write_text(json.dumps({"version": version}))
-            (bundles / "current.json").write_text(json.dumps(
-                {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(data).hexdigest()}))
+            current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(data).hexdigest(),
+                       "size": len(data)}
+            (bundles / "current.json").write_bytes(release.sign_outputs(
+                {"current.json": json.dumps(current).encode()}, "fl", directory=tmp_path / "keys")["current.json"])
         done = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory"), str(PUBLISH),
                                "-e", f"bundle_dir={bundles}"], capture_output=True, text=True, cwd=REPO,
                               env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=120)
@@ -383,11 +441,21 @@ def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing
     assert sorted(p.name for p in root.iterdir()) == sorted(
         ["current.json", *(f"{v}{ext}" for v in (V2, "5555eeee6666ffff", "7777aaaa8888bbbb")
                            for ext in (".tar.gz", ".json"))])
-    assert json.loads((root / "current.json").read_text())["version"] == "7777aaaa8888bbbb"
+    assert release.verify((root / "current.json").read_text(), tmp_path / "keys/fl.pub")["version"] == "7777aaaa8888bbbb"
 
     # A bundle that is not what current.json says is never published.
     (bundles / "7777aaaa8888bbbb.tar.gz").write_bytes(b"tampered")
     (root / "current.json").unlink()
     with pytest.raises(AssertionError, match="its sha256 is not current.json's"):
+        publish()
+    assert not (root / "current.json").exists()
+
+    # Nor is an unsigned current.json (the nodes would refuse it).
+    data = b"bundle unsigned\n"
+    (bundles / "9999aaaa0000bbbb.tar.gz").write_bytes(data)
+    (bundles / "9999aaaa0000bbbb.json").write_text("{}")
+    (bundles / "current.json").write_text(json.dumps({"version": "9999aaaa0000bbbb", "bundle": "9999aaaa0000bbbb.tar.gz",
+                                                      "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
+    with pytest.raises(AssertionError, match="is not a signed release"):
         publish()
     assert not (root / "current.json").exists()
