@@ -8,8 +8,10 @@ the distribution points need to serve them the bundle.
   playbooks/publish.yml on the controller; no "_comment" key, as backup.json: it is a contract.
 - ``files/etc/systemd/system/hal-converge.service`` and ``hal-converge.timer``: one run of
   hal-converge, at boot and on deploy.schedule.
-- ``files/etc/nginx/sites-available/hal-bundles.conf``: the points' read-only HTTP server of
-  the bundle root; current.json is never cached.
+- ``files/etc/nginx/sites-available/hal-bundles/<point host>.conf``: each point's read-only
+  HTTP server of the bundle root, on the point's primary address only and open to the pull nodes
+  it serves only; current.json is never cached. The bundle_server role installs its own host's
+  as hal-bundles.conf.
 - ``inventory/deploy.yml``: the groups deploy_pull (the pull nodes) and deploy_points.
 
 Nothing is rendered in push mode (the default): a push cluster's tree stays as it was.
@@ -20,13 +22,14 @@ from __future__ import annotations
 import json
 
 from ..hostlist import expand
-from ..model import Cluster
-from .common import header
+from ..model import Cluster, DeployPoint
+from .common import group_addresses, header
 
 CONFIG = "files/etc/hal-provision/deploy.json"
 SERVICE = "files/etc/systemd/system/hal-converge.service"
 TIMER = "files/etc/systemd/system/hal-converge.timer"
-NGINX_SITE = "files/etc/nginx/sites-available/hal-bundles.conf"
+NGINX_SITES = "files/etc/nginx/sites-available/hal-bundles"
+"""One site per distribution point, named after its host (nginx_site_path)."""
 INVENTORY = "inventory/deploy.yml"
 PULL_GROUP = "deploy_pull"
 POINTS_GROUP = "deploy_points"
@@ -41,7 +44,7 @@ def render(cluster: Cluster) -> dict[str, str]:
     if not cluster.deploy_pull:
         return {}
     return {CONFIG: config_json(cluster), SERVICE: service_unit(cluster), TIMER: timer_unit(cluster),
-            NGINX_SITE: nginx_site(cluster), **inventory_files(cluster)}
+            **nginx_sites(cluster), **inventory_files(cluster)}
 
 
 def inventory_files(cluster: Cluster) -> dict[str, str]:
@@ -53,12 +56,18 @@ def point_url(cluster: Cluster, host: str) -> str:
     return f"http://{cluster.host_address(host)}:{cluster.deploy.port}/"
 
 
-def config_json(cluster: Cluster) -> str:
+def served_nodes(cluster: Cluster, point: DeployPoint) -> list[str]:
+    """The pull nodes `point` serves, in hostlist order: what deploy.json gives each and what
+    its site lets in."""
     pulling = cluster.deploy_pull_nodes
+    return [host for host in point.serves if host in pulling]
+
+
+def config_json(cluster: Cluster) -> str:
     points, nodes = [], {}
     for point in cluster.deploy_points:
         url = point_url(cluster, point.host)
-        served = [host for host in point.serves if host in pulling]
+        served = served_nodes(cluster, point)
         points.append({"host": point.host, "address": cluster.host_address(point.host), "url": url, "serves": served})
         nodes.update(dict.fromkeys(served, url))
     body = {
@@ -111,14 +120,46 @@ WantedBy=timers.target
 """
 
 
-def nginx_site(cluster: Cluster) -> str:
+def nginx_site_path(host: str) -> str:
+    """The rendered site of the distribution point on `host`."""
+    return f"{NGINX_SITES}/{host}.conf"
+
+
+def nginx_sites(cluster: Cluster) -> dict[str, str]:
+    """Each point's site, open to the pull nodes it serves (all of its entries', should a host
+    be named twice)."""
+    served: dict[str, list[str]] = {}
+    for point in cluster.deploy_points:
+        served.setdefault(point.host, []).extend(served_nodes(cluster, point))
+    addresses = primary_addresses(cluster)
+    return {nginx_site_path(host): nginx_site(cluster, addresses[host], [addresses[n] for n in nodes])
+            for host, nodes in served.items()}
+
+
+def primary_addresses(cluster: Cluster) -> dict[str, str]:
+    """Every host's address on the primary network (cluster.host_address of each, computed once
+    per group rather than once per host)."""
+    primary, out = cluster.cluster.primary_network, {}
+    for group in cluster.nodes:
+        hosts, columns = group_addresses(cluster, group)
+        if primary in columns:
+            out.update(zip(hosts, columns[primary]))
+    return out
+
+
+def nginx_site(cluster: Cluster, address: str, clients: list[str]) -> str:
+    allow = "".join(f"    allow {client};\n" for client in clients)
     return header(cluster) + f"""\
-# The bundles of this distribution point, read-only, to the cluster's internal network.
+# The bundles of this distribution point, read-only. A bundle is the whole rendered tree and
+# inventory of the cluster, which no one outside it has to read: the site listens on the point's
+# address on the cluster's primary network only, not on every interface, and lets in only the
+# pull nodes this point serves (deploy.json's "serves"); anyone else gets 403.
 server {{
-    listen {cluster.deploy.port};
+    listen {address}:{cluster.deploy.port};
     server_name _;
     root {BUNDLE_ROOT};
     autoindex off;
+{allow}    deny all;
     # Read-only: GET (and HEAD) only, in each location (nginx takes limit_except nowhere else).
     # Replaced last on every publish: a node must never read a stale one.
     location = /{CURRENT} {{
