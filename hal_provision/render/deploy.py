@@ -38,6 +38,7 @@ PROGRAM = "/usr/local/sbin/hal-converge"
 VERSION_FILE = "/var/lib/hal-provision/converge/last.json"
 BUNDLE_ROOT = "/srv/hal-provision/bundles"
 CURRENT = "current.json"
+RELEASE_KEY = "/etc/hal-provision/release.pub"
 
 
 def render(cluster: Cluster) -> dict[str, str]:
@@ -72,6 +73,10 @@ def config_json(cluster: Cluster) -> str:
         nodes.update(dict.fromkeys(served, url))
     body = {
         "mode": cluster.deploy.mode,
+        "cluster": cluster.cluster.name,
+        # The public half of the controller's release key (hal_provision/release.py), installed
+        # by the fleet_node role: hal-converge takes only releases it verifies.
+        "release_key": RELEASE_KEY,
         "version_file": VERSION_FILE,
         "port": cluster.deploy.port,
         "drain_wait_s": cluster.deploy.drain_wait_s,

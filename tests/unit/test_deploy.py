@@ -146,7 +146,8 @@ def test_deploy_json_names_each_nodes_point_by_its_primary_address(twogen_files)
     data = json.loads(twogen_files[CONFIG])
     url = "http://10.20.0.2:8181/"  # tg-mgmt's mgmt address, deploy.port
     nodes = expand("tg[01-08]")
-    assert data == {"mode": "pull", "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
+    assert data == {"mode": "pull", "cluster": "twogen", "release_key": "/etc/hal-provision/release.pub",
+                    "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
                     "drain_wait_s": 3600, "bundle_root": "/srv/hal-provision/bundles",
                     "points": [{"host": "tg-mgmt", "address": "10.20.0.2", "url": url, "serves": nodes}],
                     "nodes": dict.fromkeys(nodes, url)}
