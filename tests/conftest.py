@@ -178,19 +178,3 @@ def templar(variables: dict):
     t = template.Templar(loader=DataLoader(), variables=trusted)
     return lambda expr: t.template(template.trust_as_template("{{ %s }}" % expr))
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _release_keys_of_the_test_run(tmp_path_factory):
-    """Any release key a test makes (`hal-provision bundle`, the fleet_node role run by a test)
-    goes into the run's own temporary directory, never the user's ~/.config."""
-    import os
-
-    from hal_provision.release import KEYS_ENV
-
-    before = os.environ.get(KEYS_ENV)
-    os.environ[KEYS_ENV] = str(tmp_path_factory.mktemp("release-keys"))
-    yield
-    if before is None:
-        os.environ.pop(KEYS_ENV, None)
-    else:
-        os.environ[KEYS_ENV] = before
