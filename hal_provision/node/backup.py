@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hal-backup: consistent, dated, checksummed snapshots of a host's lasting state on a shared file system.
+"""hal-backup: consistent, dated, checksummed and authenticated snapshots of a host's lasting state on a shared file system.
 
 It reads the rendered job list (/etc/hal-provision/backup.json, the same on every host) and runs
 the jobs whose "host" is this host's short name, each with the consistent dump of its service:
@@ -9,24 +9,35 @@ the jobs whose "host" is this host's short name, each with the consistent dump o
     influxdb  influxd backup -portable -database DB -host ADDRESS                -> influxdb/DB/
     files     tar --numeric-owner -C / of the paths (modes and owners kept)       -> files.tar
 
-Each job writes DEST/JOB/STAMP (STAMP: UTC %Y%m%dT%H%M%SZ). The payload goes into
-DEST/JOB/.partial-STAMP; every file and directory is fsynced, MANIFEST.json (each file's size
-and SHA-256) is written last, and only then is the directory renamed to STAMP: a directory named
-STAMP with a MANIFEST.json is a complete snapshot, anything else is not. A failed job removes its
-partial directory (one left by a killed run is removed a day later). A secret job's snapshot is
-a 0700 directory of 0600 files owned by root. After a good run the newest `keep` complete
-snapshots of the job are kept and older ones removed (renamed to .removing-STAMP first, so a
-removal cut short never leaves a complete-looking snapshot with files missing).
+Each job writes DEST/JOB/STAMP (STAMP: UTC %Y%m%dT%H%M%SZ; DEST: the destination backup.json
+names for this host). The payload goes into DEST/JOB/.partial-STAMP; every file and directory is
+fsynced, MANIFEST.json (each file's size and SHA-256, and an HMAC-SHA256 of the whole manifest
+with this host's key) is written last, and only then is the directory renamed to STAMP: a
+directory named STAMP with a MANIFEST.json is a complete snapshot, anything else is not. A failed
+job removes its partial directory (one left by a killed run is removed a day later). A secret
+job's snapshot is a 0700 directory of 0600 files owned by root. After a good run the newest
+`keep` snapshots of the job that authenticate are kept, by the time their manifest says they
+were made, and older ones removed (renamed to .removing-STAMP first, so a removal cut short
+never leaves a complete-looking snapshot with files missing); one dated after the run, or one
+that does not authenticate, is reported and neither counted nor removed.
 
-    hal-backup run [--config F] [--host H] [--job NAME]
-    hal-backup list [--config F | --dest DIR]
-    hal-backup verify [--config F | --dest DIR] [JOB[/STAMP] ...]
-    hal-backup age [--config F | --dest DIR] [--influx]
+The key (KEY, made once on the host by `hal-backup keygen` or installed from Ansible Vault by the
+role; 0600, root's) never lies on the destination: whoever can write there can change a payload
+and its checksums, not the HMAC. Without the key (`--dest DIR` without `--key`, as on the
+controller) verify checks the checksums only, and says so.
 
-Exit status: 0 fine; 1 a job or a verification failed; 2 a usage or configuration error. Every
-failure is one line on stderr naming the job, never a traceback. `age` exits 0 whenever it can
-read the destination (Telegraf's exec input drops the output of a failed run): a job without a
-good snapshot is printed as `JOB none` (line protocol: no age_s, bytes=0i).
+    hal-backup run [--config F] [--key K] [--host H] [--job NAME]
+    hal-backup list [--config F [--host H] | --dest DIR] [--key K]
+    hal-backup verify [--config F [--host H] | --dest DIR] [--key K] [JOB[/STAMP] ...]
+    hal-backup age [--config F [--host H] | --dest DIR] [--key K] [--influx]
+    hal-backup keygen [--key K]
+
+Exit status: 0 fine; 1 a job or a verification failed; 2 a usage or configuration error (a
+missing or unreadable key too). Every failure is one line on stderr naming the job, never a
+traceback. `age` exits 0 whenever it can read the destination (Telegraf's exec input drops the
+output of a failed run): a job without a good snapshot is printed as `JOB none` (line protocol:
+no age_s, bytes=0i). Ages are counted from the manifest's creation time and are never clamped: a
+snapshot dated in the future is reported on stderr and not taken as the newest.
 
 Standard library only: a role copies this file onto the hosts; `hal-provision backup list|verify`
 imports the same code on the controller.
@@ -39,12 +50,15 @@ import datetime as dt
 import errno
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -52,9 +66,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-FORMAT = 1
+FORMAT = 2  # of backup.json and of the manifests this hal-backup writes
+MANIFEST_FORMATS = (1, 2)  # read: format 1 manifests (no HMAC) are listed, never authenticated
 CONFIG = "/etc/hal-provision/backup.json"
+# The manifests' HMAC key: on the host, never on the destination (nor in a secrets job).
+KEY = "/etc/hal-provision/backup-manifest.key"
+KEY_MIN_BYTES = 32
 MANIFEST = "MANIFEST.json"
+CREATED_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 PARTIAL = ".partial-"
 REMOVING = ".removing-"
 LOCK = ".lock"
@@ -130,12 +149,25 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Destination:
+    path: Path         # where the host's snapshots go: DEST
+    mount_point: Path  # the shared file system's mount point DEST lies on
+
+
+@dataclass(frozen=True)
 class Config:
     source: str
     cluster: str
-    destination: Path
+    destinations: dict  # host -> Destination: each host its own (the model's backup.host_destinations)
     keep: int
     jobs: tuple[Job, ...]
+
+    def destination(self, host: str) -> Destination:
+        """`host`'s destination; ConfigError where backup.json names none for it."""
+        if host not in self.destinations:
+            raise ConfigError(f"{self.source} names no destination for host {host} (its hosts: "
+                              f"{', '.join(sorted(self.destinations)) or 'none'}; --host names another)")
+        return self.destinations[host]
 
 
 def parse_config(doc, source: str = CONFIG) -> Config:
@@ -145,16 +177,30 @@ def parse_config(doc, source: str = CONFIG) -> Config:
 
     if not isinstance(doc, dict):
         raise fail("(top)", "not a JSON object")
-    unknown = sorted(set(doc) - {"format", "cluster", "destination", "keep", "jobs"})
+    unknown = sorted(set(doc) - {"format", "cluster", "destinations", "keep", "jobs"})
     if unknown:
         raise fail(unknown[0], "unknown key")
     if doc.get("format") != FORMAT:
         raise fail("format", f"{doc.get('format')!r}: this hal-backup reads format {FORMAT}")
-    cluster, destination, keep, jobs = (doc.get(k) for k in ("cluster", "destination", "keep", "jobs"))
+    cluster, given, keep, jobs = (doc.get(k) for k in ("cluster", "destinations", "keep", "jobs"))
     if not isinstance(cluster, str) or not cluster:
         raise fail("cluster", "missing or not a name")
-    if not _abs(destination):
-        raise fail("destination", f"{destination!r} is not an absolute path")
+    if not isinstance(given, dict) or not given:
+        raise fail("destinations", "missing or not an object of host: {path, mount_point}")
+    destinations: dict[str, Destination] = {}
+    for host, entry in given.items():
+        where = f"destinations.{host}"
+        if not _text(host):
+            raise fail(where, "not a host name")
+        if not isinstance(entry, dict) or set(entry) != {"path", "mount_point"}:
+            raise fail(where, "not an object of exactly path and mount_point")
+        for key in ("path", "mount_point"):
+            if not _abs(entry[key]) or ".." in entry[key].split("/"):
+                raise fail(f"{where}.{key}", f"{entry[key]!r} is not an absolute path")
+        path, mount_point = Path(entry["path"]), Path(entry["mount_point"])
+        if mount_point not in (path, *path.parents):
+            raise fail(f"{where}.path", f"{entry['path']} does not lie under its mount point {entry['mount_point']}")
+        destinations[host] = Destination(path, mount_point)
     if not isinstance(keep, int) or isinstance(keep, bool) or keep < 1:
         raise fail("keep", f"{keep!r} is not a whole number of at least 1")
     if not isinstance(jobs, list):
@@ -171,6 +217,8 @@ def parse_config(doc, source: str = CONFIG) -> Config:
             raise fail(f"{where}.kind", f"{kind!r} is not one of {', '.join(KINDS)}")
         if not _text(host):
             raise fail(f"{where}.host", "missing or not a host name")
+        if host not in destinations:
+            raise fail(f"{where}.host", f"{host!r} has no entry in destinations")
         if not isinstance(secret, bool):
             raise fail(f"{where}.secret", f"{secret!r} is not true or false")
         required, optional = KIND_KEYS[kind]
@@ -188,7 +236,7 @@ def parse_config(doc, source: str = CONFIG) -> Config:
         if name in {job.name for job in parsed}:
             raise fail(f"{where}.name", f"job {name!r} is named twice")
         parsed.append(Job(name, kind, host, secret, {k: entry[k] for k in required + optional if k in entry}))
-    return Config(source, cluster, Path(destination), keep, tuple(parsed))
+    return Config(source, cluster, destinations, keep, tuple(parsed))
 
 
 def load_config(path: str | os.PathLike = CONFIG) -> Config:
@@ -200,6 +248,77 @@ def load_config(path: str | os.PathLike = CONFIG) -> Config:
     except ValueError as exc:
         raise ConfigError(f"{path}: not JSON: {exc}") from None
     return parse_config(doc, str(path))
+
+
+# ---- the manifests' key: HMAC-SHA256 (hmac, hashlib) over each manifest --------------------------
+
+def load_key(path: str | os.PathLike = KEY) -> bytes:
+    """The key's bytes (surrounding whitespace dropped); ConfigError, one line, where it is
+    missing, open to group or others, or too short."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise ConfigError(f"no manifest key at {path}: the backup role makes it (hal-backup keygen), or installs "
+                          "the one Ansible Vault holds (backup_manifest_key); --key names another") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the manifest key {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+        if mode & 0o077:
+            raise ConfigError(f"the manifest key {path} is open to group or others (mode {mode:04o}): chmod 600 {path}")
+        key = f.read(4096).strip()
+    if len(key) < KEY_MIN_BYTES:
+        raise ConfigError(f"the manifest key {path} holds {len(key)} bytes, fewer than {KEY_MIN_BYTES}")
+    return key
+
+
+def make_key(path: str | os.PathLike = KEY) -> bool:
+    """A new random key at `path` (0600) unless there is one; True where it was made."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        load_key(path)  # an existing key must be usable
+        return False
+    except OSError as exc:
+        raise ConfigError(f"cannot make the manifest key {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)  # O_CREAT's mode passes through the umask
+        f.write(secrets.token_hex(32) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def key_id(key: bytes) -> str:
+    """A short name of the key, written in each manifest: which key sealed it, the key not shown."""
+    return hmac.new(key, b"hal-backup key id", hashlib.sha256).hexdigest()[:16]
+
+
+def _mac(manifest: dict, key: bytes) -> str:
+    """The HMAC of the manifest's content but its "hmac" field, in one canonical JSON form (sorted
+    keys, no spaces, ASCII): the MAC covers the values the readers use, however the file is spaced."""
+    body = json.dumps({k: v for k, v in manifest.items() if k != "hmac"}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True)
+    return hmac.new(key, b"hal-backup manifest\n" + body.encode(), hashlib.sha256).hexdigest()
+
+
+def seal(record: dict, key: bytes) -> dict:
+    """`record` with the key's id and the HMAC of both."""
+    sealed = dict(record, key_id=key_id(key))
+    sealed["hmac"] = _mac(sealed, key)
+    return sealed
+
+
+def authenticity(manifest: dict, key: bytes) -> str | None:
+    """Why the manifest is not this key's, unchanged; None where it is."""
+    mac = manifest.get("hmac")
+    if manifest.get("format") == 1 or not isinstance(mac, str):
+        return f"{MANIFEST} carries no HMAC (format 1: written before manifests were authenticated)"
+    if manifest.get("key_id") != key_id(key):
+        return f"{MANIFEST} was sealed with another key ({manifest.get('key_id')!r}, this one is {key_id(key)!r})"
+    if not hmac.compare_digest(mac, _mac(manifest, key)):
+        return f"{MANIFEST} does not match its HMAC: changed after the snapshot was written"
+    return None
 
 
 # ---- the payload of each kind ----------------------------------------------------------------
@@ -270,13 +389,27 @@ def execute(command: Command, snapshot: Path) -> str | None:
     finally:
         if out is not None:
             out.close()
-    if done.returncode in command.warn_codes:
+    if done.returncode in command.warn_codes and not _full(snapshot, done.stderr):
         return f"{name}: {_why(done.stderr)}"
     if done.returncode != 0:
         how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
+        if _full(snapshot, done.stderr):  # tar's last line is "Error is not recoverable", mariadb-dump's "errno 28"
+            raise BackupError(f"No space left on device: the destination's file system is full "
+                              f"({name} failed, {how}: {_why(done.stderr)})")
         hint = f" ({command.hint})" if command.hint else ""
         raise BackupError(f"{name} failed ({how}): {_why(done.stderr)}{hint}")
     return None
+
+
+def _full(snapshot: Path, stderr: bytes) -> bool:
+    """Whether a failed command ran out of room: its stderr says so, or the file system has none."""
+    text = stderr.decode(errors="replace")
+    if "No space left on device" in text or "errno 28" in text.lower() or "errno: 28" in text.lower():
+        return True
+    try:
+        return os.statvfs(snapshot).f_bavail == 0
+    except OSError:
+        return False
 
 
 def check_paths(job: Job) -> None:
@@ -358,9 +491,14 @@ def _write_manifest(snapshot: Path, record: dict) -> None:
         os.chmod(path, 0o600)
 
 
-def check_destination(dest: Path) -> None:
-    """BackupError unless `dest` is an existing, writable directory. It is never created here:
-    a missing destination is most often a shared file system that is not mounted."""
+def check_destination(destination: Destination) -> None:
+    """BackupError unless the destination is an existing, writable directory on a mounted file
+    system. It is never created here: a missing destination is most often a shared file system
+    that is not mounted."""
+    dest = destination.path
+    if not os.path.ismount(destination.mount_point):
+        raise BackupError(f"{destination.mount_point} is not a mount point: the file system of the destination "
+                          f"{dest} is not mounted (hal-backup writes nothing there)")
     if not dest.exists():
         raise BackupError(f"destination {dest} does not exist: is its file system mounted? "
                           "(hal-backup does not create it)")
@@ -424,13 +562,15 @@ def _new_partial(jobdir: Path, mode: int, now: Callable[[], dt.datetime], sleep)
     raise BackupError(f"no free snapshot name in {jobdir}")
 
 
-def run_job(config: Config, job: Job, host: str, now: Callable[[], dt.datetime] = _utcnow,
+def run_job(config: Config, job: Job, host: str, key: bytes, now: Callable[[], dt.datetime] = _utcnow,
             clock: Callable[[], float] = time.monotonic, sleep=time.sleep) -> Result:
-    """Write one snapshot of `job` under config.destination, then prune; BackupError (not
-    naming the job: the caller does) on any failure, with the partial directory removed."""
-    check_destination(config.destination)
+    """Write one snapshot of `job` under `host`'s destination, its manifest sealed with `key`,
+    then prune; BackupError (not naming the job: the caller does) on any failure, with the
+    partial directory removed."""
+    destination = config.destination(host)
+    check_destination(destination)
     mode = 0o700 if job.secret else 0o755
-    jobdir = config.destination / job.name
+    jobdir = destination.path / job.name
     try:
         jobdir.mkdir(mode=mode, exist_ok=True)
         if job.secret:
@@ -455,9 +595,9 @@ def run_job(config: Config, job: Job, host: str, now: Callable[[], dt.datetime] 
                 files.append({"name": name, "bytes": path.stat().st_size, "sha256": _hash(path, sync=True)})
             for d in reversed(dirs):
                 _fsync_dir(partial / d)
-            record = {"format": FORMAT, "cluster": config.cluster, "job": job.name, "kind": job.kind, "host": host,
-                      "created": when.strftime("%Y-%m-%dT%H:%M:%SZ"), "seconds": round(clock() - start, 3),
-                      "secret": job.secret, "files": files}
+            record = seal({"format": FORMAT, "cluster": config.cluster, "job": job.name, "kind": job.kind,
+                           "host": host, "created": when.strftime(CREATED_FORMAT),
+                           "seconds": round(clock() - start, 3), "secret": job.secret, "files": files}, key)
             _write_manifest(partial, record)
             _fsync_dir(partial)
             final = jobdir / stamp
@@ -472,10 +612,11 @@ def run_job(config: Config, job: Job, host: str, now: Callable[[], dt.datetime] 
             os.umask(umask)
         try:
             _fsync_dir(jobdir)
-            removed = prune(jobdir, config.keep, when)
+            removed, notes = prune(jobdir, config.keep, when, key, config.cluster)
         except OSError as exc:
             raise BackupError(f"{final} is written, but pruning {jobdir} failed: {exc.strerror or exc}") from None
-    return Result(job.name, final, len(files), sum(f["bytes"] for f in files), record["seconds"], removed, warnings)
+    return Result(job.name, final, len(files), sum(f["bytes"] for f in files), record["seconds"], removed,
+                  warnings + notes)
 
 
 def _fill(job: Job, partial: Path) -> list[str]:
@@ -488,14 +629,28 @@ def _fill(job: Job, partial: Path) -> list[str]:
     return warnings
 
 
-def prune(jobdir: Path, keep: int, now: dt.datetime) -> list[str]:
-    """Keep the newest `keep` complete snapshots; remove older ones, .removing-* left by a cut
-    short removal, and .partial-* started more than a day before `now`. The stamps removed."""
-    complete = [s.stamp for s in job_snapshots(jobdir) if s.complete]
+def prune(jobdir: Path, keep: int, now: dt.datetime, key: bytes, cluster: str | None = None) -> tuple[list[str], list[str]]:
+    """Keep the newest `keep` snapshots that authenticate with `key`, newest by the creation time
+    their manifests give; remove older ones, .removing-* left by a cut short removal, and
+    .partial-* started more than a day before `now`. A snapshot that does not authenticate, or is
+    dated after `now` (a clock set wrong then, or a forged name), is neither counted nor removed:
+    it is said. (The stamps removed, those lines.)"""
+    counted, notes = [], []
+    for snap in job_snapshots(jobdir):
+        if not snap.complete:
+            continue
+        problem = trust_problem(snap, key, cluster)
+        if problem is not None:
+            notes.append(f"{snap.name}: {problem}: not counted among the {keep} kept, not removed")
+        elif snap.created > now:
+            notes.append(f"{snap.name}: {future(snap, now)}: not counted as the newest, not removed")
+        else:
+            counted.append(snap)
+    counted.sort(key=lambda snap: snap.created)
     removed = []
-    for stamp in complete[:-keep]:
-        os.rename(jobdir / stamp, jobdir / f"{REMOVING}{stamp}")
-        removed.append(stamp)
+    for snap in counted[:-keep]:
+        os.rename(snap.path, jobdir / f"{REMOVING}{snap.stamp}")
+        removed.append(snap.stamp)
     for entry in sorted(jobdir.iterdir()):
         name = entry.name
         stale = False
@@ -506,7 +661,7 @@ def prune(jobdir: Path, keep: int, now: dt.datetime) -> list[str]:
             stale = (now - started).total_seconds() > STALE_PARTIAL_S
         if stale:
             shutil.rmtree(entry, ignore_errors=True)
-    return removed
+    return removed, notes
 
 
 # ---- reading snapshots: list, verify, age ------------------------------------------------------
@@ -537,13 +692,18 @@ class Snapshot:
         return sum(f["bytes"] for f in self.files)
 
     @property
+    def made(self) -> dt.datetime | None:
+        """When the manifest says the snapshot was made; None where it says nothing readable."""
+        try:
+            return dt.datetime.strptime(self.manifest["created"], CREATED_FORMAT).replace(tzinfo=dt.timezone.utc)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @property
     def created(self) -> dt.datetime | None:
-        if self.manifest:
-            try:
-                return dt.datetime.strptime(self.manifest["created"], "%Y-%m-%dT%H:%M:%SZ").replace(
-                    tzinfo=dt.timezone.utc)
-            except (KeyError, TypeError, ValueError):
-                pass
+        """The manifest's creation time, else the stamp's (an unfinished run's)."""
+        if self.made is not None:
+            return self.made
         return parse_stamp(self.stamp) if self.stamp else None
 
     def get(self, key: str, default=None):
@@ -560,8 +720,8 @@ def read_manifest(path: Path) -> tuple[dict | None, str | None]:
         return None, f"{MANIFEST}: {exc.strerror or exc}"
     except ValueError as exc:
         return None, f"{MANIFEST} is not JSON: {exc}"
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        return None, f"{MANIFEST} is not of format {FORMAT}"
+    if not isinstance(doc, dict) or doc.get("format") not in MANIFEST_FORMATS:
+        return None, f"{MANIFEST} is not of format {' or '.join(map(str, MANIFEST_FORMATS))}"
     files = doc.get("files")
     good = isinstance(files, list) and all(
         isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("bytes"), int)
@@ -603,14 +763,50 @@ def snapshots(dest: Path) -> list[Snapshot]:
     return found
 
 
-def verify(snapshot: Snapshot, by_size: bool = False) -> list[str]:
-    """What is wrong with a snapshot, each problem naming its file (empty: it verifies). by_size:
-    only that each listed file is there with its size (cheap: no reading, no search for extras)."""
+def coherence(snapshot: Snapshot, cluster: str | None = None) -> list[str]:
+    """Whether the manifest belongs where it lies: its job is the directory's, its creation time
+    the stamp's (a renamed snapshot would reorder the job's snapshots), its cluster this one's."""
+    m = snapshot.manifest
+    problems = []
+    if m.get("job") != snapshot.job:
+        problems.append(f"{MANIFEST} names job {m.get('job')!r}")
+    if snapshot.made is None:
+        problems.append(f"{MANIFEST} has no creation time")
+    elif stamp_of(snapshot.made) != snapshot.stamp:
+        problems.append(f"{MANIFEST} says it was made at {m['created']}, not at its directory's stamp")
+    if cluster is not None and m.get("cluster") != cluster:
+        problems.append(f"{MANIFEST} names cluster {m.get('cluster')!r}, not {cluster!r}")
+    return problems
+
+
+def trust_problem(snapshot: Snapshot, key: bytes | None, cluster: str | None = None) -> str | None:
+    """Why a complete snapshot's manifest cannot be trusted (does not authenticate with `key`, or
+    lies elsewhere than it was written); None where it can (or, without a key, looks coherent)."""
+    problems = coherence(snapshot, cluster)
+    if key is not None:
+        problem = authenticity(snapshot.manifest, key)
+        if problem is not None:
+            problems.insert(0, problem)
+    return "; ".join(problems) or None
+
+
+def future(snapshot: Snapshot, now: dt.datetime) -> str:
+    return f"dated in the future (made {snapshot.created.strftime(CREATED_FORMAT)}, now {now.strftime(CREATED_FORMAT)})"
+
+
+def verify(snapshot: Snapshot, by_size: bool = False, key: bytes | None = None, cluster: str | None = None) -> list[str]:
+    """What is wrong with a snapshot, each problem naming its file (empty: it verifies): with
+    `key`, first that its manifest authenticates; that the manifest belongs where it lies; then
+    every file against the manifest. by_size: only that each listed file is there with its size
+    (cheap: no reading, no search for extras)."""
     if snapshot.manifest is None:
         return [snapshot.problem or "not a snapshot"]
     problems = []
-    if snapshot.manifest.get("job") != snapshot.job:
-        problems.append(f"{MANIFEST} names job {snapshot.manifest.get('job')!r}")
+    if key is not None:
+        problem = authenticity(snapshot.manifest, key)
+        if problem is not None:
+            problems.append(problem)
+    problems += coherence(snapshot, cluster)
     for entry in snapshot.files:
         name, path = entry["name"], snapshot.path / entry["name"]
         try:
@@ -675,20 +871,32 @@ class Age:
 
 
 def ages(dest: Path, jobs: Iterable[str] | None = None, now: dt.datetime | None = None,
-         warn: Callable[[str], None] = lambda _line: None) -> list[Age]:
+         warn: Callable[[str], None] = lambda _line: None, key: bytes | None = None,
+         cluster: str | None = None) -> list[Age]:
     """Per job (those given, else every job directory under `dest`), the age of its newest
-    complete snapshot whose files are all there at their size. A job directory that cannot be
-    read counts as none, and is said through `warn`."""
+    complete snapshot, by the creation time its manifest gives, whose manifest authenticates
+    with `key` (where there is one) and whose files are all there at their size. A snapshot dated
+    after `now` is not taken (an age is never negative, and never clamped to 0): it is said through
+    `warn`, as are one that does not authenticate and a job directory that cannot be read (the
+    job then counts as none)."""
     now = now or _utcnow()
     found = snapshots(dest)
     names = list(jobs) if jobs is not None else sorted({s.job for s in found})
     result = []
     for job in names:
-        good = next((s for s in reversed(found) if s.job == job and s.complete and not verify(s, by_size=True)), None)
+        good = None
+        for snap in (s for s in found if s.job == job and s.complete):
+            problem = trust_problem(snap, key, cluster)
+            if problem is not None:
+                warn(f"{snap.name}: {problem}: not counted")
+            elif snap.created > now:
+                warn(f"{snap.name}: {future(snap, now)}: not counted")
+            elif not verify(snap, by_size=True) and (good is None or snap.created > good.created):
+                good = snap
         if good is None:
             result.append(Age(job, None, 0, None))
         else:
-            result.append(Age(job, max(0.0, (now - good.created).total_seconds()), good.bytes, good.stamp))
+            result.append(Age(job, (now - good.created).total_seconds(), good.bytes, good.stamp))
         unreadable = next((s for s in found if s.job == job and not s.stamp), None)
         if unreadable is not None:
             warn(unreadable.problem)
@@ -707,7 +915,10 @@ def human_size(n: int) -> str:
 
 
 def human_age(seconds: float) -> str:
-    s = int(max(seconds, 0))
+    """Rounded down to its unit; a negative age (a snapshot dated in the future) keeps its sign."""
+    if seconds < 0:
+        return "-" + human_age(-seconds)
+    s = int(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:
@@ -717,16 +928,23 @@ def human_age(seconds: float) -> str:
     return f"{s // 86400}d {s % 86400 // 3600:02d}h"
 
 
-def rows(found: list[Snapshot], now: dt.datetime | None = None) -> list[tuple[str, ...]]:
-    """The list's rows: job, snapshot, host, kind, size, files, age, note."""
+def rows(found: list[Snapshot], now: dt.datetime | None = None, key: bytes | None = None) -> list[tuple[str, ...]]:
+    """The list's rows: job, snapshot, host, kind, size, files, age, note (secret; dated in the
+    future; with `key`, whether it authenticates; without one, a manifest without an HMAC)."""
     now = now or _utcnow()
     out = []
     for s in found:
         age = human_age((now - s.created).total_seconds()) if s.created else "-"
         if s.complete:
-            note = "secret" if s.get("secret") else ""
+            notes = ["secret"] if s.get("secret") else []
+            if s.created > now:
+                notes.append("future")
+            if key is not None and trust_problem(s, key) is not None:
+                notes.append("NOT AUTHENTIC")
+            elif key is None and s.get("format") == 1:
+                notes.append("no HMAC")
             out.append((s.job, s.stamp, str(s.get("host", "?")), str(s.get("kind", "?")), human_size(s.bytes),
-                        str(len(s.files)), age, note))
+                        str(len(s.files)), age, ", ".join(notes)))
         else:
             out.append((s.job, s.path.name if s.stamp else "-", "-", "-", "-", "-", age, s.problem or ""))
     return out
@@ -737,16 +955,42 @@ HEADER = ("JOB", "SNAPSHOT", "HOST", "KIND", "SIZE", "FILES", "AGE", "NOTE")
 
 # ---- the command line ------------------------------------------------------------------------
 
-def _destination(args) -> tuple[Path, Config | None]:
+@dataclass(frozen=True)
+class Where:
+    """What a reading command reads: the destination, and what it can check there."""
+    dest: Path
+    config: Config | None
+    host: str
+    key: bytes | None       # None: checksums only (no --key beside --dest)
+    key_path: str | None
+
+
+def _host(args) -> str:
+    return args.host or socket.gethostname().split(".")[0]
+
+
+def _where(args, need_key: bool = True) -> Where:
+    """--dest DIR (the key only with --key), or the configuration's destination of this host
+    (the key at --key, else KEY: needed unless `need_key` is false, then used where readable)."""
+    host = _host(args)
     if args.dest is not None:
-        return Path(args.dest), None
+        key = load_key(args.key) if args.key else None
+        return Where(Path(args.dest), None, host, key, args.key)
     config = load_config(args.config)
-    return config.destination, config
+    dest = config.destination(host).path
+    path = args.key or KEY
+    try:
+        key = load_key(path)
+    except ConfigError:
+        if need_key:
+            raise
+        key = None
+    return Where(dest, config, host, key, path)
 
 
 def cmd_run(args) -> int:
     config = load_config(args.config)
-    host = args.host or socket.gethostname().split(".")[0]
+    host = _host(args)
     jobs = [job for job in config.jobs if job.host == host]
     if args.job:
         named = [job for job in config.jobs if job.name == args.job]
@@ -760,15 +1004,16 @@ def cmd_run(args) -> int:
     if not jobs:
         print(f"hal-backup: {config.source} has no job for host {host}")
         return EXIT_OK
+    key = load_key(args.key or KEY)
     try:
-        check_destination(config.destination)
+        check_destination(config.destination(host))
     except BackupError as exc:
         print(f"hal-backup: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     failed = 0
     for job in jobs:
         try:
-            result = run_job(config, job, host)
+            result = run_job(config, job, host, key)
         except BackupError as exc:
             print(f"hal-backup: error: job {job.name}: {exc}", file=sys.stderr)
             failed += 1
@@ -780,10 +1025,10 @@ def cmd_run(args) -> int:
 
 
 def cmd_list(args) -> int:
-    dest, _config = _destination(args)
-    table = [HEADER, *rows(snapshots(dest))]
+    where = _where(args, need_key=False)
+    table = [HEADER, *rows(snapshots(where.dest), key=where.key)]
     if len(table) == 1:
-        print(f"no snapshots under {dest}")
+        print(f"no snapshots under {where.dest}")
         return EXIT_OK
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
     for row in table:
@@ -791,31 +1036,41 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
+# Said after a verification without the key: what it did not check.
+CHECKSUMS_ONLY = ("checksums only: without the host's key (--key) a payload rewritten together with its manifest "
+                  "is not detected")
+
+
 def cmd_verify(args) -> int:
-    dest, _config = _destination(args)
-    chosen, unknown = select(snapshots(dest), args.snapshots)
+    where = _where(args)
+    cluster = where.config.cluster if where.config else None
+    now = _utcnow()
+    chosen, unknown = select(snapshots(where.dest), args.snapshots)
     failed = 0
     for spec in unknown:
-        print(f"FAIL {spec}: no such snapshot under {dest}")
+        print(f"FAIL {spec}: no such snapshot under {where.dest}")
         failed += 1
     for snap in chosen:
-        problems = verify(snap)
+        problems = verify(snap, key=where.key, cluster=cluster)
         if problems:
             failed += 1
             for problem in problems:
                 print(f"FAIL {snap.name}: {problem}")
         else:
-            print(f"ok   {snap.name} ({count(len(snap.files), 'file')}, {human_size(snap.bytes)})")
+            later = f"; {future(snap, now)}" if snap.created > now else ""
+            print(f"ok   {snap.name} ({count(len(snap.files), 'file')}, {human_size(snap.bytes)}{later})")
     if not chosen and not unknown:
-        print(f"FAIL no snapshots under {dest}")
+        print(f"FAIL no snapshots under {where.dest}")
         return EXIT_FAILED
-    print(f"{count(len(chosen), 'snapshot')} checked, {failed} failed")
+    checked = "authenticated with " + (where.key_path or KEY) if where.key is not None else CHECKSUMS_ONLY
+    print(f"{count(len(chosen), 'snapshot')} checked, {failed} failed ({checked})")
     return EXIT_FAILED if failed else EXIT_OK
 
 
 def cmd_age(args) -> int:
-    dest, config = _destination(args)
-    result = ages(dest, [job.name for job in config.jobs] if config else None,
+    where = _where(args)
+    jobs = [job.name for job in where.config.jobs if job.host == where.host] if where.config else None
+    result = ages(where.dest, jobs, key=where.key, cluster=where.config.cluster if where.config else None,
                   warn=lambda line: print(f"hal-backup: warning: {line}", file=sys.stderr))
     lines = [a.line_protocol() if args.influx else a.text() for a in result]
     if lines:
@@ -823,9 +1078,15 @@ def cmd_age(args) -> int:
     return EXIT_OK
 
 
+def cmd_keygen(args) -> int:
+    path = args.key or KEY
+    print(f"hal-backup: made {path}" if make_key(path) else f"hal-backup: {path} is there, kept")
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hal-backup", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,list,verify,age}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,list,verify,age,keygen}")
 
     def where(p: argparse.ArgumentParser, dest_too: bool = True) -> None:
         group = p.add_mutually_exclusive_group() if dest_too else p
@@ -833,23 +1094,29 @@ def _parser() -> argparse.ArgumentParser:
         if dest_too:
             group.add_argument("--dest", default=None,
                                help="read this destination directory instead of the configuration's")
+        p.add_argument("--host", default=None, help="this host's jobs and destination (default: its short name)")
+        p.add_argument("--key", default=None,
+                       help=f"the manifests' HMAC key (default {KEY}; beside --dest: none, checksums only)")
 
     run = sub.add_parser("run", help="write a snapshot of each job of this host, then prune old ones")
     where(run, dest_too=False)
-    run.add_argument("--host", default=None, help="run the jobs of this host (default: this host's short name)")
     run.add_argument("--job", default=None, help="run only this job")
     run.set_defaults(func=cmd_run)
     lister = sub.add_parser("list", help="the snapshots under the destination")
     where(lister)
     lister.set_defaults(func=cmd_list)
-    verifier = sub.add_parser("verify", help="re-hash every file against its manifest; exit 1 on any difference")
+    verifier = sub.add_parser("verify", help="authenticate each manifest and re-hash every file against it; exit 1 "
+                                             "on any difference")
     where(verifier)
     verifier.add_argument("snapshots", nargs="*", metavar="JOB[/STAMP]", help="what to verify (default: all)")
     verifier.set_defaults(func=cmd_verify)
-    ager = sub.add_parser("age", help="per job, seconds since its newest good snapshot")
+    ager = sub.add_parser("age", help="per job of this host, seconds since its newest good snapshot")
     where(ager)
     ager.add_argument("--influx", action="store_true", help="print InfluxDB line protocol (Telegraf's exec input)")
     ager.set_defaults(func=cmd_age)
+    keygen = sub.add_parser("keygen", help=f"make the manifests' key (default {KEY}) unless there is one")
+    keygen.add_argument("--key", default=None, help=f"where (default {KEY})")
+    keygen.set_defaults(func=cmd_keygen)
     return parser
 
 

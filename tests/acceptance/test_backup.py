@@ -9,7 +9,8 @@ hal_provision/node/backup.py; the files kind and the rest are in tests/unit/test
   `influxd backup -portable` through the job's address (the scratch server's backup port); the
   snapshot restored with `influxd restore -portable` into a second, fresh influxd returns the
   same points. A database the server lacks fails the job in one line and leaves no snapshot.
-- a destination mounted read-only fails the run in one line.
+- a destination mounted read-only fails the run in one line, and a full one (a small tmpfs) says
+  "No space left on device", whichever of the payload and the manifest found it full.
 
 MariaDB is not installed here: the mariadb kind's command line is tested in the unit tests and
 its real dump runs in the sandbox.
@@ -18,6 +19,7 @@ its real dump runs in the sandbox.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -39,7 +41,17 @@ def write_config(tmp_path: Path, *jobs: dict) -> Path:
     dest = tmp_path / "dest"
     dest.mkdir(exist_ok=True)
     path = tmp_path / "backup.json"
-    path.write_text(json.dumps({"format": 1, "cluster": "hal", "destination": str(dest), "keep": 3, "jobs": list(jobs)}))
+    path.write_text(json.dumps({"format": 2, "cluster": "hal", "keep": 3, "jobs": list(jobs),
+                                "destinations": {"hal-mgmt1": {"path": str(dest), "mount_point": "/"}}}))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def key(tmp_path, monkeypatch) -> Path:
+    """This test's manifest key, where hal-backup looks for it by default."""
+    path = tmp_path / "backup-manifest.key"
+    backup.make_key(path)
+    monkeypatch.setattr(backup, "KEY", str(path))
     return path
 
 
@@ -197,3 +209,27 @@ def test_a_read_only_destination_fails_the_run_in_one_line(tmp_path, capsys):
     assert rc == 1
     assert err.splitlines() == [f"hal-backup: error: destination {dest} is not writable (mounted read-only, or a "
                                 "file system that squashes root?)"]
+
+
+def test_a_full_destination_says_no_space_left_on_device(tmp_path, capsys):
+    """A real full file system (a 64 KiB tmpfs, a 1 MiB payload): GNU tar's last words are
+    "Error is not recoverable"; the error says what happened, in one line, and no partial
+    snapshot is left. (A manifest that finds the disk full: tests/unit/test_backup_program.py.)"""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "hal-backup-test", str(dest)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        source = tmp_path / "state"
+        source.write_bytes(os.urandom(1 << 20))
+        config = write_config(tmp_path, {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1",
+                                         "paths": [str(source)]})
+        rc, _out, err = run(capsys, config)
+        left = [p.name for p in (dest / "slurmctld_state").iterdir() if p.name != backup.LOCK]
+    finally:
+        subprocess.run(["umount", str(dest)], check=True)
+    assert rc == 1 and len(err.splitlines()) == 1, err
+    assert err.startswith("hal-backup: error: job slurmctld_state: No space left on device"), err
+    assert left == []

@@ -1,10 +1,14 @@
 """hal-backup (hal_provision/node/backup.py), the node program that writes the cluster's state
-into dated, checksummed snapshots, and `hal-provision backup list|verify` that reads them.
+into dated, checksummed, authenticated snapshots, and `hal-provision backup list|verify` that
+reads them.
 
 The files kind runs end to end with the real GNU tar in a scratch directory: the snapshot, its
 manifest, the archive extracted again, list, verify (and its findings after a byte is changed,
-a file deleted, a file added), retention, the modes of a secret job, failures that leave no
-complete snapshot, and `age` in both forms. Real slapcat and a real influxd are in
+a file deleted, a file added; a payload rewritten with its manifest, a manifest sealed with
+another key, a renamed snapshot), the key, retention by the manifests' time (a snapshot dated in
+the future and a forged one neither counted nor removed), the modes of a secret job, failures
+that leave no complete snapshot (a full destination too), and `age` in both forms. Every test
+has its own key (KEY pointed at it). Real slapcat and a real influxd are in
 tests/acceptance/test_backup.py. MariaDB is not on this machine: the command line the mariadb
 kind builds is checked here, the real dump runs in the sandbox.
 """
@@ -36,11 +40,22 @@ ROOT = os.geteuid() == 0
 
 
 def write_config(tmp_path: Path, jobs: list[dict], keep: int = 7, dest: Path | None = None) -> Path:
+    """backup.json for hosts h1, h2 and h3, all with `dest` ("/" its mount point)."""
     dest = dest or tmp_path / "dest"
     dest.mkdir(exist_ok=True)
     path = tmp_path / "backup.json"
-    path.write_text(json.dumps({"format": 1, "cluster": "hal", "destination": str(dest), "keep": keep,
+    destinations = {host: {"path": str(dest), "mount_point": "/"} for host in ("h1", "h2", "h3")}
+    path.write_text(json.dumps({"format": 2, "cluster": "hal", "destinations": destinations, "keep": keep,
                                 "jobs": jobs}))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def key(tmp_path, monkeypatch) -> Path:
+    """This test's key, where hal-backup looks for it by default."""
+    path = tmp_path / "backup-manifest.key"
+    assert backup.make_key(path)
+    monkeypatch.setattr(backup, "KEY", str(path))
     return path
 
 
@@ -59,7 +74,8 @@ def run_at(config_path: Path, job: str, *times: dt.datetime) -> list[backup.Resu
     """Run `job` once at each of `times` (the clock of the stamps)."""
     config = backup.load_config(config_path)
     chosen = next(j for j in config.jobs if j.name == job)
-    return [backup.run_job(config, chosen, "h1", now=lambda t=t: t) for t in times]
+    key = backup.load_key(backup.KEY)
+    return [backup.run_job(config, chosen, "h1", key, now=lambda t=t: t) for t in times]
 
 
 def stamps(jobdir: Path) -> list[str]:
@@ -82,11 +98,12 @@ def source(tmp_path) -> Path:
 
 # ---- the files kind end to end ---------------------------------------------------------------
 
-def test_files_job_writes_a_snapshot_tar_restores(tmp_path, source):
+def test_files_job_writes_a_snapshot_tar_restores(tmp_path, source, key):
     """The program file itself, as the role installs it (no package around it): run, then the
     archive extracted holds the same bytes, modes and numeric owners."""
     config = write_config(tmp_path, [files_job("slurmctld_state", source)])
-    done = subprocess.run([sys.executable, str(PROGRAM), "run", "--config", str(config), "--host", "h1"],
+    done = subprocess.run([sys.executable, str(PROGRAM), "run", "--config", str(config), "--host", "h1",
+                           "--key", str(key)],
                           capture_output=True, text=True, cwd=tmp_path, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0, done.stderr
     jobdir = tmp_path / "dest" / "slurmctld_state"
@@ -95,9 +112,13 @@ def test_files_job_writes_a_snapshot_tar_restores(tmp_path, source):
     assert f"slurmctld_state: {jobdir / stamp}, 1 file," in done.stdout
     snap = jobdir / stamp
     manifest = json.loads((snap / "MANIFEST.json").read_text())
-    assert set(manifest) == {"format", "cluster", "job", "kind", "host", "created", "seconds", "secret", "files"}
+    assert set(manifest) == {"format", "cluster", "job", "kind", "host", "created", "seconds", "secret", "files",
+                             "key_id", "hmac"}
     assert (manifest["format"], manifest["cluster"], manifest["job"], manifest["kind"], manifest["host"],
-            manifest["secret"]) == (1, "hal", "slurmctld_state", "files", "h1", False)
+            manifest["secret"]) == (2, "hal", "slurmctld_state", "files", "h1", False)
+    assert manifest["key_id"] == backup.key_id(backup.load_key(key)) and re.fullmatch(r"[0-9a-f]{64}", manifest["hmac"])
+    assert backup.authenticity(manifest, backup.load_key(key)) is None
+    assert key.read_text() not in (snap / "MANIFEST.json").read_text()
     created = dt.datetime.strptime(manifest["created"], "%Y-%m-%dT%H:%M:%SZ")
     assert created.strftime("%Y%m%dT%H%M%SZ") == stamp
     assert isinstance(manifest["seconds"], float)
@@ -124,7 +145,7 @@ def test_files_job_writes_a_snapshot_tar_restores(tmp_path, source):
 def test_list_and_verify_a_good_snapshot(tmp_path, source, capsys):
     config = write_config(tmp_path, [files_job("slurmctld_state", source)])
     [result] = run_at(config, "slurmctld_state", T0)
-    rc, out, _ = hal_backup(capsys, "list", "--config", str(config))
+    rc, out, _ = hal_backup(capsys, "list", "--config", str(config), "--host", "h1")
     assert rc == 0
     header, row = out.splitlines()
     assert header.split() == ["JOB", "SNAPSHOT", "HOST", "KIND", "SIZE", "FILES", "AGE", "NOTE"]
@@ -133,7 +154,10 @@ def test_list_and_verify_a_good_snapshot(tmp_path, source, capsys):
     rc, out, _ = hal_backup(capsys, "verify", "--dest", str(tmp_path / "dest"))
     assert rc == 0, out
     assert out.splitlines() == [f"ok   slurmctld_state/20260301T023000Z (1 file, {backup.human_size(result.bytes)})",
-                                "1 snapshot checked, 0 failed"]
+                                f"1 snapshot checked, 0 failed ({backup.CHECKSUMS_ONLY})"]
+    rc, out, _ = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1")  # the host's own: the key
+    assert rc == 0, out
+    assert out.splitlines()[-1] == f"1 snapshot checked, 0 failed (authenticated with {backup.KEY})"
 
 
 def test_verify_names_a_changed_byte_a_deleted_file_and_an_extra_file(tmp_path, source, capsys):
@@ -156,7 +180,7 @@ def test_verify_names_a_changed_byte_a_deleted_file_and_an_extra_file(tmp_path, 
     assert f"FAIL slurmctld_state/{deleted.name}: files.tar: missing" in lines
     assert f"FAIL slurmctld_state/{extra.name}: notes.txt: not in the manifest" in lines
     assert any(line.startswith(f"ok   slurmctld_state/{intact.name}") for line in lines)
-    assert lines[-1] == "4 snapshots checked, 3 failed"
+    assert lines[-1] == f"4 snapshots checked, 3 failed ({backup.CHECKSUMS_ONLY})"
 
     rc, out, _ = hal_backup(capsys, "verify", "--dest", str(tmp_path / "dest"), f"slurmctld_state/{intact.name}")
     assert rc == 0, out
@@ -165,6 +189,170 @@ def test_verify_names_a_changed_byte_a_deleted_file_and_an_extra_file(tmp_path, 
     assert rc == 1
     assert "FAIL slurmctld_state/20990101T000000Z: no such snapshot under" in out
     assert "FAIL accounting_db: no such snapshot under" in out
+
+
+def _rewrite(snap: Path, data: bytes) -> None:
+    """What whoever can write the destination can do: a new payload, and a manifest whose
+    checksums match it (the HMAC left as it was, for want of the key)."""
+    (snap / "files.tar").chmod(0o600)
+    (snap / "files.tar").write_bytes(data)
+    manifest = json.loads((snap / "MANIFEST.json").read_text())
+    manifest["files"] = [{"name": "files.tar", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}]
+    (snap / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+def test_a_payload_rewritten_with_its_manifest_is_refused_with_the_key(tmp_path, source, key, capsys):
+    """Checksums alone cannot tell: without the key verify passes it and says what it did not
+    check; with the host's key (its own verify, or --key) the manifest does not authenticate."""
+    config = write_config(tmp_path, [files_job("secrets", source, secret=True)])
+    [result] = run_at(config, "secrets", T0)
+    _rewrite(result.path, b"a forged archive\n")
+    dest, name = str(tmp_path / "dest"), f"secrets/{result.path.name}"
+    rc, out, _ = hal_backup(capsys, "verify", "--dest", dest)
+    assert rc == 0 and out.splitlines()[-1].endswith(f"({backup.CHECKSUMS_ONLY})"), out
+    said = f"FAIL {name}: MANIFEST.json does not match its HMAC: changed after the snapshot was written"
+    for args in (["--dest", dest, "--key", str(key)], ["--config", str(config), "--host", "h1"]):
+        rc, out, err = hal_backup(capsys, "verify", *args)
+        assert rc == 1 and said in out.splitlines(), out + err
+    done = _cli("verify", dest, "--key", str(key))
+    assert done.exit_code == 1 and "does not match its HMAC" in done.stderr, done.output
+
+
+def test_a_manifest_sealed_with_another_key_or_moved_is_refused(tmp_path, source, key, capsys):
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)])
+    first, second = run_at(config, "slurmctld_state", T0, T0 + dt.timedelta(hours=1))
+    other = tmp_path / "other.key"
+    backup.make_key(other)
+    manifest = json.loads((first.path / "MANIFEST.json").read_text())
+    (first.path / "MANIFEST.json").write_text(json.dumps(backup.seal(manifest, backup.load_key(other))))
+    # An older snapshot renamed to a later stamp (so that `latest` would restore old state).
+    moved = second.path.parent / "20260302T000000Z"
+    os.rename(first.path, moved)
+    rc, out, _ = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1")
+    assert rc == 1
+    assert (f"FAIL slurmctld_state/20260302T000000Z: MANIFEST.json was sealed with another key "
+            f"('{backup.key_id(backup.load_key(other))}', this one is '{backup.key_id(backup.load_key(key))}')") in out
+    assert ("FAIL slurmctld_state/20260302T000000Z: MANIFEST.json says it was made at 2026-03-01T02:30:00Z, not at "
+            "its directory's stamp") in out
+    assert f"ok   slurmctld_state/{second.path.name}" in out
+
+
+def test_a_manifest_without_an_hmac_is_listed_never_authenticated(tmp_path, source, key, capsys):
+    """Format 1 (before manifests carried an HMAC): listed with a note, refused by verify with
+    the key, never counted or removed by a run."""
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)], keep=1)
+    [old] = run_at(config, "slurmctld_state", T0)
+    manifest = json.loads((old.path / "MANIFEST.json").read_text())
+    for field in ("hmac", "key_id"):
+        manifest.pop(field)
+    (old.path / "MANIFEST.json").write_text(json.dumps(dict(manifest, format=1)))
+    rc, out, _ = hal_backup(capsys, "list", "--dest", str(tmp_path / "dest"))
+    assert rc == 0 and out.splitlines()[1].endswith("no HMAC"), out
+    rc, out, _ = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1")
+    assert rc == 1 and "MANIFEST.json carries no HMAC (format 1: written before manifests were authenticated)" in out
+    [new] = run_at(config, "slurmctld_state", T0 + dt.timedelta(days=1))
+    assert new.removed == [] and old.path.exists()
+    assert new.warnings == [f"slurmctld_state/20260301T023000Z: MANIFEST.json carries no HMAC (format 1: written "
+                            "before manifests were authenticated): not counted among the 1 kept, not removed"]
+
+
+def test_a_future_dated_snapshot_is_reported_not_kept_as_newest(tmp_path, source, capsys):
+    """A snapshot made while the clock was a century ahead: every later run keeps its own
+    snapshot (it is not pruned in favour of the future one), the future one is said and left
+    alone; `age` counts from the newest snapshot made before now, never a negative or clamped
+    age, and says why it passed the other over; list shows its negative age."""
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)], keep=1)
+    future = T0 + dt.timedelta(days=36500)
+    [ahead] = run_at(config, "slurmctld_state", future)
+    first, second = run_at(config, "slurmctld_state", T0, T0 + dt.timedelta(hours=1))
+    assert first.removed == [] and second.removed == [first.path.name]
+    assert first.path.parent == ahead.path.parent and ahead.path.exists() and second.path.exists()
+    assert second.warnings == [f"slurmctld_state/{ahead.path.name}: dated in the future (made "
+                               f"{future.strftime('%Y-%m-%dT%H:%M:%SZ')}, now 2026-03-01T03:30:00Z): not counted as "
+                               "the newest, not removed"]
+    now = T0 + dt.timedelta(hours=3)
+    warned = []
+    [age] = backup.ages(tmp_path / "dest", ["slurmctld_state"], now=now, warn=warned.append,
+                        key=backup.load_key(backup.KEY))
+    assert (age.seconds, age.stamp) == (7200, second.path.name)
+    assert warned == [f"slurmctld_state/{ahead.path.name}: dated in the future (made "
+                      f"{future.strftime('%Y-%m-%dT%H:%M:%SZ')}, now 2026-03-01T05:30:00Z): not counted"]
+    rows = backup.rows(backup.snapshots(tmp_path / "dest"), now=now)
+    assert [(r[1], r[6], r[7]) for r in rows] == [(second.path.name, "2h 00m", ""),
+                                                 (ahead.path.name, "-36499d 21h", "future")]
+    rc, out, err = hal_backup(capsys, "age", "--config", str(config), "--host", "h1")
+    assert rc == 0 and re.fullmatch(r"slurmctld_state \d+\n", out) and "dated in the future" in err
+
+
+def test_retention_neither_counts_nor_removes_a_forged_snapshot(tmp_path, source):
+    """A snapshot put on the destination by someone without the key (a later stamp, checksums
+    that match): it would otherwise count as the newest and push the genuine ones out."""
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)], keep=1)
+    [genuine] = run_at(config, "slurmctld_state", T0)
+    forged = genuine.path.parent / "20260301T120000Z"
+    shutil.copytree(genuine.path, forged)
+    manifest = json.loads((forged / "MANIFEST.json").read_text())
+    (forged / "MANIFEST.json").write_text(json.dumps(dict(manifest, created="2026-03-01T12:00:00Z")))
+    [later] = run_at(config, "slurmctld_state", T0 + dt.timedelta(days=1))
+    assert later.removed == [genuine.path.name] and forged.exists() and later.path.exists()
+    assert later.warnings == ["slurmctld_state/20260301T120000Z: MANIFEST.json does not match its HMAC: changed after "
+                              "the snapshot was written: not counted among the 1 kept, not removed"]
+
+
+def test_the_key_is_made_once_root_only_and_checked(tmp_path, source, capsys):
+    path = tmp_path / "k" / "backup-manifest.key"
+    path.parent.mkdir()
+    rc, out, _ = hal_backup(capsys, "keygen", "--key", str(path))
+    assert (rc, out) == (0, f"hal-backup: made {path}\n")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and re.fullmatch(r"[0-9a-f]{64}\n", path.read_text())
+    made = path.read_text()
+    rc, out, _ = hal_backup(capsys, "keygen", "--key", str(path))
+    assert (rc, out, path.read_text()) == (0, f"hal-backup: {path} is there, kept\n", made)
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)])
+    path.chmod(0o644)
+    rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1", "--key", str(path))
+    assert (rc, err) == (2, f"hal-backup: error: the manifest key {path} is open to group or others (mode 0644): "
+                            f"chmod 600 {path}\n")
+    path.chmod(0o600)
+    path.write_text("short\n")
+    rc, _, err = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1", "--key", str(path))
+    assert (rc, err) == (2, f"hal-backup: error: the manifest key {path} holds 5 bytes, fewer than 32\n")
+    path.unlink()
+    rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1", "--key", str(path))
+    assert rc == 2 and err.startswith(f"hal-backup: error: no manifest key at {path}: the backup role makes it")
+    assert not (tmp_path / "dest" / "slurmctld_state").exists()
+
+
+@pytest.mark.parametrize("where", ["payload", "manifest"])
+def test_a_full_destination_says_no_space_left_on_device(tmp_path, source, capsys, monkeypatch, where):
+    """tar's last line on a full disk is "Error is not recoverable" and mariadb-dump's "Got errno
+    28 on write": the error names the cause. No partial snapshot is left."""
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)])
+    if where == "payload":
+        fake = tmp_path / "bin" / "tar"
+        fake.parent.mkdir()
+        fake.write_text("#!/bin/sh\necho 'tar: /b/files.tar: Cannot write: No space left on device' >&2\n"
+                        "echo 'tar: Error is not recoverable: exiting now' >&2\nexit 2\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    else:
+        def full(snapshot, record):
+            raise OSError(28, os.strerror(28), str(snapshot / "MANIFEST.json"))
+        monkeypatch.setattr(backup, "_write_manifest", full)
+    rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1")
+    assert rc == 1 and len(err.splitlines()) == 1 and "No space left on device" in err, err
+    assert err.startswith("hal-backup: error: job slurmctld_state: No space left on device")
+    assert _leftovers(tmp_path / "dest" / "slurmctld_state") == []
+
+
+def test_age_reports_this_host_s_jobs(tmp_path, source, capsys):
+    """Each host its own destination: a job of another host is not this host's to report."""
+    config = write_config(tmp_path, [files_job("slurmctld_state", source), files_job("other", source, host="h2")])
+    run_at(config, "slurmctld_state", T0)
+    rc, out, _ = hal_backup(capsys, "age", "--config", str(config), "--host", "h1")
+    assert rc == 0 and re.fullmatch(r"slurmctld_state \d+\n", out), out
+    rc, out, _ = hal_backup(capsys, "age", "--config", str(config), "--host", "h2")
+    assert (rc, out) == (0, "other none\n")
 
 
 def test_retention_keeps_the_newest_and_clears_what_runs_left_behind(tmp_path, source):
@@ -252,6 +440,16 @@ def test_a_failing_job_says_why_in_one_line_and_leaves_no_snapshot(tmp_path, sou
     assert len(stamps(tmp_path / "dest" / "slurmctld_state")) == 1
 
 
+def test_a_mount_point_that_is_not_mounted_is_refused(tmp_path, source, capsys):
+    config = write_config(tmp_path, [files_job("slurmctld_state", source)])
+    doc = json.loads(config.read_text())
+    doc["destinations"]["h1"]["mount_point"] = str(tmp_path)
+    config.write_text(json.dumps(doc))
+    rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1")
+    assert (rc, err) == (1, f"hal-backup: error: {tmp_path} is not a mount point: the file system of the destination "
+                            f"{tmp_path / 'dest'} is not mounted (hal-backup writes nothing there)\n")
+
+
 def test_a_destination_not_mounted_is_not_created(tmp_path, source, capsys):
     config = write_config(tmp_path, [files_job("slurmctld_state", source)])
     dest = tmp_path / "dest"
@@ -282,9 +480,9 @@ def test_run_chooses_this_hosts_jobs(tmp_path, source, capsys):
 
 # The contract's example of backup.json (docs: the model renders files/etc/hal-provision/backup.json).
 CONTRACT_EXAMPLE = {
-    "format": 1,
+    "format": 2,
     "cluster": "hal",
-    "destination": "/backup/hal",
+    "destinations": {"hal-mgmt1": {"path": "/backup/hal", "mount_point": "/backup"}},
     "keep": 7,
     "jobs": [
         {"name": "accounting_db", "kind": "mariadb", "host": "hal-mgmt1", "databases": ["slurm_acct_db"]},
@@ -299,7 +497,8 @@ CONTRACT_EXAMPLE = {
 
 def test_the_contracts_example_parses():
     config = backup.parse_config(CONTRACT_EXAMPLE)
-    assert (config.cluster, config.destination, config.keep) == ("hal", Path("/backup/hal"), 7)
+    assert (config.cluster, config.keep) == ("hal", 7)
+    assert config.destination("hal-mgmt1") == backup.Destination(Path("/backup/hal"), Path("/backup"))
     assert [(j.name, j.kind, j.host, j.secret) for j in config.jobs] == [
         ("accounting_db", "mariadb", "hal-mgmt1", False), ("directory", "slapd", "hal-mgmt1", False),
         ("monitoring", "influxdb", "hal-mgmt1", False), ("slurmctld_state", "files", "hal-mgmt1", False),
@@ -325,9 +524,17 @@ def _edit(change) -> dict:
 
 
 CONFIG_ERRORS = [
-    ("format", lambda d: d.update(format=2), "format: 2: this hal-backup reads format 1"),
+    ("format", lambda d: d.update(format=1), "format: 1: this hal-backup reads format 2"),
     ("unknown-top", lambda d: d.update(retention=3), "retention: unknown key"),
-    ("destination", lambda d: d.update(destination="backup"), "destination: 'backup' is not an absolute path"),
+    ("destinations", lambda d: d.pop("destinations"), "destinations: missing or not an object"),
+    ("destination-path", lambda d: d["destinations"]["hal-mgmt1"].update(path="backup"),
+     "destinations.hal-mgmt1.path: 'backup' is not an absolute path"),
+    ("destination-outside-its-mount", lambda d: d["destinations"]["hal-mgmt1"].update(path="/srv/hal"),
+     "destinations.hal-mgmt1.path: /srv/hal does not lie under its mount point /backup"),
+    ("destination-keys", lambda d: d["destinations"].update(h2="/backup"),
+     "destinations.h2: not an object of exactly path and mount_point"),
+    ("host-without-destination", lambda d: d["jobs"][2].update(host="hal-mgmt2"),
+     "jobs[2].host: 'hal-mgmt2' has no entry in destinations"),
     ("keep-zero", lambda d: d.update(keep=0), "keep: 0 is not a whole number of at least 1"),
     ("keep-bool", lambda d: d.update(keep=True), "keep: True is not a whole number of at least 1"),
     ("jobs", lambda d: d.pop("jobs"), "jobs: missing or not a list"),
@@ -356,7 +563,7 @@ def test_a_bad_configuration_names_its_field(change, said):
 @pytest.mark.parametrize(("text", "said"), [
     (None, "cannot read {path}: No such file or directory"),
     ("{not json", "{path}: not JSON: "),
-    ('{"format": 1}', "{path}: cluster: missing or not a name"),
+    ('{"format": 2}', "{path}: cluster: missing or not a name"),
 ])
 @pytest.mark.parametrize("command", ["run", "list", "verify", "age"])
 def test_an_unusable_configuration_exits_2_in_one_line(tmp_path, capsys, command, text, said):
@@ -371,7 +578,7 @@ def test_an_unusable_configuration_exits_2_in_one_line(tmp_path, capsys, command
 # ---- each kind's commands --------------------------------------------------------------------
 
 def _job(**entry) -> backup.Job:
-    doc = _edit(lambda d: d.update(jobs=[{"name": "j", "host": "h", **entry}]))
+    doc = _edit(lambda d: d.update(jobs=[{"name": "j", "host": "hal-mgmt1", **entry}]))
     return backup.parse_config(doc).jobs[0]
 
 
@@ -428,10 +635,10 @@ def test_age_of_the_newest_good_snapshot(tmp_path, source, capsys):
         f.write(b"x")
     assert backup.ages(dest, ["slurmctld_state"], now=now)[0].text() == "slurmctld_state 10800"
 
-    rc, out, _ = hal_backup(capsys, "age", "--config", str(config))
+    rc, out, _ = hal_backup(capsys, "age", "--config", str(config), "--host", "h1")
     assert rc == 0
     assert re.fullmatch(r"slurmctld_state \d+\nsecrets none\n", out), out
-    rc, out, _ = hal_backup(capsys, "age", "--config", str(config), "--influx")
+    rc, out, _ = hal_backup(capsys, "age", "--config", str(config), "--host", "h1", "--influx")
     assert rc == 0
     assert re.fullmatch(rf"hal_backup,job=slurmctld_state age_s=\d+\.\d,bytes={older.bytes}i\n"
                         r"hal_backup,job=secrets bytes=0i\n", out), out

@@ -393,7 +393,8 @@ def test_uptime_format(seconds, text):
 
 def backup_snapshots(tmp_path: Path, with_snapshot=("slurmctld_state",), without=("secrets",)) -> Path:
     """A backup.json whose files jobs `with_snapshot` have one real snapshot each (hal-backup
-    run: GNU tar of a small directory) and `without` none yet; its path."""
+    run: GNU tar of a small directory, its manifest sealed with the key `key` beside it) and
+    `without` none yet; its path."""
     state = tmp_path / "state"
     state.mkdir()
     (state / "job_state").write_bytes(b"state" * 100)
@@ -401,11 +402,14 @@ def backup_snapshots(tmp_path: Path, with_snapshot=("slurmctld_state",), without
     dest.mkdir()
     jobs = [{"name": name, "kind": "files", "host": "h1", "paths": [str(state)]} for name in (*with_snapshot, *without)]
     config = tmp_path / "backup.json"
-    config.write_text(json.dumps({"format": 1, "cluster": "hal", "destination": str(dest), "keep": 2, "jobs": jobs}))
+    config.write_text(json.dumps({"format": 2, "cluster": "hal", "keep": 2, "jobs": jobs,
+                                  "destinations": {"h1": {"path": str(dest), "mount_point": "/"}}}))
+    backup_program.make_key(tmp_path / "key")
+    key = backup_program.load_key(tmp_path / "key")
     loaded = backup_program.load_config(config)
     for job in loaded.jobs:
         if job.name in with_snapshot:
-            backup_program.run_job(loaded, job, "h1")
+            backup_program.run_job(loaded, job, "h1", key)
     return config
 
 
@@ -427,7 +431,7 @@ def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
     if name == "backup":  # hal-backup's age of a real snapshot (a job without one: test_backup_collector_...)
         config = backup_snapshots(tmp_path, with_snapshot=("slurmctld_state",), without=())
         return [lp.parse_line(a.line_protocol())
-                for a in backup_program.ages(backup_program.load_config(config).destination)]
+                for a in backup_program.ages(backup_program.load_config(config).destination("h1").path)]
     builtins = {"cpu": host.CpuStats(percpu=False).points, "mem": host.mem_points, "system": host.system_points,
                 "disk": host.disk_points, "net": host.net_points, "processes": host.processes_points}
     if name in builtins:
@@ -712,7 +716,7 @@ def test_backup_collector_runs_through_the_standins_exec_input(tmp_path):
     sudo, program = bin_dir / "sudo", bin_dir / "hal-backup"
     sudo.write_text('#!/bin/sh\n[ "$1" = -n ] || exit 1\nshift\nexec "$@"\n')
     program.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(backup_program.__file__)} "$@" '
-                       f'--config {shlex.quote(str(config))}\n')
+                       f'--config {shlex.quote(str(config))} --host h1 --key {shlex.quote(str(tmp_path / "key"))}\n')
     for script in (sudo, program):
         script.chmod(0o755)
     assert render_monitoring.SUDO in rendered and render_monitoring.BACKUP_AGE in rendered
