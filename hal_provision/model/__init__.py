@@ -11,7 +11,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from ..hostlist import MAX_HOSTS, common_count, count_bound, empty, expand, fold, nodeset, outside, overlap, overlaps, pieces, union_shared
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
-from .backup import STATES as BACKUP_STATES, Backup, BackupDestination
+from .backup import SECRET_STATES as BACKUP_SECRET_STATES, STATES as BACKUP_STATES, Backup, BackupDestination
 from .base import Strict
 from .deploy import Deploy, DistributionPoint
 from .composable import Composable, GpuPool, Layout, PoolGpus
@@ -48,6 +48,11 @@ class BackupJob(NamedTuple):
     state: str  # one of model.backup.STATES
     host: str
     sources: tuple[str, ...] = ()  # a secrets job's: the services (Services' keys) whose secrets it holds
+
+    @property
+    def secret(self) -> bool:
+        """Its snapshots are root's alone, on a file system only its host mounts (SECRET_STATES)."""
+        return self.state in BACKUP_SECRET_STATES
 
 
 class DeployPoint(NamedTuple):
@@ -137,8 +142,10 @@ class Cluster(Strict):
         grafana = self.monitoring.grafana if self.monitoring else None
         if grafana is not None and grafana.datasource is None:
             grafana.datasource = f"{info.name.upper()} InfluxDB"
-        if self.backup is not None and self.backup.destination.subdirectory is None:
-            self.backup.destination.subdirectory = info.name
+        if self.backup is not None:
+            for destination in (self.backup.destination, *self.backup.host_destinations.values()):
+                if destination.subdirectory is None:
+                    destination.subdirectory = info.name
         return self
 
     # resolved placement hostlist -> the expression with @references it was written as
@@ -521,25 +528,34 @@ class Cluster(Strict):
                 jobs.append(BackupJob(state, state, self.backup_sources[state]))
         return tuple(jobs)
 
-    @property
-    def backup_mount(self) -> MountedFilesystem | None:
-        """The shared mount of backup.destination.filesystem on the first backup job's host (the
-        one whose mount point every job's host must share); None without a backup section or
-        where that host does not mount it (a check reports it)."""
-        if self.backup is None or not self.backup_jobs:
-            return None
-        host = self.backup_jobs[0].host
-        return next((m for m in self.shared_mounts
-                     if m.name == self.backup.destination.filesystem and host in m.hosts), None)
+    def backup_destination_of(self, host: str) -> BackupDestination:
+        """Where `host`'s snapshots go: its backup.host_destinations entry, else backup.destination."""
+        return self.backup.host_destinations.get(host, self.backup.destination)
 
     @property
-    def backup_destination(self) -> str | None:
-        """The directory the snapshots go to on every backed-up host: backup_mount's mount point
-        and the destination's subdirectory. None where backup_mount is."""
-        mount = self.backup_mount
-        if mount is None:
-            return None
-        return f"{mount.mount_point.rstrip('/')}/{self.backup.destination.subdirectory}"
+    def backup_mounts(self) -> dict[str, MountedFilesystem | None]:
+        """Each host with backup jobs (jobs' order) -> the shared mount of its destination's file
+        system on that host; None where it does not mount it (a check reports it)."""
+        if self.backup is None:
+            return {}
+        out: dict[str, MountedFilesystem | None] = {}
+        for host in dict.fromkeys(job.host for job in self.backup_jobs):
+            name = self.backup_destination_of(host).filesystem
+            out[host] = next((m for m in self.shared_mounts if m.name == name and host in m.hosts), None)
+        return out
+
+    @property
+    def backup_destinations(self) -> dict[str, tuple[str, str]]:
+        """Each host with backup jobs -> (the directory its snapshots go to, the mount point it
+        lies on): the mount point of its destination's file system there and the destination's
+        subdirectory. Empty without a backup section, or where a host's is not resolved (a
+        check reports it): no backup.json is rendered then."""
+        mounts = self.backup_mounts
+        if not mounts or None in mounts.values():
+            return {}
+        return {host: (f"{mount.mount_point.rstrip('/')}/{self.backup_destination_of(host).subdirectory}",
+                       mount.mount_point)
+                for host, mount in mounts.items()}
 
     # ---- deploy (properties, not cached: a model_copy with another deploy stays right) ----
     @property

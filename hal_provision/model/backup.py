@@ -4,10 +4,13 @@ and which state is backed up.
 A cluster's lasting state is a few things on its management hosts: the accounting database,
 the LDAP directory, the monitoring database, slurmctld's state directory and the secrets the
 roles generate on the nodes (munge key, database and directory passwords, the cluster CA).
-Each is backed up by the host that holds it, as a dated, checksummed snapshot on a shared file
-system of the model, which every such host mounts (a systemd timer runs `hal-backup run`
-there). Which host holds what is a derived view of the Cluster (`backup_jobs`); what each job
-reads is the renderer's (render/backup.py).
+Each is backed up by the host that holds it, as a dated, checksummed and authenticated snapshot
+on a shared file system of the model that the host mounts (a systemd timer runs `hal-backup
+run` there): `destination`, or the host's own in `host_destinations`. A host whose jobs hold
+secrets needs one only it mounts (a check refuses another), since root on any client of an
+export without root squashing reads everything on it. Which host holds what is a derived view
+of the Cluster (`backup_jobs`, `backup_destinations`); what each job reads is the renderer's
+(render/backup.py).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from .oncalendar import FORMS
 # Every kind of state, in the order the jobs run.
 STATES = ("accounting_db", "directory", "monitoring", "slurmctld_state", "secrets")
 State = Literal["accounting_db", "directory", "monitoring", "slurmctld_state", "secrets"]
+# State that holds secrets: the directory holds password hashes (userPassword, the rootdn's in
+# cn=config); slurmctld's state the batch scripts and environments of queued jobs; secrets the
+# generated keys and passwords. Their snapshots are root's alone, on a file system only their
+# host mounts.
+SECRET_STATES = ("directory", "slurmctld_state", "secrets")
 
 DEFAULT_SCHEDULE = "*-*-* 02:30:00"
 
@@ -51,7 +59,13 @@ class BackupDestination(Strict):
 
 
 class Backup(Strict):
-    destination: BackupDestination = Field(description="Where the snapshots go.")
+    destination: BackupDestination = Field(
+        description="Where the snapshots go: of every host with backup jobs but those host_destinations names.")
+    host_destinations: dict[Name, BackupDestination] = Field(
+        default_factory=dict,
+        description="Per host with backup jobs, where its snapshots go instead of destination: a host whose jobs "
+        "hold secrets (the directory, slurmctld's state, the generated secrets) needs a file system no other host "
+        "mounts, so that no other host's root can read them (a check refuses one that others mount).")
     schedule: str = Field(
         DEFAULT_SCHEDULE,
         description="When the backups run: the OnCalendar= expression of the hal-backup timer on each host that "

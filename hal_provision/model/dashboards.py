@@ -452,8 +452,9 @@ def admin(cluster: Cluster) -> Dashboard:
 
 def backup_panels(cluster: Cluster) -> list[Panel]:
     """Where the backup collector runs (model.monitoring.backup_collector_hosts): how many jobs
-    are late or have no good snapshot now, and each job's age over time. Every host with jobs
-    reports every job of the shared destination: per job, the oldest age reported counts."""
+    are late or have no good snapshot now, and each job's age over time. Each host with jobs
+    reports its own (hal-backup age, from its own destination): per job, the oldest age reported
+    counts, and a job whose host stops reporting counts as missing."""
     hosts = backup_collector_hosts(cluster)
     if not hosts:
         return []

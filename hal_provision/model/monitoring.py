@@ -214,7 +214,7 @@ def backup_collector_hosts(cluster: Cluster) -> list[str]:
     """The hosts that run the backup collector: each host of a backup job (backup.json's
     "host"), once, in the jobs' order. None without monitoring, and none where the backup's
     destination is not resolved (no backup.json is rendered; a check says why)."""
-    if cluster.monitoring is None or cluster.backup_destination is None:
+    if cluster.monitoring is None or not cluster.backup_destinations:
         return []
     return list(dict.fromkeys(job.host for job in cluster.backup_jobs))
 

@@ -3,10 +3,13 @@
 - ``files/etc/hal-provision/backup.json``: the jobs (the model's `backup_jobs`), each with what
   `hal-backup run` reads: the accounting database slurmdbd.conf names (StorageLoc), the
   directory's suffix, the InfluxDB database Telegraf writes into, slurmctld's
-  StateSaveLocation, and the secret files the roles generate on each host. The same file on
-  every host; each host runs the jobs whose "host" is its own name. No secret is in it.
+  StateSaveLocation, and the secret files the roles generate on each host; and each host's
+  destination (model.backup_destinations: the directory and the mount point it lies on). The
+  same file on every host; each host runs the jobs whose "host" is its own name. No secret is in
+  it, nor the manifests' key (made on each host).
 - ``files/etc/systemd/system/hal-backup.service`` and ``hal-backup.timer``: `hal-backup run`
-  at `backup.schedule`, idle priority, after the destination is mounted.
+  at `backup.schedule`, idle priority, after the destination is mounted (the same unit on every
+  host: it names every host's destination, and each host mounts its own).
 
 Its layout is the contract with hal-backup (hal_provision/node/backup.py), which refuses keys
 it does not know: so, unlike the other JSON files, no "_comment" header key.
@@ -25,7 +28,7 @@ from .portal import CA_SIGNED_CERT, CA_SIGNED_KEY, COOKIE_SECRET
 CONFIG = "files/etc/hal-provision/backup.json"
 SERVICE = "files/etc/systemd/system/hal-backup.service"
 TIMER = "files/etc/systemd/system/hal-backup.timer"
-FORMAT = 1
+FORMAT = 2
 PROGRAM = "/usr/local/sbin/hal-backup"
 
 # The secret files each service's role generates on its host (the role variable named with
@@ -44,17 +47,13 @@ SECRET_FILES = {
         "/etc/ldap/tls/ldap-server.crt",  # ldap_server_tls_cert_file
     ],
 }
-# Services whose state holds secrets: their snapshots are readable by root only. The
-# directory holds password hashes (userPassword, the rootdn's in cn=config); slurmctld's
-# state holds the batch scripts and environments of queued jobs.
-SECRET_STATES = {"directory", "slurmctld_state", "secrets"}
 
 
 def render(cluster: Cluster) -> dict[str, str]:
-    destination = cluster.backup_destination
-    if destination is None:
+    destinations = cluster.backup_destinations
+    if not destinations:
         return {}
-    return {CONFIG: config_json(cluster, destination), SERVICE: service_unit(cluster, destination),
+    return {CONFIG: config_json(cluster, destinations), SERVICE: service_unit(cluster, destinations),
             TIMER: timer_unit(cluster)}
 
 
@@ -72,7 +71,7 @@ def secret_files(cluster: Cluster, services: tuple[str, ...]) -> list[str]:
 
 
 def job_entry(cluster: Cluster, job: BackupJob) -> dict:
-    entry: dict = {"name": job.name, "host": job.host, "secret": job.state in SECRET_STATES}
+    entry: dict = {"name": job.name, "host": job.host, "secret": job.secret}
     if job.state == "accounting_db":
         entry.update(kind="mariadb", databases=[cluster.slurm.accounting_database])
     elif job.state == "directory":
@@ -86,25 +85,29 @@ def job_entry(cluster: Cluster, job: BackupJob) -> dict:
     return entry
 
 
-def config_json(cluster: Cluster, destination: str) -> str:
+def config_json(cluster: Cluster, destinations: dict[str, tuple[str, str]]) -> str:
     body = {
         "format": FORMAT,
         "cluster": cluster.cluster.name,
-        "destination": destination,
+        "destinations": {host: {"path": path, "mount_point": mount_point}
+                         for host, (path, mount_point) in destinations.items()},
         "keep": cluster.backup.keep,
         "jobs": [job_entry(cluster, job) for job in cluster.backup_jobs],
     }
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
-def service_unit(cluster: Cluster, destination: str) -> str:
-    mount_point = cluster.backup_mount.mount_point
+def service_unit(cluster: Cluster, destinations: dict[str, tuple[str, str]]) -> str:
+    paths = list(dict.fromkeys(path for path, _mount_point in destinations.values()))
+    mount_points = list(dict.fromkeys(mount_point for _path, mount_point in destinations.values()))
     return header(cluster) + f"""\
-# One run of this host's backup jobs (backup.json); started by hal-backup.timer.
+# One run of this host's backup jobs (backup.json); started by hal-backup.timer. The same unit on
+# every host: it names each host's destination; a host mounts only its own, and a path that is
+# no mount there adds no dependency (RequiresMountsFor=) and is skipped ('-', ReadWritePaths=).
 [Unit]
-Description=hal-provision backup of this host's state to {destination}
+Description=hal-provision backup of this host's state (to {' or '.join(paths)})
 Documentation=file:/etc/hal-provision/backup.json
-RequiresMountsFor={destination}
+RequiresMountsFor={' '.join(paths)}
 Wants=network-online.target
 After=network-online.target mariadb.service slapd.service influxdb.service
 
@@ -117,12 +120,12 @@ CPUSchedulingPolicy=batch
 IOSchedulingClass=idle
 # Root, to read the databases (their local sockets and directories) and the secrets, and to
 # write root-owned snapshots (hal-backup makes the secret ones root-only); the rest of the
-# system it may read, not change.
+# system it may read, not change (the manifests' key in /etc too).
 CapabilityBoundingSet=CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER
 NoNewPrivileges=true
 ProtectSystem=full
 ProtectHome=read-only
-ReadWritePaths={mount_point}
+ReadWritePaths={' '.join('-' + m for m in mount_points)}
 PrivateTmp=true
 PrivateDevices=true
 ProtectKernelTunables=true

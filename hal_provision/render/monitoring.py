@@ -13,9 +13,9 @@
   host alone (a second copy elsewhere would count every job twice).
 * ``files/etc/telegraf/hosts/<host>/hal-backup.conf``: the backup collector, on every host with
   backup jobs (model.monitoring.backup_collector_hosts): ``sudo -n hal-backup age --influx``.
-  Each reports every job of the shared destination, so a job whose host is down still shows
-  its age growing. Root, because the secret jobs' snapshots are root's alone (as the telegraf
-  user, `age` would report them as having none); ``hal-backup.sudoers`` beside it lets the
+  Each reports its own jobs, from its own destination (a job whose host stops reporting counts
+  as missing on the dashboard). Root, because the secret jobs' snapshots and the manifests' key
+  are root's alone (as the telegraf user, `age` could not read them); ``hal-backup.sudoers`` beside it lets the
   telegraf user run exactly that command line as root, and nothing else (the telegraf role
   installs it into /etc/sudoers.d, checked by visudo).
 * ``files/etc/hal-provision/monitoring.json``: database, retention, port and users for the
@@ -188,7 +188,7 @@ def render(cluster: Cluster) -> dict[str, str]:
     for host in backup_hosts:
         files[f"files/etc/telegraf/hosts/{host}/hal-backup.conf"] = host_conf(
             cluster, "backup", f"The backup collector, on each host with backup jobs ({', '.join(backup_hosts)}):",
-            "the age of every job's last good snapshot on the shared destination, run as root",
+            "the age of this host's jobs' last good snapshots on its own destination, run as root",
             "(hal-backup.sudoers).")
         files[f"files/etc/telegraf/hosts/{host}/hal-backup.sudoers"] = backup_sudoers(cluster)
     facts = {

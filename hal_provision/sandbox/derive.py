@@ -8,7 +8,9 @@ the original and renders with the same renderers.
 The backup section stays where its destination can: an NFS export whose server the sandbox
 does not keep (HAL's data node) is served in the sandbox's model by a kept host that runs no
 service (the login node), as every shared file system of the sandbox is a host directory bound
-into the hosts that mount it, whoever the model says serves it.
+into the hosts that mount it, whoever the model says serves it. A host's own destination
+(backup.host_destinations) goes with the host where the sandbox does not keep it (HAL's
+hal-mgmt2, whose portal moves to the management node).
 
 Two settings are shortened so the tests see their effect within a minute: the health check's
 interval and PriorityCalcPeriod (fair-share factors of new accounts).
@@ -146,7 +148,7 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
             shared = storage.filesystem_names()
             data["containers"]["bind_filesystems"] = [name for name in binds if name in shared]
         if "backup" in data:
-            data["backup"] = _sandbox_backup(data["backup"], storage.filesystem_names(), svc)
+            data["backup"] = _sandbox_backup(data["backup"], storage.filesystem_names(), svc, keep)
             if data["backup"] is None:
                 del data["backup"]
     kept_roles = {g["role"] for g in data["nodes"]}
@@ -240,23 +242,33 @@ def _backup_rehome(cluster: Cluster, keep, services: dict, candidates: list[str]
     of `candidates` (the login node, then the compute nodes) that runs no service, so that it
     backs nothing up. The sandbox binds the export's host directory into the hosts that mount
     it whoever serves it (lifecycle.SharedMount); the model keeps the section and its checks.
-    Empty where nothing needs re-homing or no host qualifies (the section is then dropped)."""
+    Empty where nothing needs re-homing or no host qualifies (the section is then dropped).
+    The same for each kept host's own destination (backup.host_destinations)."""
     if cluster.backup is None:
         return {}
-    export = cluster.storage.nfs.export(cluster.backup.destination.filesystem)
-    if export is None or export.server in keep:
-        return {}
+    names = [cluster.backup.destination.filesystem]
+    names += [d.filesystem for host, d in cluster.backup.host_destinations.items() if host in keep]
     busy = {h for hosts in services.values() for h in nodeset(hosts)}
     host = next((h for h in candidates if h not in busy), None)
-    return {export.name: host} if host is not None else {}
+    out = {}
+    for name in dict.fromkeys(names):
+        export = cluster.storage.nfs.export(name)
+        if export is not None and export.server not in keep and host is not None:
+            out[name] = host
+    return out
 
 
-def _sandbox_backup(backup: dict, filesystems: set[str], services: dict) -> dict | None:
+def _sandbox_backup(backup: dict, filesystems: set[str], services: dict, keep) -> dict | None:
     """The backup section where its file system survives the narrowing (None where it does
     not: a GPFS file system, which containers cannot run, or an export no kept host can
-    serve), without the states whose service the sandbox lost."""
+    serve), without the states whose service the sandbox lost, and with the own destinations
+    of kept hosts only."""
     if backup["destination"]["filesystem"] not in filesystems:
         return None
+    if "host_destinations" in backup:
+        own = {host: d for host, d in backup["host_destinations"].items()
+               if host in keep and d["filesystem"] in filesystems}
+        backup = dict(backup, host_destinations=own)
     needs = {"directory": "ldap", "monitoring": "monitoring_db"}
     if "state" in backup:
         backup = dict(backup, state=[s for s in backup["state"] if needs.get(s, "slurmctld") in services])

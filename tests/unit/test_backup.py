@@ -31,8 +31,15 @@ NO_SYSTEMD = "systemd-analyze is not installed on this machine (Debian: apt-get 
 SECTION = "  destination: {filesystem: backup}           # [assumed] under /backup/hal (the cluster's name)\n"
 SCHEDULE = '  schedule: "*-*-* 02:30:00"  '
 KEEP = "  keep: 7    "
-BACKUP_MOUNT = '      - {export: backup, mount_point: /backup, clients: "hal-mgmt1,hal-mgmt2"}'
-EXPORT_OPTIONS = "options: [rw, sync, no_subtree_check, no_root_squash]}"
+BACKUP_EXPORT = "{name: backup, server: hal-data, path: /export/backup, clients: hal-mgmt1,"
+BACKUP_MOUNT = "      - {export: backup, mount_point: /backup, clients: hal-mgmt1}"
+MGMT2_MOUNT = "      - {export: backup-mgmt2, mount_point: /backup-mgmt2, clients: hal-mgmt2}       # [assumed]\n"
+OWN = "    hal-mgmt2: {filesystem: backup-mgmt2}\n"
+HOST_DESTINATIONS = "  host_destinations:                          # [assumed] hal-mgmt2's on its own export: /backup-mgmt2/hal\n"
+# HAL before each management node had an export of its own: one export, both nodes its clients.
+SHARED = [(HOST_DESTINATIONS + OWN, ""),
+          (BACKUP_EXPORT, BACKUP_EXPORT.replace("clients: hal-mgmt1,", 'clients: "hal-mgmt1,hal-mgmt2",')),
+          (BACKUP_MOUNT, BACKUP_MOUNT.replace("clients: hal-mgmt1}", 'clients: "hal-mgmt1,hal-mgmt2"}'))]
 NFS_SERVER = "        threads: 32                           # [assumed]\n"
 
 
@@ -44,18 +51,36 @@ ROWS = [
     ("destination-not-a-file-system", [(SECTION, "  destination: {filesystem: backups}\n")],
      E, "backup.destination.filesystem",
      "'backups' is not a shared file system of the model (an NFS export or a GPFS file system); did you mean 'backup'?"),
-    ("backed-up-host-does-not-mount", [(BACKUP_MOUNT, BACKUP_MOUNT.replace('"hal-mgmt1,hal-mgmt2"', "hal-mgmt1"))],
-     E, "backup.destination.filesystem",
-     "hal-mgmt2 backs up state (hal-mgmt2: secrets-hal-mgmt2) but does not mount 'backup': add it to the clients "
-     "of a storage.nfs.mounts entry of export 'backup'"),
-    ("backed-up-hosts-outside-gpfs", [(SECTION, "  destination: {filesystem: halfs}\n")],
-     E, "backup.destination.filesystem", "hal-mgmt[1-2] (2 hosts) back up state (hal-mgmt1: accounting_db, directory, "
-     "monitoring, slurmctld_state, secrets-hal-mgmt1; hal-mgmt2: secrets-hal-mgmt2) but do not mount 'halfs': make "
-     "them members of the GPFS cluster"),
-    ("backed-up-hosts-mount-it-apart",
-     [(BACKUP_MOUNT, BACKUP_MOUNT.replace('"hal-mgmt1,hal-mgmt2"', "hal-mgmt1")
-       + "\n      - {export: backup, mount_point: /srv/backup, clients: hal-mgmt2}")],
-     E, "backup.destination.filesystem", "'backup' is mounted at /backup on hal-mgmt1 but at /srv/backup on hal-mgmt2"),
+    ("backed-up-host-does-not-mount", [(MGMT2_MOUNT, "")],
+     E, "backup.host_destinations.hal-mgmt2.filesystem",
+     "hal-mgmt2 backs up state (hal-mgmt2: secrets-hal-mgmt2) but does not mount 'backup-mgmt2': add it to the "
+     "clients of a storage.nfs.mounts entry of export 'backup-mgmt2'"),
+    ("backed-up-hosts-outside-gpfs", [(SECTION, "  destination: {filesystem: halfs}\n"), (OWN, "    hal-mgmt2: {filesystem: halfs}\n")],
+     E, "backup.destination.filesystem", "hal-mgmt1 backs up state (hal-mgmt1: accounting_db, directory, "
+     "monitoring, slurmctld_state, secrets-hal-mgmt1) but does not mount 'halfs': make them members of the GPFS "
+     "cluster"),
+    ("own-destination-not-a-file-system", [(OWN, "    hal-mgmt2: {filesystem: backup-mgmt3}\n")],
+     E, "backup.host_destinations.hal-mgmt2.filesystem", "'backup-mgmt3' is not a shared file system of the model"),
+    ("own-destination-of-no-host", [(OWN, OWN + "    hal-mgmt3: {filesystem: backup-mgmt2}\n")],
+     E, "backup.host_destinations.hal-mgmt3", "hal-mgmt3 is no node of the model (the hosts with backup jobs: "
+     "hal-mgmt1, hal-mgmt2); did you mean"),
+    # Secret snapshots on an export another host may mount: its root reads them (no_root_squash).
+    ("secrets-on-an-export-both-management-nodes-mount", SHARED,
+     E, "backup.destination.filesystem", "hal-mgmt2's secret snapshots (secrets-hal-mgmt2) would go to 'backup', "
+     "which hal-mgmt1 may mount too (storage.nfs.exports[1].clients): root there reads them"),
+    ("secrets-on-an-export-another-host-may-mount-unmounted",
+     [(BACKUP_EXPORT, BACKUP_EXPORT.replace("clients: hal-mgmt1,", 'clients: "hal-mgmt1,hal-login",'))],
+     E, "backup.destination.filesystem", "hal-mgmt1's secret snapshots (directory, slurmctld_state, "
+     "secrets-hal-mgmt1) would go to 'backup', which hal-login may mount too (storage.nfs.exports[1].clients)"),
+    ("secrets-on-an-export-a-network-may-mount",
+     [(BACKUP_EXPORT, BACKUP_EXPORT.replace("clients: hal-mgmt1,", "clients: hal-mgmt1, networks: [mgmt],"))],
+     E, "backup.destination.filesystem", "which any host of network mgmt (storage.nfs.exports[1].networks) may mount "
+     "too (storage.nfs.exports[1].clients and .networks)"),
+    ("secrets-on-gpfs", [(SECTION, "  destination: {filesystem: halfs}\n"), (OWN, ""), (HOST_DESTINATIONS, ""),
+                         ('hosts: "hal-login,hal-dtn"', 'hosts: "hal-login,hal-dtn,hal-mgmt[1-2]"')],
+     E, "backup.destination.filesystem", "hal-mgmt1's secret snapshots (directory, slurmctld_state, secrets-hal-mgmt1) "
+     "would go to 'halfs', which hal[01-16],hal-dev,hal-dtn,hal-login,hal-mgmt2 (20 hosts) may mount too (every "
+     "member of the GPFS cluster mounts it)"),
     ("destination-served-by-a-backed-up-host",
      [(NFS_SERVER, NFS_SERVER + "      - {host: hal-mgmt1, volumes: [/srv]}\n"),
       ("{name: backup, server: hal-data, path: /export/backup,", "{name: backup, server: hal-mgmt1, path: /srv/backup,")],
@@ -77,7 +102,9 @@ ROWS = [
     ("keep-none", [(KEEP, "  keep: 0    ")], E, "backup.keep", "greater than or equal to 1"),
     ("subdirectory-leaves-the-file-system", [(SECTION, "  destination: {filesystem: backup, subdirectory: ../etc}\n")],
      E, "backup.destination.subdirectory", "'../etc' is not a relative directory"),
-    ("destination-squashes-root", [(EXPORT_OPTIONS, "options: [rw, sync, no_subtree_check, root_squash]}")],
+    ("destination-squashes-root",
+     [(BACKUP_EXPORT + "\n         options: [rw, sync, no_subtree_check, no_root_squash]}",
+       BACKUP_EXPORT + "\n         options: [rw, sync, no_subtree_check, root_squash]}")],
      W, "storage.nfs.exports[1].options", "export 'backup' holds the backups but maps root to nobody (root_squash, "
      "exports(5)'s default): hal-backup runs as root"),
 ]
@@ -94,6 +121,9 @@ ACCEPTED = [
     ("weekdays-at-night-utc", [(SCHEDULE, '  schedule: "Mon..Fri *-*-* 01:15 UTC"  ')]),
     ("every-six-hours", [(SCHEDULE, '  schedule: "*-*-* 00/6:00:00"  ')]),
     ("own-subdirectory", [(SECTION, "  destination: {filesystem: backup, subdirectory: nightly/hal}\n")]),
+    # Jobs without secrets may share an export: only the secret ones need one of their host's own.
+    ("a-shared-export-for-state-without-secrets",
+     SHARED + [(KEEP, KEEP + "\n  state: [accounting_db, monitoring]\n#")]),
     ("no-backup-section", [lambda text: text[: text.index("\nbackup:")] + "\n"]),
 ]
 
@@ -111,7 +141,14 @@ def test_valid_backup_variation_is_accepted(check_file, edited, mutation):
 def test_hal_backs_up_every_state_from_the_host_that_holds_it():
     hal = hal_with()
     assert hal.backup.destination.subdirectory == "hal"  # the cluster's name, filled in once
-    assert hal.backup_destination == "/backup/hal"
+    assert hal.backup.host_destinations["hal-mgmt2"].subdirectory == "hal"
+    # Each management node its own export, mounted there alone.
+    assert hal.backup_destinations == {"hal-mgmt1": ("/backup/hal", "/backup"),
+                                       "hal-mgmt2": ("/backup-mgmt2/hal", "/backup-mgmt2")}
+    assert {h: (m.name, str(m.hosts)) for h, m in hal.backup_mounts.items()} == {
+        "hal-mgmt1": ("backup", "hal-mgmt1"), "hal-mgmt2": ("backup-mgmt2", "hal-mgmt2")}
+    assert [(e.name, e.clients, e.networks) for e in hal.storage.nfs.exports if e.name.startswith("backup")] == [
+        ("backup", "hal-mgmt1", []), ("backup-mgmt2", "hal-mgmt2", [])]
     assert [(j.name, j.host) for j in hal.backup_jobs] == [
         ("accounting_db", "hal-mgmt1"), ("directory", "hal-mgmt1"), ("monitoring", "hal-mgmt1"),
         ("slurmctld_state", "hal-mgmt1"), ("secrets-hal-mgmt1", "hal-mgmt1"), ("secrets-hal-mgmt2", "hal-mgmt2")]
@@ -190,8 +227,10 @@ def test_backup_json_takes_its_values_from_the_other_renderers(hal_files):
     """The database, suffix and state directory are those slurmdbd.conf, the directory, the
     monitoring facts and slurm.conf name."""
     doc = json.loads(hal_files[CONFIG])
-    assert (doc["format"], doc["cluster"], doc["destination"], doc["keep"]) == (1, "hal", "/backup/hal", 7)
-    assert set(doc) == {"format", "cluster", "destination", "keep", "jobs"}
+    assert (doc["format"], doc["cluster"], doc["keep"]) == (2, "hal", 7)
+    assert doc["destinations"] == {"hal-mgmt1": {"path": "/backup/hal", "mount_point": "/backup"},
+                                   "hal-mgmt2": {"path": "/backup-mgmt2/hal", "mount_point": "/backup-mgmt2"}}
+    assert set(doc) == {"format", "cluster", "destinations", "keep", "jobs"}
     jobs = {job["name"]: job for job in doc["jobs"]}
     assert [(j["name"], j["kind"], j["host"], j["secret"]) for j in doc["jobs"]] == [
         ("accounting_db", "mariadb", "hal-mgmt1", False), ("directory", "slapd", "hal-mgmt1", True),
@@ -230,8 +269,9 @@ def test_secret_files_are_where_the_roles_generate_them(hal_files):
 
 def test_units_run_hal_backup_on_the_schedule(hal_files):
     service, timer = hal_files[SERVICE], hal_files[TIMER]
-    assert f"ExecStart={PROGRAM} run\n" in service and "RequiresMountsFor=/backup/hal\n" in service
-    assert "Type=oneshot\n" in service and "IOSchedulingClass=idle\n" in service and "ReadWritePaths=/backup\n" in service
+    assert f"ExecStart={PROGRAM} run\n" in service and "RequiresMountsFor=/backup/hal /backup-mgmt2/hal\n" in service
+    assert "Type=oneshot\n" in service and "IOSchedulingClass=idle\n" in service
+    assert "ReadWritePaths=-/backup -/backup-mgmt2\n" in service  # each host's own; '-': not there, skipped
     assert "OnCalendar=*-*-* 02:30:00\n" in timer and "Persistent=true\n" in timer
     assert "RandomizedDelaySec=15min\n" in timer
 

@@ -366,8 +366,9 @@ ACCEPTED = [
                                            ('max_wall: "1-00:00:00"}', "max_wall: UNLIMITED}")]),
     ("qos-shorter-than-partition", [('max_wall: "1-00:00:00"}', 'max_wall: "12:00:00"}')]),
     ("unused-qos-longer-than-partitions", [('max_wall: "04:00:00"', 'max_wall: "7-00:00:00"')]),
-    ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n"),  # its secrets are backed up there
-                         lambda t: t.replace('clients: "hal-mgmt1,hal-mgmt2"', 'clients: "hal-mgmt1,hal-login"')]),
+    ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n"),  # its secrets are backed up there,
+                         lambda t: t.replace("clients: hal-mgmt2", "clients: hal-login")  # on hal-mgmt2's export,
+                         .replace("    hal-mgmt2: {filesystem: backup-mgmt2}", "    hal-login: {filesystem: backup-mgmt2}")]),
     ("job-tmp-on-raid0-nvme-scratch",
      [("    features: [ac922, power9, v100, nvlink]\n", "    features: [ac922, power9, v100, nvlink]\n"
        "    local_disks: [{device: /dev/nvme0n1, size_gib: 800}, {device: /dev/nvme1n1, size_gib: 800}]\n"
@@ -478,6 +479,9 @@ def test_all_independent_mistakes_reported_in_one_run(check_file, edited):
         ("monitoring.inputs.management[6]", "the slurm collector runs on the slurmctld host (hal01)"),
         # ... and its state and the munge key are backed up where the backup file system is not mounted
         ("backup.destination.filesystem", "hal01 backs up state (hal01: slurmctld_state, secrets-hal01)"),
+        # ... to an export another host (hal-mgmt1) may mount
+        ("backup.destination.filesystem", "hal01's secret snapshots (slurmctld_state, secrets-hal01) would go to "
+                                          "'backup', which hal-mgmt1 may mount too"),
         ("fabric.links[4].first_switch_port", "takes port 40"),
         ("swsuite.virtual_partitions[6].partition", "'gpux'"),
     }

@@ -130,18 +130,22 @@ def test_cpu_only_sandbox_has_no_gpus_and_sends_the_recipe_to_cpu_partitions(hal
 def test_sandbox_keeps_the_backup_served_by_a_host_it_does_not_back_up(hal, computes):
     """HAL's backups go to the data node's export, and the sandbox keeps no data node: the
     login node serves it in the sandbox's model (it runs no service, so backs nothing up), the
-    management node mounts it at /backup as in HAL, and every backup check passes quietly."""
+    management node mounts it at /backup as in HAL, and every backup check passes quietly.
+    hal-mgmt2 is not kept, nor its own destination: the portal and its secrets move to the
+    management node, whose export no other host of the sandbox may mount."""
     sb = derive_sandbox(hal, computes=computes)
     export = sb.storage.nfs.export("backup")
     assert (export.server, export.path, export.clients) == ("hal-login", "/export/backup", "hal-mgmt1")
     assert "no_root_squash" in export.options
     assert [(s.host, s.volumes) for s in sb.storage.nfs.servers] == [("hal-login", ["/export"])]
-    assert sb.backup_destination == "/backup/hal"
+    assert sb.backup_destinations == {"hal-mgmt1": ("/backup/hal", "/backup")}
+    assert sb.backup.host_destinations == {} and "backup-mgmt2" not in sb.storage.filesystem_names()
     assert {job.host for job in sb.backup_jobs} == {"hal-mgmt1"}
     assert [job.name for job in sb.backup_jobs] == [
         "accounting_db", "directory", "monitoring", "slurmctld_state", "secrets"]
     assert [f for f in run_all(sb) if f.path[:1] == ("backup",) or f.path[:3] == ("storage", "nfs", "exports")] == []
-    assert json.loads(render_all(sb)["files/etc/hal-provision/backup.json"])["destination"] == "/backup/hal"
+    assert json.loads(render_all(sb)["files/etc/hal-provision/backup.json"])["destinations"] == {
+        "hal-mgmt1": {"path": "/backup/hal", "mount_point": "/backup"}}
     # The full model is untouched: hal-data still serves it there.
     assert hal.storage.nfs.export("backup").server == "hal-data"
 

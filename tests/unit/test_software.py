@@ -243,9 +243,11 @@ def test_filesystem_mounts_are_a_model_rule(edited):
     export mounted at a second place keeps its first mount point."""
     first = "      - {export: misc, mount_point: /misc-first, clients: hal-login}\n"
     model = load_text(edited(("    mounts:\n", "    mounts:\n" + first)), "c.yml").model
-    assert model.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/misc-first", "backup": "/backup"}
+    assert model.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/misc-first", "backup": "/backup",
+                                                 "backup-mgmt2": "/backup-mgmt2"}
     hal = load_text(edited(), "c.yml").model
-    assert hal.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/sw", "backup": "/backup"}
+    assert hal.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/sw", "backup": "/backup",
+                                               "backup-mgmt2": "/backup-mgmt2"}
 
 
 def test_apptainer_config_path(edited):

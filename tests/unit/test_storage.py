@@ -308,17 +308,20 @@ def test_ansible_reads_the_storage_groups(tmp_path, hal_files):
     data = json.loads(listed.stdout)
     assert data["gpfs_admin"]["hosts"] == ["hal-dtn"]
     assert data["nfs_servers"]["hosts"] == ["hal-data"]
-    assert data["nfs_clients"]["children"] == ["nfs_mount_sw", "nfs_mount_backup"]
+    assert data["nfs_clients"]["children"] == ["nfs_mount_sw", "nfs_mount_backup", "nfs_mount_backup_x2dmgmt2"]
     assert len(data["nfs_mount_sw"]["hosts"]) == 18
-    assert data["nfs_mount_backup"]["hosts"] == ["hal-mgmt1", "hal-mgmt2"]
+    assert data["nfs_mount_backup"]["hosts"] == ["hal-mgmt1"]
+    assert data["nfs_mount_backup_x2dmgmt2"]["hosts"] == ["hal-mgmt2"]
     assert data["_meta"]["hostvars"]["hal01"]["ansible_host"] == "172.22.1.1"  # storage.yml sets no host vars
 
 
 def test_nfs_manifest_names_export_paths_and_each_unit_with_its_group(hal_files):
     doc = json.loads(hal_files["files/nfs/nfs.json"])
-    assert doc["servers"] == {"hal-data": {"paths": ["/export/sw", "/export/backup"]}}
+    assert doc["servers"] == {"hal-data": {"paths": ["/export/sw", "/export/backup", "/export/backup-mgmt2"]}}
     assert doc["mounts"] == [{"group": "nfs_mount_sw", "mount_point": "/sw", "unit": "sw.mount"},
-                             {"group": "nfs_mount_backup", "mount_point": "/backup", "unit": "backup.mount"}]
+                             {"group": "nfs_mount_backup", "mount_point": "/backup", "unit": "backup.mount"},
+                             {"group": "nfs_mount_backup_x2dmgmt2", "mount_point": "/backup-mgmt2",
+                              "unit": "backup\\x2dmgmt2.mount"}]
 
 
 def test_storage_renders_100000_nodes_quickly(edited):

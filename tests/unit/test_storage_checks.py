@@ -166,6 +166,7 @@ ACCEPTED = [
        "usage: dataOnly, pool: data}")]),
     ("nfs-export-of-gpfs-mount", [("      - host: hal-data ", "      - host: hal-dtn "), ("        server: hal-data\n", "        server: hal-dtn\n"),
                                   ("{name: backup, server: hal-data,", "{name: backup, server: hal-dtn,"),
+                                  ("{name: backup-mgmt2, server: hal-data,", "{name: backup-mgmt2, server: hal-dtn,"),
                                   (EXPORT, EXPORT.replace("/export/sw", "/home/shared"))]),
 ]
 

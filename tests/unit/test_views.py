@@ -36,7 +36,7 @@ def test_shared_mounts_name_each_file_system_its_mount_point_and_hosts(hal, twog
     assert [(m.name, m.mount_point, str(m.hosts)) for m in hal.shared_mounts] == [
         ("halfs", "/home", "hal[01-16],hal-dev,hal-dtn,hal-login"),
         ("misc", "/sw", str(nodeset(hal.storage.nfs.mounts[0].clients))),
-        ("backup", "/backup", "hal-mgmt[1-2]")]
+        ("backup", "/backup", "hal-mgmt1"), ("backup-mgmt2", "/backup-mgmt2", "hal-mgmt2")]
     assert [(m.name, m.mount_point, str(m.hosts)) for m in twogen.shared_mounts] == [
         ("home", "/home", "tg[01-08],tg-login"), ("sw", "/sw", "tg[01-08],tg-login")]
 
