@@ -12,9 +12,12 @@ this machine (connection local) against snapshots the real hal-backup wrote:
 
 And around them: --check reports each job as changed and changes nothing; a second restore of
 the same snapshot changes nothing (the per-job record); an unknown job name and a snapshot that
-does not verify fail with one clear message, restoring nothing. playbooks/backup.yml (the
-role's main entry point) in --check on a fresh host says what it would install and writes
-nothing; both playbooks refuse a destination whose file system is not mounted.
+does not verify fail with one clear message, restoring nothing; so does a snapshot whose
+payload and manifest were both rewritten (checksums that match, an HMAC that does not), and
+one that carries more than the job's paths gives back those paths only; `latest` passes over a
+snapshot dated in the future. playbooks/backup.yml (the role's main entry point) in --check on a
+fresh host says what it would install (the key it would make too) and writes nothing; both
+playbooks refuse a destination whose file system is not mounted.
 
 What this machine lacks is not run: MariaDB (the mariadb kind's two commands), and systemd
 (`systemctl is-active` finds no service running, so nothing is stopped or started here; the
@@ -25,6 +28,7 @@ extra variables, and the destination's mount point is "/" (the unit's ReadWriteP
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -84,6 +88,9 @@ class Site:
         self.dest.mkdir()
         self.program = root / "sbin" / "hal-backup"
         self.config = root / "etc" / "backup.json"
+        self.key = root / "etc" / "backup-manifest.key"  # the host's: the role's __backup_key_path
+        self.key.parent.mkdir()
+        backup.make_key(self.key)
         self.records = root / "records"
         files = root / "rendered" / "files"
         (files / "etc/hal-provision").mkdir(parents=True)
@@ -100,13 +107,14 @@ class Site:
             {"name": "elsewhere", "kind": "files", "host": "hal-mgmt3", "paths": ["/nonexistent"], "secret": True},
         ]
         self.files = files
+        self.destinations = {host: {"path": str(self.dest), "mount_point": "/"} for host in ("hal-mgmt1", "hal-mgmt3")}
         (files / "etc/hal-provision/backup.json").write_text(json.dumps(
-            {"format": 1, "cluster": "hal", "destination": str(self.dest), "keep": 7, "jobs": self.jobs}))
+            {"format": 2, "cluster": "hal", "destinations": self.destinations, "keep": 7, "jobs": self.jobs}))
         # HAL's rendered units, with this scratch program and "/" as the destination's mount point.
         hal = render_all(cluster)
         (files / "etc/systemd/system/hal-backup.service").write_text(
             hal[SERVICE].replace(backup.CONFIG, str(self.config)).replace("/usr/local/sbin/hal-backup", str(self.program))
-            .replace("ReadWritePaths=/backup\n", "ReadWritePaths=/\n"))
+            .replace("ReadWritePaths=-/backup -/backup-mgmt2\n", "ReadWritePaths=-/\n"))
         (files / "etc/systemd/system/hal-backup.timer").write_text(hal[TIMER])
         monitoring = json.loads(hal["files/etc/hal-provision/monitoring.json"])
         (files / "etc/hal-provision/monitoring.json").write_text(json.dumps(dict(monitoring, port=influxd.port)))
@@ -120,7 +128,8 @@ class Site:
             "children": {"service_slurmctld": {"hosts": {"hal-mgmt1": None}},
                          "service_slurmdbd": {"hosts": {"hal-mgmt1": None}}}}}))
         self.units = root / "systemd"
-        self.extra = {"__backup_config_path": str(self.config), "backup_restore_state_dir": str(self.records),
+        self.extra = {"__backup_config_path": str(self.config), "__backup_key_path": str(self.key),
+                      "backup_restore_state_dir": str(self.records),
                       "__backup_unit_dir": str(self.units), "__backup_unit_checker": str(root / "sbin" / "unit-verify"),
                       "__backup_slapd_db_dir": str(self.db),
                       "backup_influxdb_admin_password_file": str(root / "password")}
@@ -129,10 +138,11 @@ class Site:
         """A snapshot of each of hal-mgmt1's jobs, by the real hal-backup, each a second apart:
         every job's newest snapshot has its own stamp, as when jobs take a while."""
         config = self.root / "run.json"
-        config.write_text(json.dumps({"format": 1, "cluster": "hal", "destination": str(self.dest), "keep": 7,
+        config.write_text(json.dumps({"format": 2, "cluster": "hal", "destinations": self.destinations, "keep": 7,
                                       "jobs": self.jobs[:-1]}))
         for job in self.jobs[:-1]:
-            assert backup.main(["run", "--config", str(config), "--host", "hal-mgmt1", "--job", job["name"]]) == 0
+            assert backup.main(["run", "--config", str(config), "--host", "hal-mgmt1", "--job", job["name"],
+                                "--key", str(self.key)]) == 0
             time.sleep(1.1)  # the next snapshot gets the next second's stamp
 
     def restore(self, *args: str) -> subprocess.CompletedProcess:
@@ -254,18 +264,90 @@ def test_restore_refuses_an_unknown_job_and_a_snapshot_that_does_not_verify(site
             f"{next((site.dest / 'directory').glob('2*')).name}); nothing restored.") in missing.stdout, missing.stdout[-3000:]
 
 
+def rewrite(snapshot: Path, payload: dict[str, bytes]) -> None:
+    """What whoever can write the destination (root on another client, or on the file server)
+    can do without the host's key: new files, and a manifest whose checksums are theirs."""
+    manifest = json.loads((snapshot / "MANIFEST.json").read_text())
+    for name, data in payload.items():
+        (snapshot / name).write_bytes(data)
+    manifest["files"] = [{"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                         for name, data in payload.items()]
+    (snapshot / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+
+
+def tar_of(*members: tuple[str, bytes]) -> bytes:
+    """A tar archive of `members` (name relative to /, content), as GNU tar writes one."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o600
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@needs
+def test_restore_refuses_a_payload_rewritten_with_its_manifest(site):
+    """The secrets' files.tar replaced by one that also writes outside the job's paths, its
+    manifest's checksums made to match: hal-backup's checksums alone pass it, the host's key
+    does not; restore.yml refuses it and restores nothing (nor writes its record)."""
+    site.backup()
+    [snapshot] = [p for p in (site.dest / "secrets").iterdir() if backup.STAMP_RE.fullmatch(p.name)]
+    elsewhere = site.root / "planted"
+    rewrite(snapshot, {"files.tar": tar_of((str(site.secret).lstrip("/"), b"key v3\n"),
+                                           (str(elsewhere).lstrip("/"), b"planted\n"))})
+    assert backup.main(["verify", "--dest", str(site.dest), f"secrets/{snapshot.name}"]) == 0  # checksums only
+    site.secret.write_text("key v2\n")
+    refused = site.restore("-e", f"snapshot={snapshot.name}", "-e", "jobs=secrets")
+    assert refused.returncode != 0
+    assert (f"secrets/{snapshot.name} does not verify, nothing restored: FAIL secrets/{snapshot.name}: MANIFEST.json "
+            "does not match its HMAC: changed after the snapshot was written") in refused.stdout, refused.stdout[-3000:]
+    assert site.secret.read_text() == "key v2\n" and not elsewhere.exists()
+    assert not (site.records / "restored-secrets").exists()
+
+
+@needs
+def test_restore_extracts_the_job_s_paths_only_and_latest_is_never_in_the_future(site):
+    """A genuine snapshot whose archive holds a path beyond the job's (sealed with the host's
+    key, as a job whose paths were narrowed since would leave): the restore gives back the job's
+    paths, not the other. A genuine snapshot dated a century ahead is not `latest`."""
+    site.backup()
+    [snapshot] = [p for p in (site.dest / "secrets").iterdir() if backup.STAMP_RE.fullmatch(p.name)]
+    elsewhere = site.root / "beyond"
+    data = tar_of((str(site.secret).lstrip("/"), b"key v1\n"), (str(elsewhere).lstrip("/"), b"beyond\n"))
+    rewrite(snapshot, {"files.tar": data})
+    manifest = json.loads((snapshot / "MANIFEST.json").read_text())
+    (snapshot / "MANIFEST.json").write_text(json.dumps(backup.seal(manifest, backup.load_key(site.key))))
+    ahead = site.dest / "secrets" / "21000101T000000Z"
+    shutil.copytree(snapshot, ahead)
+    manifest = json.loads((ahead / "MANIFEST.json").read_text())
+    (ahead / "MANIFEST.json").write_text(json.dumps(backup.seal(dict(manifest, created="2100-01-01T00:00:00Z"),
+                                                                backup.load_key(site.key))))
+    site.secret.write_text("key v2\n")
+    done = site.restore("-e", "snapshot=latest", "-e", "jobs=secrets")
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert f"secrets/{snapshot.name}" in (site.records / "restored-secrets").read_text()
+    assert site.secret.read_text() == "key v1\n" and not elsewhere.exists()
+
+
 @needs
 def test_backup_check_on_a_fresh_host_says_what_it_would_install_and_changes_nothing(site):
     """The main entry point in --check (systemd does not run here, so only --check can run):
     hal-mgmt1 would get the program, the job list, the units and the timer (the destination is there);
-    hal-mgmt2, without a job, is not touched; nothing is written."""
+    hal-mgmt2, without a job, is not touched; nothing is written (nor the key it would make)."""
+    site.key.unlink()
     checked = site.playbook("backup.yml", "--check", "--diff")
     assert checked.returncode == 0, checked.stdout[-4000:]
     assert "would enable and start hal-backup.timer (its unit is not installed yet)" in checked.stdout
     assert recap(checked)["changed"] >= 5 and recap(checked, "hal-mgmt2")["changed"] == 0
-    for task in ("Install hal-backup", "Install the job list", "Install the service and the timer"):
+    for task in ("Install hal-backup", "Install the job list", "Make the manifests' key on the host, once",
+                 "Install the service and the timer"):
         assert re.search(rf"TASK \[backup : {task}\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[hal-mgmt1\]", checked.stdout), task
     assert not site.program.exists() and not site.config.exists() and not site.units.exists()
+    assert not site.key.exists()
 
 
 @needs
@@ -273,9 +355,10 @@ def test_backup_refuses_a_destination_whose_file_system_is_not_mounted(site):
     unmounted = site.root / "backup"
     unmounted.mkdir()
     service = site.files / "etc/systemd/system/hal-backup.service"
-    service.write_text(service.read_text().replace("ReadWritePaths=/\n", f"ReadWritePaths={unmounted}\n"))
+    service.write_text(service.read_text().replace("ReadWritePaths=-/\n", f"ReadWritePaths=-{unmounted}\n"))
     doc = json.loads((site.files / "etc/hal-provision/backup.json").read_text())
-    (site.files / "etc/hal-provision/backup.json").write_text(json.dumps(dict(doc, destination=f"{unmounted}/hal")))
+    doc["destinations"]["hal-mgmt1"] = {"path": f"{unmounted}/hal", "mount_point": str(unmounted)}
+    (site.files / "etc/hal-provision/backup.json").write_text(json.dumps(doc))
     for playbook, args in (("backup.yml", ["--check"]), ("restore.yml", ["-e", "snapshot=latest"])):
         refused = site.playbook(playbook, *args)
         assert refused.returncode != 0, refused.stdout[-3000:]

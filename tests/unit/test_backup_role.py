@@ -1,7 +1,8 @@
 """The backup role and its playbooks, without a node: what the role reads from the rendered
-tree (the program's path and the destination's mount point in the service unit, this host's
-jobs), the order and scope of a restore, who is stopped while each job is restored, and that
-its names agree with hal-backup, the renderer, the update policy and site.yml. The role's own
+tree (the program's path and the mount points in the service unit, this host's jobs and
+destination in the job list), the order and scope of a restore (a files job's own members; no
+snapshot dated after now for `latest`), who is stopped while each job is restored, and that its
+names agree with hal-backup, the renderer, the update policy and site.yml. The role's own
 Jinja is evaluated by Ansible's templating (tests.conftest.templar). The restore itself runs
 for real in tests/acceptance/test_backup_restore.py; the timer and a converge in the sandbox.
 """
@@ -64,12 +65,21 @@ def role_vars(hal_files, inventory_groups, host: str = "hal-mgmt1", **extra) -> 
     return values
 
 
-def test_the_role_reads_program_and_mount_point_from_the_rendered_unit(hal, hal_files, inventory_groups):
-    value = templar(role_vars(hal_files, inventory_groups))
+@pytest.mark.parametrize(("host", "path", "mount_point"), [
+    ("hal-mgmt1", "/backup/hal", "/backup"), ("hal-mgmt2", "/backup-mgmt2/hal", "/backup-mgmt2")])
+def test_the_role_reads_the_program_and_this_host_s_destination(hal, hal_files, inventory_groups, host, path,
+                                                                 mount_point):
+    """The program from the unit; each host's own destination and mount point from the job list,
+    the mount point one the unit lets the service write."""
+    value = templar(role_vars(hal_files, inventory_groups, host))
     assert value("__backup_program_found") == [renderer.PROGRAM]
-    assert value("__backup_mount_found") == [hal.backup_mount.mount_point] == ["/backup"]
-    # The units' and the job list's names on the node are hal-backup's and the renderer's.
+    assert value("__backup_host_destination") == {"path": path, "mount_point": mount_point}
+    assert hal.backup_destinations[host] == (path, mount_point)
+    assert value("__backup_mounts_found") == ["/backup", "/backup-mgmt2"]
+    assert templar(role_vars(hal_files, inventory_groups, "hal01"))("__backup_host_destination") == {}
+    # The units', the job list's and the key's names on the node are hal-backup's and the renderer's.
     assert value("__backup_config_path") == program.CONFIG == "/" + renderer.CONFIG.removeprefix("files/")
+    assert value("__backup_key_path") == program.KEY
     assert [value("__backup_unit_dir") + "/" + value(name) for name in ("__backup_service", "__backup_timer")] == [
         "/" + renderer.SERVICE.removeprefix("files/"), "/" + renderer.TIMER.removeprefix("files/")]
     assert value("__backup_mariadb_dump") == program.SQL_FILE
@@ -81,7 +91,7 @@ def test_the_role_reads_program_and_mount_point_from_the_rendered_unit(hal, hal_
 
 def test_a_unit_without_the_lines_gives_nothing_the_role_would_use(hal_files, inventory_groups):
     value = templar(role_vars(hal_files, inventory_groups, __backup_unit_text="[Service]\nExecStart=/bin/true\n"))
-    assert not value("__backup_program_found") and not value("__backup_mount_found")
+    assert not value("__backup_program_found") and value("__backup_mounts_found") == []
 
 
 @pytest.mark.parametrize(("host", "jobs"), [
@@ -147,8 +157,8 @@ def test_check_mode_says_what_a_restore_replaces(hal_files, inventory_groups):
                                  "on hal-mgmt1 meanwhile")
     assert said["monitoring"] == ("databases telegraf (dropped, then influxd restore -portable; the users get their "
                                   "privileges back)")
-    assert said["slurmctld_state"] == ("/var/lib/slurm/slurmctld (directories moved aside, then files.tar extracted), "
-                                       "stopping slurmctld on hal-mgmt1 meanwhile")
+    assert said["slurmctld_state"] == ("/var/lib/slurm/slurmctld (directories moved aside, then those paths extracted "
+                                       "from files.tar), stopping slurmctld on hal-mgmt1 meanwhile")
     assert said["secrets-hal-mgmt2"].endswith(", stopping jupyterhub on hal-mgmt2, apache2 on hal-mgmt2 meanwhile")
 
 
@@ -167,6 +177,35 @@ def test_every_backed_up_secret_file_has_its_services_named(name):
         if renderer.CONFIG in files:
             jobs = json.loads(files[renderer.CONFIG])["jobs"]
             assert {p for j in jobs if j["name"].startswith("secrets") for p in j["paths"]} <= set(mapping)
+
+
+def test_a_files_restore_extracts_the_job_s_own_members_only(hal_files, inventory_groups):
+    """tar is given the job's paths as members, as hal-backup archived them (relative to /)."""
+    doc = json.loads(hal_files[renderer.CONFIG])
+    entry = next(j for j in doc["jobs"] if j["name"] == "secrets-hal-mgmt1")
+    value = templar(role_vars(hal_files, inventory_groups, __backup_job=entry))
+    members = value("__backup_members")
+    assert members == [p.lstrip("/") for p in entry["paths"]]
+    job = program.parse_config(dict(doc, jobs=[entry])).jobs[0]
+    [command] = program.commands(job, Path("/s"))
+    assert list(command.argv[command.argv.index("--") + 1:]) == members
+    tasks = _yaml(ROLE / "tasks/restore_files.yml")
+    extract = next(t for t in tasks if t["name"] == "Extract the snapshot's files")["ansible.builtin.command"]["argv"]
+    assert extract.rstrip().endswith("'--'] + __backup_members }}")
+
+
+def test_latest_never_takes_a_snapshot_dated_after_now(hal_files, inventory_groups):
+    value = templar(role_vars(hal_files, inventory_groups, found=["20260301T023000Z", "20990101T000000Z"]))
+    assert value("found | select('le', __backup_now_stamp) | last") == "20260301T023000Z"
+    tasks = _yaml(ROLE / "tasks/restore_job.yml")
+    choose = next(t for t in tasks if t["name"].startswith("Choose the snapshot"))["ansible.builtin.set_fact"]
+    assert "select('le', __backup_now_stamp)" in choose["__backup_stamp"]
+
+
+def test_the_sql_dump_loads_without_the_client_s_commands():
+    """--binary-mode: the mariadb client runs no \\! (system), source, tee, ... from the dump."""
+    [_drop, load_task] = _yaml(ROLE / "tasks/restore_mariadb.yml")
+    assert "--batch --binary-mode <" in load_task["ansible.builtin.shell"]
 
 
 @pytest.mark.parametrize(("stamp", "ok"), [
