@@ -1,22 +1,31 @@
-"""The backup drill (issue 31), on the sandbox: jobs in the accounting database, a directory
-user with a password and monitoring points are there; every host with state takes its snapshots
+"""The backup drill, on the sandbox: jobs in the accounting database, a directory user with a
+password and monitoring points are there; every host with state takes its snapshots
 (hal-backup.service, as its timer would start it) and they verify; then the management node's
 accounting database, directory database and InfluxDB database are destroyed, and
 playbooks/restore.yml brings them back: sacct shows the earlier jobs, the user binds with the
 same password, a dashboard panel's query returns the same points as before, and a second
-restore changes nothing. Destructive: marked `faults`, it runs after every read-only test.
+restore changes nothing.
+
+Then what the destination cannot be trusted with: a snapshot whose payload and manifest were
+both rewritten there (checksums that match) is refused by `hal-backup verify` and by
+restore.yml, which restores nothing; a snapshot dated in the future is reported, and neither
+kept as the newest nor taken for the age; and no other host of the sandbox can read the
+secret snapshots (the sandbox keeps no hal-mgmt2: every other host stands in for it).
+Destructive: marked `faults`, these run after every read-only test.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import secrets
 import shlex
 import time
 
 import pytest
 
-from deployed import deployed, parse_recap, retry, run_playbook, tail
+from deployed import deployed, parse_recap, retry, run_playbook, run_site, tail
 
 D = deployed()
 CONFIG = json.loads(D.rendered("etc/hal-provision/backup.json") or "null")
@@ -125,3 +134,138 @@ def test_a_destroyed_management_node_state_comes_back_from_the_backup():
         assert not changed, f"a second restore changed {changed}\n{tail(again)}"
     finally:
         set_password(user, None)
+
+
+# ---- what the destination cannot be trusted with ------------------------------------------------
+
+STAMP = re.compile(r"^\d{8}T\d{6}Z$")
+SECRET_JOBS = [job for job in (CONFIG or {}).get("jobs", []) if job.get("secret")]
+
+
+def destination(host: str) -> str:
+    return CONFIG["destinations"][host]["path"]
+
+
+def python(host: str, script: str, timeout: int = 300) -> str:
+    """Run a Python script as root on `host` (its own python3), passed whole, unquoted."""
+    encoded = base64.b64encode(script.encode()).decode()
+    return root(host, f"echo {encoded} | base64 -d | python3 -", timeout=timeout)
+
+
+def newest(host: str, job: str) -> str:
+    out = root(host, f"ls {shlex.quote(destination(host) + '/' + job)}")
+    return sorted(name for name in out.split() if STAMP.match(name))[-1]
+
+
+def test_a_snapshot_rewritten_on_the_destination_is_refused_and_nothing_restored():
+    """What root on another client of the export, or on the file server, could do: the dump
+    gets a client command and a statement of its own, and the manifest checksums that match.
+    Checksums alone pass it; the host's verify (its key) and restore.yml refuse it; slurmdbd
+    stays up, the statement and the command never ran, and the restore record is unchanged."""
+    db = KINDS["mariadb"]
+    host = db["host"]
+    root(host, "hal-backup run --job accounting_db", timeout=600)
+    stamp = newest(host, "accounting_db")
+    snap = f"{destination(host)}/accounting_db/{stamp}"
+    record = D.host(host).run("cat /var/lib/hal-backup/restored-accounting_db").stdout
+    try:
+        python(host, f"""
+import hashlib, json, pathlib
+snap = pathlib.Path({snap!r})
+dump = snap / "accounting_db.sql"
+data = dump.read_bytes() + b"\\n\\\\! touch /tmp/hal-backup-forged\\nCREATE DATABASE hal_backup_forged;\\n"
+dump.write_bytes(data)
+manifest = json.loads((snap / "MANIFEST.json").read_text())
+manifest["files"] = [{{"name": "accounting_db.sql", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}]
+(snap / "MANIFEST.json").write_text(json.dumps(manifest))
+""")
+        assert "\\! touch /tmp/hal-backup-forged" in root(host, f"tail -n 3 {snap}/accounting_db.sql")
+        checksums = D.host(host).run("hal-backup verify --dest %s accounting_db/%s", destination(host), stamp)
+        assert checksums.rc == 0 and "checksums only" in checksums.stdout, checksums.stdout + checksums.stderr
+        own = D.host(host).run("hal-backup verify accounting_db/%s", stamp)
+        assert own.rc == 1 and (f"FAIL accounting_db/{stamp}: MANIFEST.json does not match its HMAC: changed after "
+                                "the snapshot was written") in own.stdout, own.stdout + own.stderr
+
+        refused = run_site(D.inventory, "-e", f"snapshot={stamp}", "-e", "jobs=accounting_db", playbook="restore.yml",
+                           timeout=900)
+        assert refused.returncode != 0, tail(refused.stdout)
+        assert (f"accounting_db/{stamp} does not verify, nothing restored" in refused.stdout
+                and "does not match its HMAC" in refused.stdout), tail(refused.stdout)
+        assert D.host(host).run("systemctl is-active slurmdbd").rc == 0, D.journal(host, "slurmdbd")
+        assert "hal_backup_forged" not in root(host, "mariadb -N -e 'SHOW DATABASES'")
+        assert not D.host(host).file("/tmp/hal-backup-forged").exists
+        assert D.host(host).run("cat /var/lib/hal-backup/restored-accounting_db").stdout == record
+        assert job_ids(), "sacct answers no more after the refused restore"
+    finally:
+        root(host, f"rm -rf {shlex.quote(snap)}")
+
+
+FUTURE = "2100-01-01T00:00:00"
+
+
+def test_a_future_dated_snapshot_is_reported_and_not_kept_as_the_newest():
+    """A genuine snapshot (sealed with the host's key) made while the clock was set to 2100, by
+    the installed hal-backup with only its clock changed. Then, with keep=1, a run keeps the
+    snapshot it writes (before, the future one counted as the newest and the run pruned its
+    own), reports the future one and leaves it; `age` counts from the run's snapshot (seconds,
+    not a clamped 0) and says why it passed the other over; `list` marks it."""
+    job = next(j for j in CONFIG["jobs"] if j["kind"] == "files")
+    host, name = job["host"], job["name"]
+    jobdir = f"{destination(host)}/{name}"
+    future_stamp = FUTURE.replace("-", "").replace(":", "") + "Z"
+    try:
+        python(host, f"""
+import datetime as dt, importlib.machinery, importlib.util, sys
+loader = importlib.machinery.SourceFileLoader("hal_backup", "/usr/local/sbin/hal-backup")
+spec = importlib.util.spec_from_loader("hal_backup", loader)
+program = importlib.util.module_from_spec(spec)
+loader.exec_module(program)
+real = program.run_job
+program.run_job = lambda *a, **k: real(*a, now=lambda: dt.datetime.fromisoformat({FUTURE!r}).replace(
+    tzinfo=dt.timezone.utc), **k)
+sys.exit(program.main(["run", "--job", {name!r}]))
+""")
+        assert future_stamp in root(host, f"ls {shlex.quote(jobdir)}")
+        python(host, """
+import json
+doc = json.load(open("/etc/hal-provision/backup.json"))
+json.dump(dict(doc, keep=1), open("/tmp/backup-keep1.json", "w"))
+""")
+        ran = D.host(host).run("hal-backup run --config /tmp/backup-keep1.json --job %s", name)
+        assert ran.rc == 0, ran.stdout + ran.stderr
+        written = re.search(rf"{re.escape(jobdir)}/(\d{{8}}T\d{{6}}Z)", ran.stdout)[1]
+        assert (f"warning: job {name}: {name}/{future_stamp}: dated in the future (made {FUTURE}Z" in ran.stderr
+                and "not counted as the newest, not removed" in ran.stderr), ran.stderr
+        stamps = sorted(n for n in root(host, f"ls {shlex.quote(jobdir)}").split() if STAMP.match(n))
+        assert stamps == [written, future_stamp], stamps
+        age = D.host(host).run("hal-backup age")
+        assert age.rc == 0 and f"{name}/{future_stamp}: dated in the future" in age.stderr, age.stderr
+        seconds = int(re.search(rf"^{re.escape(name)} (\d+)$", age.stdout, re.M)[1])
+        assert 0 <= seconds < 600, age.stdout
+        listed = root(host, "hal-backup list")
+        assert re.search(rf"^{re.escape(name)}\s+{future_stamp}\s.*-\d+d \d\dh\s+.*future", listed, re.M), listed
+    finally:
+        root(host, f"rm -rf {shlex.quote(jobdir + '/' + future_stamp)} /tmp/backup-keep1.json")
+
+
+@pytest.mark.parametrize("job", [j["name"] for j in SECRET_JOBS])
+def test_no_other_host_can_read_the_secret_snapshots(job):
+    """A job's secret snapshots lie on an export only its host mounts (the model's check; HAL's
+    hal-mgmt2 has its own): from every other host, root finds neither the export mounted nor the
+    snapshots; on the host itself they are root's alone (0700)."""
+    entry = next(j for j in SECRET_JOBS if j["name"] == job)
+    host = entry["host"]
+    mount_point, path = CONFIG["destinations"][host]["mount_point"], destination(host)
+    assert newest(host, job)  # the drill above took one
+    mounts = json.loads(D.rendered("nfs/nfs.json") or '{"mounts": []}')["mounts"]
+    [mount] = [m for m in mounts if m["mount_point"] == mount_point]
+    assert D.hosts_in(mount["group"]) == [host], f"{mount_point} is mounted by {D.hosts_in(mount['group'])}"
+    others = [h for h in D.hostvars if h != host]
+    assert others
+    for other in others:
+        found = D.host(other).run("findmnt --noheadings --mountpoint %s; ls -d %s", mount_point, f"{path}/{job}")
+        assert found.rc != 0 and not found.stdout.strip(), f"{other}: {found.stdout}"
+    mode = root(host, f"stat -c %a {shlex.quote(path + '/' + job)}").strip()
+    assert mode == "700", mode
+    denied = D.host(host).run("runuser -u nobody -- ls %s", f"{path}/{job}")
+    assert denied.rc != 0 and "Permission denied" in denied.stderr, denied.stdout + denied.stderr
