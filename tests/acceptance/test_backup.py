@@ -18,6 +18,7 @@ its real dump runs in the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -191,21 +192,33 @@ def test_influxdb_job_for_a_missing_database_fails_in_one_line(tmp_path, capsys,
 
 # ---- the destination -------------------------------------------------------------------------
 
-def test_a_read_only_destination_fails_the_run_in_one_line(tmp_path, capsys):
-    dest = tmp_path / "dest"
+@contextlib.contextmanager
+def tmpfs(dest: Path, options: str):
+    """A tmpfs mounted at `dest` for the block (the test is skipped where mounting is not allowed)."""
     dest.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "hal-backup-test", str(dest)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "hal-backup-test", str(dest)],
                              capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
-        source = tmp_path / "state"
-        source.write_text("state\n")
-        config = write_config(tmp_path, {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1",
-                                         "paths": [str(source)]})
-        rc, _out, err = run(capsys, config)
+        yield dest
     finally:
         subprocess.run(["umount", str(dest)], check=True)
+
+
+def run_files_job(tmp_path: Path, capsys, data: bytes) -> tuple[int, str, str]:
+    """hal-backup run of a files job (hal-mgmt1's slurmctld_state) of one file holding `data`."""
+    source = tmp_path / "state"
+    source.write_bytes(data)
+    config = write_config(tmp_path, {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1",
+                                     "paths": [str(source)]})
+    return run(capsys, config)
+
+
+def test_a_read_only_destination_fails_the_run_in_one_line(tmp_path, capsys):
+    dest = tmp_path / "dest"
+    with tmpfs(dest, "ro,size=1m"):
+        rc, _out, err = run_files_job(tmp_path, capsys, b"state\n")
     assert rc == 1
     assert err.splitlines() == [f"hal-backup: error: destination {dest} is not writable (mounted read-only, or a "
                                 "file system that squashes root?)"]
@@ -216,20 +229,9 @@ def test_a_full_destination_says_no_space_left_on_device(tmp_path, capsys):
     "Error is not recoverable"; the error says what happened, in one line, and no partial
     snapshot is left. (A manifest that finds the disk full: tests/unit/test_backup_program.py.)"""
     dest = tmp_path / "dest"
-    dest.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "hal-backup-test", str(dest)],
-                             capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        source = tmp_path / "state"
-        source.write_bytes(os.urandom(1 << 20))
-        config = write_config(tmp_path, {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1",
-                                         "paths": [str(source)]})
-        rc, _out, err = run(capsys, config)
+    with tmpfs(dest, "size=64k"):
+        rc, _out, err = run_files_job(tmp_path, capsys, os.urandom(1 << 20))
         left = [p.name for p in (dest / "slurmctld_state").iterdir() if p.name != backup.LOCK]
-    finally:
-        subprocess.run(["umount", str(dest)], check=True)
     assert rc == 1 and len(err.splitlines()) == 1, err
     assert err.startswith("hal-backup: error: job slurmctld_state: No space left on device"), err
     assert left == []
