@@ -216,6 +216,12 @@ def test_a_payload_rewritten_with_its_manifest_is_refused_with_the_key(tmp_path,
         assert rc == 1 and said in out.splitlines(), out + err
     done = _cli("verify", dest, "--key", str(key))
     assert done.exit_code == 1 and "does not match its HMAC" in done.stderr, done.output
+    done = _cli("verify", dest)
+    assert done.exit_code == 0 and f"1 snapshot verified ({backup.CHECKSUMS_ONLY})" in done.stdout, done.output
+    rc, out, _ = hal_backup(capsys, "list", "--config", str(config), "--host", "h1")  # the host's key, where readable
+    assert rc == 0 and out.splitlines()[1].endswith("secret, NOT AUTHENTIC"), out
+    assert "NOT AUTHENTIC" in _cli("list", dest, "--key", str(key)).stdout
+    assert "NOT AUTHENTIC" not in _cli("list", dest).stdout
 
 
 def test_a_manifest_sealed_with_another_key_or_moved_is_refused(tmp_path, source, key, capsys):
