@@ -47,6 +47,7 @@ DEPLOY = json.loads(D.rendered("etc/hal-provision/deploy.json") or "{}")
 NODES = sorted(DEPLOY.get("nodes", {}))
 CONTROL_PLANE_TIERS = ("slurm-controller.yml", "slurm-login.yml")
 CONVERGE_TIMEOUT = 900  # one node's converge (check, drain, converge, resume), generously
+POINT = DEPLOY["points"][0]["host"] if DEPLOY.get("points") else None
 
 pytestmark = [pytest.mark.pull, pytest.mark.changes,
               pytest.mark.skipif(DEPLOY.get("mode") != "pull", reason="the model's compute nodes are pushed "
@@ -151,6 +152,23 @@ def tmp():
             "test ! -e /root/munge.key.saved || mv /root/munge.key.saved /etc/munge/munge.key").rc == 0, 120, 3)
 
 
+def test_the_point_answers_only_the_nodes_it_serves():
+    """Its nginx listens on its cluster address and lets in the pull nodes it serves; anyone else
+    (this machine, the controller; the point itself) gets 403."""
+    import urllib.error
+    import urllib.request
+
+    url = DEPLOY["points"][0]["url"] + "current.json"
+    for host in NODES:
+        code = D.host(host).check_output(f"curl -s -o /dev/null -w '%{{http_code}}' {url}")
+        assert code in ("200", "404"), f"{host}: GET {url}: HTTP {code}"  # 404: nothing published yet
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 403, refused.value
+    code = D.host(POINT).check_output(f"curl -s -o /dev/null -w '%{{http_code}}' {url}")
+    assert code == "403", f"{POINT}: GET {url}: HTTP {code}"
+
+
 def test_the_bundle_of_the_pushed_model_changes_nothing(tmp):
     # The model as site.yml pushed it: the control plane runs it already, nothing to push there.
     version = publish(load_model(), tmp, control_plane=False)
@@ -176,9 +194,6 @@ def test_a_model_change_reaches_every_node_through_its_bundle(tmp):
         assert retry(lambda h=host: slurm_state(h)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(host)
     code, doc = status()
     assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
-
-
-POINT = DEPLOY["points"][0]["host"] if DEPLOY.get("points") else None
 
 
 def put_on_point(tmp: Path, files: dict[str, bytes]) -> None:
