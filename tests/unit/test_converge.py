@@ -516,11 +516,21 @@ def test_an_unsigned_release_with_a_valid_sha256_is_refused(node, capsys):
     assert not (paths["target"] / "motd").exists() and slurm.updates() == []
 
 
-def test_a_release_signed_with_another_key_is_refused(node, capsys):
+@pytest.mark.parametrize(("signing", "reason"), [
+    ({"key_of": "intruder"}, "the signature does not verify"),
+    ({"cluster": "other"}, "cluster 'other'"),
+    ({"days_ago": 31}, "expired at"),
+], ids=["another-key", "another-cluster", "expired"])
+def test_a_release_signed_with_another_key_for_another_cluster_or_expired_is_refused(node, capsys, signing, reason):
+    import datetime as dt
+
     run, slurm, paths = node
     current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
-    (paths["point"] / "current.json").write_bytes(signed(current, key_of="intruder"))
-    _refused(run, paths, capsys, "the signature does not verify")
+    days_ago = signing.pop("days_ago", None)
+    if days_ago is not None:
+        signing["now"] = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days_ago)
+    (paths["point"] / "current.json").write_bytes(signed(current, **signing))
+    _refused(run, paths, capsys, reason)
 
 
 def test_a_release_rewritten_after_signing_is_refused(node, capsys):
@@ -532,23 +542,6 @@ def test_a_release_rewritten_after_signing_is_refused(node, capsys):
     envelope["release"] = envelope["release"].replace('"size":', '"size":1', 1)
     (paths["point"] / "current.json").write_text(json.dumps(envelope))
     _refused(run, paths, capsys, "the signature does not verify")
-
-
-def test_another_clusters_release_is_refused(node, capsys):
-    run, slurm, paths = node
-    current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
-    (paths["point"] / "current.json").write_bytes(signed(current, cluster="other"))
-    _refused(run, paths, capsys, "cluster 'other'")
-
-
-def test_an_expired_release_is_refused(node, capsys):
-    import datetime as dt
-
-    run, slurm, paths = node
-    current = make_bundle(paths["point"], "v1", "owned\n", paths["target"])
-    long_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=31)
-    (paths["point"] / "current.json").write_bytes(signed(current, now=long_ago))
-    _refused(run, paths, capsys, "expired at")
 
 
 def test_an_older_signed_release_is_refused_as_a_rollback(node, capsys):
