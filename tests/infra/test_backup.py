@@ -219,6 +219,7 @@ import datetime as dt, importlib.machinery, importlib.util, sys
 loader = importlib.machinery.SourceFileLoader("hal_backup", "/usr/local/sbin/hal-backup")
 spec = importlib.util.spec_from_loader("hal_backup", loader)
 program = importlib.util.module_from_spec(spec)
+sys.modules["hal_backup"] = program  # its dataclasses look their module up there
 loader.exec_module(program)
 real = program.run_job
 program.run_job = lambda *a, **k: real(*a, now=lambda: dt.datetime.fromisoformat({FUTURE!r}).replace(
