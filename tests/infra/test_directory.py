@@ -218,6 +218,24 @@ def test_no_anonymous_or_ordinary_search_reads_a_password_hash():
             root(server, f"printf 'dn: {dn(name)}\\nchangetype: modify\\ndelete: userPassword\\n' | ldapmodify {admin}")
 
 
+def test_plain_ldap_listens_only_on_the_loopback_and_the_cluster_address():
+    """slapd's plain (unencrypted) listener: an anonymous bind and search answer on the host's
+    cluster address and on the loopback; on any other address of the host nothing listens.
+    127.0.0.2 (on the loopback device, not the cluster network) stands in for an interface on
+    another network: the sandbox's nodes have no second one."""
+    server = LDAP[0]
+    address = D.hostvars[server]["ansible_host"]
+    search = f"ldapsearch -x -LLL -b {shlex.quote(DIRECTORY['base_dn'])} -s base dn -H"
+    for uri in (f"ldap://{address}/", "ldap://127.0.0.1/"):
+        inside = root(server, f"{search} {uri}")
+        assert inside.rc == 0 and DIRECTORY["base_dn"] in inside.stdout, f"{uri}: {inside.stderr}"
+    outside = root(server, f"{search} ldap://127.0.0.2/")
+    assert outside.rc != 0 and "Can't contact LDAP server" in outside.stderr, (outside.rc, outside.stdout, outside.stderr)
+    listening = root(server, "ss -Hltn 'sport = :389'")
+    bound = {line.split()[3].rsplit(":", 1)[0] for line in listening.stdout.splitlines()}
+    assert bound == {"127.0.0.1", address}, listening.stdout
+
+
 # ---- disabling a user in the model ----------------------------------------------------------
 
 def converge_with(rendered: Path) -> str:
