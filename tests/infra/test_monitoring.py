@@ -82,6 +82,23 @@ def test_passwords_are_root_only_and_not_rendered():
     assert leaked == [], f"a password is in the rendered tree: {leaked}"
 
 
+def test_grafanas_admin_password_is_generated_root_only_and_not_the_packages_default():
+    """Grafana itself cannot be installed here: its environment file, where the role puts the
+    password Grafana makes its first admin with, is what is checked."""
+    hosts = D.hosts_in("service_grafana")
+    if not hosts:
+        pytest.skip("the model runs no Grafana")
+    host = D.host(hosts[0])
+    env = host.file("/etc/default/grafana-server")
+    assert env.user == "root" and env.mode == 0o600, f"{env.path}: {env.user} {oct(env.mode)}"
+    found = re.findall(r"^GF_SECURITY_ADMIN_PASSWORD=(.*)$", env.content_string, re.M)
+    assert len(found) == 1 and found[0] not in ("", "admin") and len(found[0]) >= 24, "no generated admin password"
+    kept = host.file("/etc/hal-provision/secrets/grafana_admin_pass")
+    assert kept.user == "root" and kept.mode == 0o600 and kept.content_string.strip() == found[0]
+    leaked = [str(p) for p in D.inventory.parent.rglob("*") if p.is_file() and found[0] in p.read_text(errors="replace")]
+    assert leaked == [], f"Grafana's admin password is in the rendered tree: {leaked}"
+
+
 # ---- the agents ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("host", AGENT_HOSTS)
