@@ -308,7 +308,7 @@ c.CatalogueSpawner.apps = {apps_literal}
 c.Spawner.start_timeout = {p.start_timeout_seconds}
 c.Spawner.http_timeout = 120
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL"]
-c.SlurmSpawner.exec_prefix = "sudo -E -u {{username}}"
+c.SlurmSpawner.exec_prefix = "sudo -u {{username}}"
 c.BatchSpawnerBase.req_srun = "srun --export=ALL"
 
 # Idle sessions end after {p.idle_cull_minutes} minutes (their Slurm job with them).

@@ -60,5 +60,5 @@ def test_real_jupyterhub_loads_the_rendered_config(hal_portal, tmp_path):
     assert authenticator.tls_kwargs["ca_certs_file"] == "/etc/ssl/hal-provision/cluster-ca.crt"
     assert authenticator.valid_username_regex == r"^[a-z_][a-z0-9_-]*$"
     spawner = app.spawner_class(config=app.config)
-    assert spawner.start_timeout == 300 and spawner.exec_prefix == "sudo -E -u {username}"
+    assert spawner.start_timeout == 300 and spawner.exec_prefix == "sudo -u {username}"
     assert list(spawner.apps) == [a.name for a in cluster.portal.apps]

@@ -192,6 +192,26 @@ def test_portal_speaks_tls_with_a_certificate_from_the_cluster_ca(ca_file):
     assert subject["commonName"] == CATALOGUE["server_name"]
 
 
+@pytest.mark.skipif(CATALOGUE is None or CATALOGUE.get("front_end") != "jupyterhub", reason="no JupyterHub")
+def test_the_hub_runs_slurm_commands_only_as_directory_users_and_keeps_no_other_environment():
+    """The hub's sudo rule: squeue as a directory user works; as slurm (a system account) or
+    root it is refused, and so is keeping the caller's environment (-E: no SETENV)."""
+    host = PORTAL[0]
+    hub = D.hostvars[host].get("portal_hub_user", "jupyterhub")
+    as_hub = f"runuser -u {hub} -- sudo -n"
+    allowed = _root(host, f"{as_hub} -u {USER} /usr/bin/squeue -h -u {USER}")
+    assert allowed.rc == 0, f"sudo -u {USER} squeue as {hub}: {allowed.stderr}"
+    for target in ("slurm", "root"):
+        refused = _root(host, f"{as_hub} -u {target} /usr/bin/squeue -h")
+        # sudo says "not allowed", or with -n asks for the password no rule spares it
+        assert refused.rc != 0 and ("not allowed" in refused.stderr or "password is required" in refused.stderr), \
+            (target, refused.stdout, refused.stderr)
+    kept = _root(host, f"{as_hub} -E -u {USER} /usr/bin/squeue -h -u {USER}")
+    assert kept.rc != 0 and "preserve the environment" in kept.stderr, (kept.stdout, kept.stderr)
+    other = _root(host, f"{as_hub} -u {USER} /usr/bin/id")
+    assert other.rc != 0, "the hub may run a command other than sbatch, squeue and scancel"
+
+
 def test_wrong_password_is_refused(browser, passwords):
     from selenium.webdriver.common.by import By
 

@@ -243,7 +243,7 @@ c.CatalogueSpawner.apps = {'jupyter': {'title': 'Jupyter Notebook',
 c.Spawner.start_timeout = 300
 c.Spawner.http_timeout = 120
 c.Spawner.env_keep = ["PATH", "LANG", "LC_ALL"]
-c.SlurmSpawner.exec_prefix = "sudo -E -u {username}"
+c.SlurmSpawner.exec_prefix = "sudo -u {username}"
 c.BatchSpawnerBase.req_srun = "srun --export=ALL"
 
 # Idle sessions end after 120 minutes (their Slurm job with them).
