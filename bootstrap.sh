@@ -63,11 +63,12 @@ done_step() { echo "== $STEP_NAME: $(clock "$STEP_START")"; }
 # sandbox (aardvark-dns is only a Recommends of podman: name it); headless Chromium and its
 # driver for the portal's browser tests; InfluxDB 1.6 (influxd) for the dashboards' queries;
 # Graphviz (dot) for `hal-provision diagram`; minisign, which signs pull mode's releases
-# (`hal-provision bundle`) and verifies them in the tests; python3-yaml for the node image's builder, which
+# (`hal-provision bundle`) and verifies them in the tests; sudo, whose visudo checks the rendered
+# sudoers rules; python3-yaml for the node image's builder, which
 # runs under the system's Python beside the virtual environment's set-up.
 APT_PACKAGES=(python3 python3-venv python3-yaml slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux
               iproute2 fio iptables podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd
-              ldap-utils ruby chromium chromium-driver influxdb graphviz minisign)
+              ldap-utils ruby chromium chromium-driver influxdb graphviz minisign sudo)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
