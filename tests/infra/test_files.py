@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 import pytest
@@ -19,6 +20,10 @@ RENDERED_ON_HOSTS = [
 ]
 DBD_HOSTS = D.hosts_in("service_slurmdbd") if D.rendered(SLURMDBD_CONF) is not None else []
 MUNGE_HOSTS = D.hosts_in(*MUNGE_GROUPS)
+LDAP_HOSTS = D.hosts_in("service_ldap") if D.rendered("etc/hal-provision/ldap-directory.json") is not None else []
+_PORTAL = json.loads(D.rendered("etc/hal-provision/portal.json") or "{}")
+# The portal's TLS key when the role made it from the cluster CA (no site certificate).
+PORTAL_HOSTS = D.hosts_in("service_portal") if _PORTAL and not _PORTAL["tls"]["site"] else []
 STORAGE_PASS = re.compile(r"^StoragePass=(.*)$", re.M)
 
 
@@ -70,6 +75,15 @@ def test_storage_pass_never_in_rendered_tree(host):
 SECRETS = [
     *(pytest.param(h, "/etc/munge/munge.key", 0o400, "munge", "munge", id=f"{h}:munge.key") for h in MUNGE_HOSTS),
     *(pytest.param(h, f"/{SLURMDBD_CONF}", 0o600, "slurm", None, id=f"{h}:slurmdbd.conf") for h in DBD_HOSTS),
+    # The directory host's: its admin password, the cluster CA's key, slapd's TLS key (slapd
+    # reads it after dropping to openldap); the portal's TLS key (the hub's group reads it).
+    *(pytest.param(h, path, mode, "root", group, id=f"{h}:{path.rsplit('/', 1)[1]}") for h in LDAP_HOSTS
+      for path, mode, group in (("/etc/hal-provision/secrets/ldap_admin_pass", 0o600, "root"),
+                                ("/etc/hal-provision/ca/cluster-ca.key", 0o600, "root"),
+                                ("/etc/ldap/tls/ldap-server.key", 0o640, "openldap"))),
+    *(pytest.param(h, _PORTAL["tls"]["key"], 0o640, "root",
+                   D.hostvars[h].get("portal_hub_user", "jupyterhub") if _PORTAL["front_end"] == "jupyterhub" else "root",
+                   id=f"{h}:portal.key") for h in PORTAL_HOSTS),
 ]
 
 
