@@ -103,7 +103,8 @@ class Refused(ConvergeError):
 
 def run_command(argv: list[str], *, env: dict | None = None, cwd: str | None = None,
                 timeout: float | None = None) -> subprocess.CompletedProcess:
-    """Every command hal-converge runs goes through here (the tests replace it)."""
+    """Every command hal-converge runs goes through here (the tests replace it), but minisign
+    (verify_signature): the tests verify real signatures."""
     return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, capture_output=True, text=True)
 
 
