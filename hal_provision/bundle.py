@@ -1,4 +1,4 @@
-"""The node bundle of pull mode (issue 34): everything a compute node needs to converge itself,
+"""The node bundle of pull mode: everything a compute node needs to converge itself,
 as one deterministic tar.gz, its manifest and the current.json that points at it.
 
 Members, under the top directory `bundle/`: ansible.cfg (the checkout's, with the collection

@@ -42,7 +42,7 @@ def _count(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m hal_provision.compose.driver",
-                description="Attach and detach a composable pool's GPUs (issue 33's driver contract).")
+                description="Attach and detach a composable pool's GPUs (the driver contract of docs/composable-driver.md).")
     p.add_argument("--driver", required=True, help="sandbox, rest, or the absolute path of a site's program")
     p.add_argument("--pool", required=True, help="the pool's name in composable.json")
     p.add_argument("--url", help="the fabric manager's base URL (rest)")

@@ -1,5 +1,5 @@
 """How the nodes are converged: pushed from the controller (the default), or pulled by the
-compute nodes themselves from a published bundle (issue 34).
+compute nodes themselves from a published bundle.
 
 In pull mode the controller pushes the control plane only (management, login, storage,
 portal hosts), builds a bundle (`hal-provision bundle`) and publishes it on the distribution

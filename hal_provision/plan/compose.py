@@ -1,5 +1,5 @@
 """A recomposition: the active layout's pool GPU counts differ between the deployed and the new
-composable.json (issue 33). It is planned as one component, `recomposition`, in the order
+composable.json. It is planned as one component, `recomposition`, in the order
 playbooks/compose.yml applies it: drain the hosts involved, wait for their jobs (bounded),
 detach on the hosts that lose GPUs, attach on those that gain (the pool's driver), restart
 slurmctld (the NodeName Gres lines and gres.conf change) and slurmd on the hosts involved, run
