@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as ./bootstrap.sh test runs it: pytest (the unit tests, and beside them
-# the real-Slurm acceptance tests; arguments given: one pytest with them), then every molecule
-# scenario in two lanes (molecule/ci-scenarios says which runs beside the others), each timed,
-# then the total. Ends with one summary line 'molecule: N passed, N failed'.
+# the real-Slurm acceptance tests; arguments given: one pytest with them) and, from when the node
+# images are there, every molecule scenario in lanes beside it (molecule/ci-scenarios says which
+# lane each runs in), each timed, then the total. Ends with one summary line 'molecule: N passed, N failed'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # From ./bootstrap.sh's start when it runs this (set-up included), else from here.
@@ -15,10 +15,10 @@ logs=$(mktemp -d -t hal-scenarios.XXXXXX)
 # Every scenario runs a locally built node image (no registry): Debian 12's bare one and the
 # one with the roles' packages on it, and Debian 13's bare one (the workstation scenario's),
 # built if missing in the background while pytest runs (mostly downloads and dpkg beside
-# pytest's CPU work); their output follows pytest's. In order: Debian 12's images (then the
-# second lane may start), the wheelhouse of the HAL sandbox (hal_provision.sandbox.prefill: what
-# `default`'s `up` would otherwise fetch and build after pytest), Debian 13's image (which only
-# the workstation scenario, at the second lane's end, waits for).
+# pytest's CPU work, which is niced); their output follows pytest's. In order: Debian 12's images
+# (then the lanes start), the wheelhouse of the HAL sandbox (hal_provision.sandbox.prefill: what
+# `default`'s `up` would otherwise fetch and build; `up` waits on its lock when it comes first),
+# Debian 13's image (which only the workstation scenario waits for).
 image_log=$(mktemp -t hal-image.XXXXXX)
 start=$(date +%s)
 ( python -m hal_provision.sandbox.image >"$image_log" 2>&1; rc=$?
@@ -32,70 +32,79 @@ start=$(date +%s)
   [ "$rc" = 0 ] && [ "$trc" = 0 ] ) &
 image_pid=$!
 # Slurm 24.11's Debian 13 root for the acceptance tests' second major, built if missing or
-# outdated beside pytest too: its tests wait for this build (conftest.py).
+# outdated beside pytest too, niced like it: its tests wait for this build (conftest.py).
 root_log=$(mktemp -t hal-slurmroot.XXXXXX)
-( python -m hal_provision.sandbox.slurmroot >"$root_log" 2>&1; rc=$?
+( nice -n 10 python -m hal_provision.sandbox.slurmroot >"$root_log" 2>&1; rc=$?
   echo "slurm_root_s=$(( $(date +%s) - start )) rc=$rc" >>"$root_log"; exit $rc ) &
 root_pid=$!
 
-# The scenarios CI runs, in order: molecule/ci-scenarios ('#' comments).
-# molecule/ci-scenarios lists the scenarios in order; those tagged `beside` run one after
-# another in a second lane, from when the node images are there, beside pytest and then the
-# first lane (their containers, networks and work directories are apart from the others').
-# Every scenario prints its output as it goes, the second lane's lines after "[NAME] " as they
-# come between the first lane's (and pytest's). Each is timed.
-run_scenario() {  # NAME LOG [PREFIX]: one molecule test, its output printed as it goes (each line
-  # after PREFIX, for the second lane's) and kept in LOG; its result line goes to $logs/NAME.result
-  local scenario="$1" log="$2" prefix="${3:-}" start result
+# The scenarios CI runs: molecule/ci-scenarios ('#' comments), each line a scenario and the lane
+# it runs in. The untagged ones are the first lane: the longest (`default`), which decides the
+# run's length, so it runs at the machine's normal priority from when the node images are there.
+# Every other tag names a lane that runs beside it, niced (as pytest is), from the same moment:
+# those fill the time the first lane waits for its daemons (about half of it: a 2-core machine
+# was half idle behind two lanes) without slowing it. Within a lane the scenarios run one after
+# another, in the file's order; their containers, networks, subnets and work directories are
+# apart from every other scenario's (tests/unit/test_molecule_lanes.py). Every scenario prints
+# its output as it goes, each line after "[NAME] ". Each is timed.
+NICE=(nice -n 10)
+run_scenario() {  # NAME LOG PREFIX [NICE...]: one molecule test, its output printed as it goes
+  # (each line after PREFIX) and kept in LOG; its result line goes to $logs/NAME.result
+  local scenario="$1" log="$2" prefix="$3" start result
+  shift 3
   start=$(date +%s)
-  if molecule -c molecule/shared/config.yml test -s "$scenario" 2>&1 | tee "$log" | sed -u "s/^/$prefix/"; then
+  if "$@" molecule -c molecule/shared/config.yml test -s "$scenario" 2>&1 | tee "$log" | sed -u "s/^/$prefix/"; then
     result=passed
   else
     result=FAILED
   fi
   printf '%s %s\n' "$result" "$(( $(date +%s) - start ))" >"$logs/$scenario.result"
 }
-lane1=(); lane2=()
+scenarios=(); lane_names=(); declare -A lane_of=()
 while read -r scenario tag; do
   [ -n "$scenario" ] || continue
-  if [ "$tag" = beside ]; then lane2+=("$scenario"); else lane1+=("$scenario"); fi
+  scenarios+=("$scenario"); lane_of[$scenario]=${tag:-first}
+  [[ " ${lane_names[*]} " == *" ${tag:-first} "* ]] || lane_names+=("${tag:-first}")
 done < <(sed 's/#.*//' molecule/ci-scenarios)
-for scenario in "${lane1[@]}" "${lane2[@]}"; do
+for scenario in "${scenarios[@]}"; do
   [ -f "molecule/$scenario/molecule.yml" ] || { echo "no scenario molecule/$scenario"; failed=$((failed + 1)); }
 done
-# The second lane starts as soon as the node images are there (at once where they were built
-# before), beside pytest: pytest keeps one core busy, the lane the other.
 # A scenario whose nodes run Debian 13 (its create.yml names trixie) waits for that image too.
 images_for() {  # SCENARIO: the rc files of the images it needs
   echo "$logs/images.rc"
   if grep -qs trixie "molecule/$1/create.yml"; then echo "$logs/trixie.rc"; fi
 }
-( for scenario in "${lane2[@]}"; do
-    [ -f "molecule/$scenario/molecule.yml" ] || continue
-    ok=yes
-    for rc_file in $(images_for "$scenario"); do
-      while [ ! -f "$rc_file" ]; do sleep 5; done
-      [ "$(cat "$rc_file")" = 0 ] || ok=""
-    done
-    if [ -n "$ok" ]; then run_scenario "$scenario" "$logs/$scenario.log" "[$scenario] "
-    else echo "no node images: not run" >"$logs/$scenario.log"; echo "FAILED 0" >"$logs/$scenario.result"; fi
-  done ) &
-lane2_pid=$!
+lane_pids=()
+for lane in "${lane_names[@]}"; do
+  ( nice_cmd=(); [ "$lane" = first ] || nice_cmd=("${NICE[@]}")
+    for scenario in "${scenarios[@]}"; do
+      [ "${lane_of[$scenario]}" = "$lane" ] && [ -f "molecule/$scenario/molecule.yml" ] || continue
+      ok=yes
+      for rc_file in $(images_for "$scenario"); do
+        while [ ! -f "$rc_file" ]; do sleep 5; done
+        [ "$(cat "$rc_file")" = 0 ] || ok=""
+      done
+      if [ -n "$ok" ]; then run_scenario "$scenario" "$logs/$scenario.log" "[$scenario] " "${nice_cmd[@]}"
+      else echo "no node images: not run" >"$logs/$scenario.log"; echo "FAILED 0" >"$logs/$scenario.result"; fi
+    done ) &
+  lane_pids+=($!)
+done
 start=$(date +%s)
 if [ "$#" -gt 0 ]; then
-  python -m pytest -ra "$@"
+  "${NICE[@]}" python -m pytest -ra "$@"
   pytest_rc=$?
   parts=""
 else
   # The unit tests (CPU-bound) and the acceptance tests (real Slurm daemons, MariaDB, InfluxDB,
-  # JupyterHub: mostly waiting for them) side by side, each its own pytest; the acceptance
-  # tests' lines after "[acceptance] ". Their daemons run in private namespaces and scratch
-  # directories (tests/acceptance/slurm_harness.py), apart from the unit tests'.
+  # JupyterHub: mostly waiting for them) side by side, each its own pytest, both niced beside
+  # the first lane; the acceptance tests' lines after "[acceptance] ". Their daemons run in
+  # private namespaces and scratch directories (tests/acceptance/slurm_harness.py), apart from
+  # the unit tests'.
   ( acc_start=$(date +%s)
-    python -m pytest -ra tests/acceptance 2>&1 | sed -u "s/^/[acceptance] /"; acc_rc=${PIPESTATUS[0]}
+    "${NICE[@]}" python -m pytest -ra tests/acceptance 2>&1 | sed -u "s/^/[acceptance] /"; acc_rc=${PIPESTATUS[0]}
     echo "$acc_rc $(( $(date +%s) - acc_start ))" >"$logs/acceptance.result" ) &
   acc_pid=$!
-  python -m pytest -ra tests/unit
+  "${NICE[@]}" python -m pytest -ra tests/unit
   unit_rc=$?
   unit_s=$(( $(date +%s) - start ))
   wait "$acc_pid"
@@ -116,12 +125,7 @@ while [ ! -f "$logs/images.rc" ]; do sleep 5; done
 image_lines=$(wc -l <"$image_log")
 head -n "$image_lines" "$image_log"
 
-for scenario in "${lane1[@]}"; do
-  [ -f "molecule/$scenario/molecule.yml" ] || continue
-  echo "== molecule test -s $scenario"
-  run_scenario "$scenario" "$logs/$scenario.log"
-done
-wait "$lane2_pid"
+for pid in "${lane_pids[@]}"; do wait "$pid"; done
 echo "== node images: the wheelhouse (a failure here only means default's \`up\` filled it itself), Debian 13's image"
 wait "$image_pid" || failed=$((failed + 1))
 tail -n "+$((image_lines + 1))" "$image_log"
@@ -129,11 +133,11 @@ image_s=$(sed -n 's/^image_s=\([0-9]*\) .*/\1/p' "$image_log")
 wheelhouse_s=$(sed -n 's/^wheelhouse_s=\([0-9]*\) .*/\1/p' "$image_log")
 trixie_s=$(sed -n 's/^trixie_s=\([0-9]*\) .*/\1/p' "$image_log")
 rm -f "$image_log"
-for scenario in "${lane1[@]}" "${lane2[@]}"; do
+for scenario in "${scenarios[@]}"; do
   [ -f "$logs/$scenario.result" ] || continue
   read -r result seconds <"$logs/$scenario.result"
   if [ "$result" = passed ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_logs+=("$logs/$scenario.log"); fi
-  beside=""; [[ " ${lane2[*]} " == *" $scenario "* ]] && beside=" (beside)"
+  beside=""; [ "${lane_of[$scenario]}" = first ] || beside=" (${lane_of[$scenario]}, niced)"
   timings+=("$(printf '%-16s %-7s %4ds%s' "$scenario" "$result" "$seconds" "$beside")")
 done
 echo "== timings"

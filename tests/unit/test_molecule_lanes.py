@@ -1,5 +1,6 @@
-"""tests/run-all.sh runs the scenarios of molecule/ci-scenarios in two lanes: those tagged
-`beside` run beside the others, so no host name, network or subnet of one may be another's."""
+"""tests/run-all.sh runs the scenarios of molecule/ci-scenarios in lanes side by side (the
+untagged ones in the first, each other tag a lane of its own), so no host name, network, subnet
+or work directory of one scenario may be another's."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ from hal_provision.sandbox.derive import DEFAULT_SUBNET
 MOLECULE = Path(__file__).resolve().parents[2] / "molecule"
 
 
-def lanes() -> tuple[list[str], list[str]]:
-    first, second = [], []
+def lanes() -> dict[str, list[str]]:
+    """Lane (the tag; "first" for the untagged) -> its scenarios, in order."""
+    out: dict[str, list[str]] = {}
     for line in (MOLECULE / "ci-scenarios").read_text().splitlines():
         words = line.split("#", 1)[0].split()
         if words:
-            (second if words[1:] == ["beside"] else first).append(words[0])
-    return first, second
+            assert len(words) <= 2, line
+            out.setdefault(words[1] if words[1:] else "first", []).append(words[0])
+    return out
 
 
 def resources(scenario: str) -> set[str]:
@@ -39,23 +42,22 @@ def resources(scenario: str) -> set[str]:
 
 
 def test_every_listed_scenario_exists_and_is_listed_once():
-    first, second = lanes()
-    assert first and second
-    names = first + second
+    by_lane = lanes()
+    assert by_lane.get("first") and len(by_lane) > 1
+    names = [n for scenarios in by_lane.values() for n in scenarios]
     assert len(names) == len(set(names))
     assert all((MOLECULE / n / "molecule.yml").is_file() for n in names), names
 
 
-def test_a_scenario_beside_the_others_shares_no_host_network_subnet_or_workdir():
-    first, second = lanes()
-    for scenario in second:
-        mine = resources(scenario)
-        for other in first + [s for s in second if s != scenario]:
-            assert not mine & resources(other), (scenario, other, mine & resources(other))
+def test_no_two_scenarios_share_a_host_network_subnet_or_workdir():
+    names = [n for scenarios in lanes().values() for n in scenarios]
+    for i, scenario in enumerate(names):
+        for other in names[i + 1:]:
+            assert not resources(scenario) & resources(other), (scenario, other, resources(scenario) & resources(other))
 
 
 def test_the_lanes_are_what_the_scenarios_say():
-    first, second = lanes()
+    by_lane = lanes()
     assert resources("fleet") >= {"host fl-mgmt", "subnet 10.89.79.0/24", "workdir .hal-sandbox-fleet"}
     assert resources("default") >= {"host hal01", f"subnet {DEFAULT_SUBNET}", "workdir .hal-sandbox"}
-    assert "fleet" in second and "default" in first
+    assert by_lane["first"] == ["default"] and "fleet" not in by_lane["first"]
