@@ -118,6 +118,18 @@ def monitoring_grafana_host(c: Cluster):
 
 
 @check
+def monitoring_tls_has_a_ca(c: Cluster):
+    """InfluxDB's certificate is signed by the cluster CA, which the directory host keeps."""
+    m = c.monitoring
+    if m is None or not m.influxdb.tls or c.services.monitoring_db is None:
+        return
+    if c.services.ldap is None:
+        yield error((*MON, "influxdb", "tls"), "InfluxDB over HTTPS needs the cluster CA, which lives on the "
+                    "directory host, but services.ldap names no host: place the directory (services.ldap) or set "
+                    "monitoring.influxdb.tls: false (the agents' passwords then cross the network in clear text)")
+
+
+@check
 def monitoring_panels_have_inputs(c: Cluster):
     """Every dashboard panel reads a measurement and fields that a configured input writes."""
     m = c.monitoring

@@ -120,6 +120,10 @@ class InfluxDb(Strict):
         "90d", description="Retention policy duration (InfluxDB syntax: 12h, 90d, 52w, INF); the database's default "
         "policy, named after it.")
     port: int = Field(8086, ge=1, le=65535, description="InfluxDB HTTP API port on services.monitoring_db.")
+    tls: bool = Field(
+        True, description="HTTPS on that port, with a certificate the cluster CA (on services.ldap, the directory "
+        "host) signs: Telegraf and Grafana verify it and send their passwords only inside TLS. false: plain HTTP, "
+        "the agents' and Grafana's basic authentication readable on the cluster network.")
 
     @field_validator("retention")
     @classmethod

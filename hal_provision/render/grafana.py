@@ -29,9 +29,10 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
 from ..model.dashboards import Dashboard, Panel, Query, dashboards
-from ..hostlist import nodeset
 from ..model import Cluster
+from .accounts import CA_CERT
 from .common import header, json_comment
+from .monitoring import influx_url
 
 DATASOURCE_UID = "hal-influxdb"
 DATASOURCE_USER = "grafana"
@@ -139,8 +140,12 @@ def _yaml(cluster: Cluster, what: str, doc: dict) -> str:
 
 def datasources_yaml(cluster: Cluster) -> str:
     m = cluster.monitoring
-    db_host = nodeset(cluster.services.monitoring_db)[0] if cluster.services.monitoring_db else "localhost"
     what = f"The InfluxDB datasource; the password comes from ${PASSWORD_ENV} in Grafana's environment."
+    if m.influxdb.tls:
+        what += f" HTTPS, the server verified against the cluster CA ({CA_CERT}, read by Grafana at start)."
+    tls_json = {"tlsAuthWithCACert": True, "tlsSkipVerify": False} if m.influxdb.tls else {}
+    # $__file{PATH}: Grafana's provisioning reads the file's content into the field.
+    tls_secure = {"tlsCACert": "$__file{" + CA_CERT + "}"} if m.influxdb.tls else {}
     return _yaml(cluster, what, {
         "apiVersion": 1,
         "datasources": [{
@@ -148,7 +153,7 @@ def datasources_yaml(cluster: Cluster) -> str:
             "uid": DATASOURCE_UID,
             "type": "influxdb",
             "access": "proxy",
-            "url": f"http://{db_host}:{m.influxdb.port}",
+            "url": influx_url(cluster),
             "user": DATASOURCE_USER,
             "isDefault": True,
             "editable": False,
@@ -156,9 +161,10 @@ def datasources_yaml(cluster: Cluster) -> str:
                 "dbName": m.influxdb.database,
                 "httpMode": "GET",
                 "timeInterval": _duration(m.interval_seconds),
+                **tls_json,
             },
             # $NAME, not ${NAME}: Grafana expands it once, so a '$' inside the password stays.
-            "secureJsonData": {"password": f"${PASSWORD_ENV}"},
+            "secureJsonData": {"password": f"${PASSWORD_ENV}", **tls_secure},
         }],
     })
 

@@ -19,7 +19,9 @@
   telegraf user run exactly that command line as root, and nothing else (the telegraf role
   installs it into /etc/sudoers.d, checked by visudo).
 * ``files/etc/hal-provision/monitoring.json``: database, retention, port and users for the
-  influxdb role; no password.
+  influxdb role, and whether its HTTP API is HTTPS (monitoring.influxdb.tls: a certificate the
+  cluster CA signs; the agents' output names the CA file, /etc/ssl/hal-provision/cluster-ca.crt,
+  that verifies it); no password.
 
 TOML is written here from plain values (strings through json.dumps, which TOML's basic
 strings accept) and parsed back with tomllib before it is returned, so a rendered file is
@@ -34,6 +36,7 @@ import tomllib
 from ..hostlist import nodeset
 from ..model import Cluster, NodeGroup
 from ..model.monitoring import HOST_ONLY, INPUTS, backup_collector_hosts, group_inputs
+from .accounts import CA_CERT
 from .backup import PROGRAM as BACKUP_PROGRAM
 from .common import header, json_comment
 
@@ -95,9 +98,16 @@ def exec_input(cluster: Cluster, name: str) -> dict:
     }
 
 
+def influx_url(cluster: Cluster) -> str:
+    """InfluxDB's HTTP API as the agents and Grafana reach it: https (monitoring.influxdb.tls) by
+    the database host's name, which its certificate names."""
+    m = cluster.monitoring
+    db_host = nodeset(cluster.services.monitoring_db)[0] if cluster.services.monitoring_db else "localhost"
+    return f"{'https' if m.influxdb.tls else 'http'}://{db_host}:{m.influxdb.port}"
+
+
 def telegraf_conf(cluster: Cluster, inputs: list[str], what: str) -> str:
     m = cluster.monitoring
-    db_host = nodeset(cluster.services.monitoring_db)[0]
     out = [header(cluster), f"# Telegraf on {what}: inputs {', '.join(inputs) or 'none'}.\n"]
     _table(out, "global_tags", {"cluster": cluster.cluster.name}, array=False)
     _table(out, "agent", {
@@ -111,12 +121,14 @@ def telegraf_conf(cluster: Cluster, inputs: list[str], what: str) -> str:
         "omit_hostname": False,
     }, array=False)
     _table(out, "outputs.influxdb", {
-        "urls": [f"http://{db_host}:{m.influxdb.port}"],
+        "urls": [influx_url(cluster)],
         "database": m.influxdb.database,
         "skip_database_creation": True,
         "username": "telegraf",
         "password": "${" + PASSWORD_ENV + "}",
         "timeout": "5s",
+        # HTTPS: the server's certificate verified against the cluster CA, never skipped.
+        **({"tls_ca": CA_CERT, "insecure_skip_verify": False} if m.influxdb.tls else {}),
     })
     for name in inputs:
         if INPUTS[name].kind == "builtin":
@@ -199,6 +211,12 @@ def render(cluster: Cluster) -> dict[str, str]:
         "interval_seconds": m.interval_seconds,
         "users": USERS,
         "password_env": PASSWORD_ENV,
+        # HTTPS: the influxdb role has the cluster CA (on ca_host) sign the server's certificate;
+        # the agents, Grafana and the roles' own calls verify it with ca_file.
+        "tls": m.influxdb.tls,
+        "ca_file": CA_CERT,
+        "ca_host": nodeset(cluster.services.ldap)[0] if cluster.services.ldap else None,
+        "url": influx_url(cluster),
     }
     files["files/etc/hal-provision/monitoring.json"] = json.dumps(facts, indent=2, sort_keys=True) + "\n"
     return files

@@ -117,7 +117,8 @@ class Site:
             .replace("ReadWritePaths=-/backup -/backup-mgmt2\n", "ReadWritePaths=-/\n"))
         (files / "etc/systemd/system/hal-backup.timer").write_text(hal[TIMER])
         monitoring = json.loads(hal["files/etc/hal-provision/monitoring.json"])
-        (files / "etc/hal-provision/monitoring.json").write_text(json.dumps(dict(monitoring, port=influxd.port)))
+        # The scratch influxd speaks plain HTTP (HAL's HTTPS is the sandbox's: tests/infra/test_monitoring.py).
+        (files / "etc/hal-provision/monitoring.json").write_text(json.dumps(dict(monitoring, port=influxd.port, tls=False)))
         (root / "password").write_text("unused: the scratch influxd has no authentication\n")
 
         inventory = root / "inventory.yml"

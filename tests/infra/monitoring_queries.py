@@ -10,6 +10,7 @@ import base64
 import functools
 import json
 import re
+import ssl
 import threading
 import time
 import urllib.error
@@ -38,8 +39,21 @@ def role_var(role: str, var: str):
 SECRETS = role_var("influxdb", "influxdb_secrets_dir")
 
 
-def url() -> str:
-    return f"http://{D.hostvars[DB].get('ansible_host', DB)}:{FACTS['port']}"
+def url(scheme: str | None = None) -> str:
+    """InfluxDB's API by the database host's address (which its certificate names too)."""
+    scheme = scheme or ("https" if FACTS.get("tls") else "http")
+    return f"{scheme}://{D.hostvars[DB].get('ansible_host', DB)}:{FACTS['port']}"
+
+
+@functools.cache
+def cluster_ca() -> str:
+    """The cluster CA's certificate, as the database host has it (the cluster_ca role's file)."""
+    return D.host(DB).check_output("cat %s", FACTS["ca_file"]) + "\n"
+
+
+def tls_context() -> ssl.SSLContext | None:
+    """What verifies InfluxDB's certificate: the cluster CA alone."""
+    return ssl.create_default_context(cadata=cluster_ca()) if FACTS.get("tls") else None
 
 
 @functools.cache
@@ -55,7 +69,7 @@ def influx(path: str, user: str | None, params: dict, data: bytes | None = None)
         token = base64.b64encode(f"{user}:{password(user)}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        with urllib.request.urlopen(req, timeout=30, context=tls_context()) as resp:
             body = resp.read().decode()
             return resp.status, json.loads(body) if body else ""
     except urllib.error.HTTPError as exc:

@@ -18,8 +18,8 @@ import re
 import pytest
 
 from deployed import TEST_USER, deployed, retry
-from monitoring_queries import (DB, FACTS, INTERVAL, SECRETS, concrete, influx, panels, query, reads, role_var,
-                                values)
+from monitoring_queries import (DB, FACTS, INTERVAL, SECRETS, cluster_ca, concrete, influx, panels, query, reads,
+                                role_var, url, values)
 
 D = deployed()
 pytestmark = pytest.mark.skipif(FACTS is None, reason="the model has no monitoring section")
@@ -36,6 +36,37 @@ def test_influxdb_runs_with_authentication():
     assert svc.is_running and svc.is_enabled
     status, body = influx("/query", None, {"q": "SHOW DATABASES"})
     assert status == 401, f"a query without credentials answered HTTP {status}: {body}"
+
+
+def test_influxdb_speaks_only_https_that_the_cluster_ca_vouches_for():
+    """monitoring.influxdb.tls: plain HTTP on the port gets no answer a client could use, HTTPS
+    verified by the system's CAs alone fails, verified by the cluster CA it answers; the
+    certificate names the database host and the CA's key stays on the CA's host."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    if not FACTS.get("tls"):
+        pytest.skip("the model has monitoring.influxdb.tls: false")
+    status, body = influx("/ping", None, {})
+    assert status == 204, f"HTTPS verified by the cluster CA: HTTP {status}: {body}"
+    try:
+        with urllib.request.urlopen(f"{url('http')}/ping", timeout=10) as plain:
+            answered = plain.status
+    except urllib.error.HTTPError as exc:  # Go's server: 400 "Client sent an HTTP request to an HTTPS server"
+        answered = exc.code
+    except OSError:
+        answered = None
+    assert answered in (400, None), f"plain HTTP answered {answered}"
+    with pytest.raises(urllib.error.URLError) as unverified:
+        urllib.request.urlopen(f"{url()}/ping", timeout=10, context=ssl.create_default_context())
+    assert isinstance(unverified.value.reason, ssl.SSLCertVerificationError), unverified.value
+    cert = D.host(DB).check_output("openssl x509 -in /etc/influxdb/tls/influxdb.crt -noout -ext subjectAltName")
+    assert f"DNS:{DB}" in cert and f"IP Address:{D.hostvars[DB].get('ansible_host', DB)}" in cert, cert
+    key = D.host(DB).file("/etc/influxdb/tls/influxdb.key")
+    assert (key.user, key.group, key.mode) == ("root", "influxdb", 0o640)
+    ca_host = FACTS["ca_host"]
+    assert not [h for h in D.hostvars if h != ca_host and D.host(h).file("/etc/hal-provision/ca/cluster-ca.key").exists]
 
 
 def _influx_duration(model: str) -> str:
@@ -115,6 +146,44 @@ def test_agent_runs_the_rendered_configuration(host):
     assert svc.is_running and svc.is_enabled, D.journal(host, AGENT)
     # The agent runs unprivileged.
     assert node.check_output("systemctl show -p User --value %s", AGENT) == "telegraf"
+
+
+@pytest.mark.parametrize("host", AGENT_HOSTS)
+def test_agent_writes_over_https_verified_by_the_cluster_ca(host):
+    """Its output is the https URL with the cluster CA's certificate as tls_ca (the file on the
+    node, the CA's own), and its points of the last two intervals are in the database."""
+    if not FACTS.get("tls"):
+        pytest.skip("the model has monitoring.influxdb.tls: false")
+    import tomllib
+
+    node = D.host(host)
+    (out,) = tomllib.loads(node.file("/etc/telegraf/telegraf.conf").content_string)["outputs"]["influxdb"]
+    assert out["urls"] == [FACTS["url"]] and out["urls"][0].startswith("https://") and out["tls_ca"] == FACTS["ca_file"]
+    assert out.get("insecure_skip_verify") is False
+    ca = node.file(FACTS["ca_file"])
+    assert (ca.user, ca.mode) == ("root", 0o644) and ca.content_string.strip() == cluster_ca().strip()
+    def written() -> int:
+        got = values(query(f"SELECT count(uptime) FROM system WHERE host = '{host}' AND time > now() - {2 * INTERVAL + 5}s"))
+        return got[0] if got else 0
+
+    assert retry(lambda: written() >= 1, 2 * INTERVAL + 10, 5), \
+        f"no point from {host} in the last two intervals\n" + D.journal(host, AGENT)
+
+
+def test_grafanas_datasource_verifies_influxdb_with_the_cluster_ca():
+    """Grafana cannot be installed here: the datasource file the role installed is checked, as
+    Grafana reads it: https, tlsAuthWithCACert, and the cluster CA's PEM in place of the rendered
+    placeholder."""
+    import yaml
+
+    hosts = D.hosts_in("service_grafana")
+    if not hosts or not FACTS.get("tls"):
+        pytest.skip("the model runs no Grafana, or InfluxDB without TLS")
+    text = D.host(hosts[0]).file("/etc/grafana/provisioning/datasources/hal.yaml").content_string
+    (source,) = yaml.safe_load(text)["datasources"]
+    assert source["url"] == FACTS["url"] and source["jsonData"]["tlsAuthWithCACert"] is True
+    assert source["secureJsonData"]["tlsCACert"].strip() == cluster_ca().strip()
+    assert source["secureJsonData"]["password"].startswith("$"), "a password in the datasource file"
 
 
 def test_slurm_collector_runs_on_the_controller_alone():

@@ -837,20 +837,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def influx_query(url: str, q: str, db: str | None = None) -> dict:
+def influx_query(url: str, q: str, db: str | None = None, ca: Path | None = None) -> dict:
     params = {"q": q, **({"db": db} if db else {})}
     request = urllib.request.Request(f"{url}/query", data=urllib.parse.urlencode(params).encode(), method="POST")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    handlers = [urllib.request.ProxyHandler({})]
+    if ca:
+        import ssl
+
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=str(ca))))
+    opener = urllib.request.build_opener(*handlers)
     with opener.open(request, timeout=10) as response:
         return json.load(response)
 
 
-@pytest.fixture(scope="module")
-def influxdb(tmp_path_factory):
+def start_influxd(root: Path, tls: tuple[Path, Path] | None = None, ca: Path | None = None):
+    """A real influxd with its files under ROOT, without authentication; with TLS (certificate,
+    key; CA: what verifies it) its HTTP API is HTTPS only. Yields its URL (https by the name
+    localhost), then stops it."""
     if not INFLUXD.exists():
         pytest.skip("/usr/bin/influxd is not installed (Debian's influxdb package): the real write is not tested")
-    root = tmp_path_factory.mktemp("influxdb")
     port, rpc = free_port(), free_port()
+    https = (f'  https-enabled = true\n  https-certificate = "{tls[0]}"\n  https-private-key = "{tls[1]}"\n'
+             if tls else "")
     (root / "influxdb.conf").write_text(f"""\
 reporting-disabled = true
 bind-address = "127.0.0.1:{rpc}"
@@ -867,28 +875,97 @@ bind-address = "127.0.0.1:{rpc}"
   bind-address = "127.0.0.1:{port}"
   auth-enabled = false
   log-enabled = false
-""")
+{https}""")
     log = open(root / "influxd.log", "w")
     server = subprocess.Popen([str(INFLUXD), "-config", str(root / "influxdb.conf")], stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    url = f"https://localhost:{port}" if tls else f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while True:
         try:
-            with opener.open(f"{url}/ping", timeout=1) as response:
-                if response.status == 204:
-                    break
+            influx_query(url, "SHOW DATABASES", ca=ca)
+            break
         except OSError:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
-            pytest.fail(f"influxd did not answer /ping: {(root / 'influxd.log').read_text()[-2000:]}")
+            pytest.fail(f"influxd did not answer: {(root / 'influxd.log').read_text()[-2000:]}")
         time.sleep(0.05)
-    influx_query(url, "CREATE DATABASE telegraf")
+    influx_query(url, "CREATE DATABASE telegraf", ca=ca)
     yield url
     server.terminate()
     server.wait(10)
     log.close()
+
+
+@pytest.fixture(scope="module")
+def influxdb(tmp_path_factory):
+    yield from start_influxd(tmp_path_factory.mktemp("influxdb"))
+
+
+def make_ca(directory: Path, name: str):
+    """A CA (certificate file, key) made with the cryptography package."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    path = directory / f"{name}.crt"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return path, cert, key
+
+
+def make_server_cert(directory: Path, ca, dns: str) -> tuple[Path, Path]:
+    """A server certificate for DNS (and that name alone), signed by CA: (certificate, key) files,
+    as the influxdb role's tls.yml makes them with the cluster CA."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    _, ca_cert, ca_key = ca
+    key = ec.generate_private_key(ec.SECP384R1())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    cert_path, key_path = directory / f"{dns}.crt", directory / f"{dns}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+@pytest.fixture(scope="module")
+def influxdb_tls(tmp_path_factory):
+    """influxd over HTTPS with a certificate for `localhost` signed by a cluster CA: (URL, the
+    CA's certificate file, another CA's)."""
+    root = tmp_path_factory.mktemp("influxdb-tls")
+    ca = make_ca(root, "cluster-ca")
+    other = make_ca(root, "other-ca")
+    for url in start_influxd(root, make_server_cert(root, ca, "localhost"), ca[0]):
+        yield url, ca[0], other[0]
 
 
 def test_standin_once_writes_to_influxdb(influxdb, tmp_path):
@@ -907,6 +984,52 @@ def test_standin_once_writes_to_influxdb(influxdb, tmp_path):
     assert 0 < mem["results"][0]["series"][0]["values"][0][1] < 100
     slurm_rows = influx_query(influxdb, "SELECT up FROM slurm_node WHERE source = 'slurm'", "telegraf")
     assert slurm_rows["results"][0]["series"][0]["values"][0][1] == 1
+
+
+def run_once(conf: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf),
+                           "--once"], capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+
+
+def with_tls(conf: Path, ca: str, skip_verify: bool = False) -> Path:
+    """CONF's output with the rendered files' TLS options (tls_ca, insecure_skip_verify)."""
+    conf.write_text(conf.read_text().replace(
+        "[[outputs.influxdb]]\n", f'[[outputs.influxdb]]\n  tls_ca = "{ca}"\n'
+        f'  insecure_skip_verify = {"true" if skip_verify else "false"}\n'))
+    return conf
+
+
+def test_standin_writes_over_https_verified_by_the_cluster_ca(influxdb_tls, tmp_path):
+    url, ca, _ = influxdb_tls
+    done = run_once(with_tls(write_conf(tmp_path, url=url), ca))
+    assert done.returncode == 0, done.stderr
+    rows = influx_query(url, "SELECT count(v) FROM probe", "telegraf", ca=ca)
+    assert rows["results"][0]["series"][0]["values"][0][1] >= 2
+
+
+@pytest.mark.parametrize("case", ["another-ca", "name-not-in-the-certificate", "system-cas"])
+def test_standin_refuses_a_server_its_ca_does_not_vouch_for(influxdb_tls, tmp_path, case):
+    """Another CA's certificate in tls_ca, the server reached by a name its certificate does not
+    give (127.0.0.1), or no tls_ca (the system's CAs): nothing is written, one line says why."""
+    url, ca, other = influxdb_tls
+    before = influx_query(url, "SELECT count(v) FROM probe", "telegraf", ca=ca)
+    if case == "another-ca":
+        conf = with_tls(write_conf(tmp_path, url=url), other)
+    elif case == "name-not-in-the-certificate":
+        conf = with_tls(write_conf(tmp_path, url=url.replace("localhost", "127.0.0.1")), ca)
+    else:
+        conf = write_conf(tmp_path, url=url)
+    done = run_once(conf)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "certificate verify failed" in done.stderr and "points kept for the next round" in done.stderr, done.stderr
+    assert influx_query(url, "SELECT count(v) FROM probe", "telegraf", ca=ca) == before
+
+
+def test_standin_names_a_missing_tls_ca(influxdb_tls, tmp_path):
+    url, _, _ = influxdb_tls
+    done = run_once(with_tls(write_conf(tmp_path, url=url), str(tmp_path / "absent.crt")))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"tls_ca {tmp_path / 'absent.crt'}: No such file or directory" in done.stderr, done.stderr
 
 
 def test_influxdb_refusal_is_logged_with_its_message(influxdb, tmp_path):

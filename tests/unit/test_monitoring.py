@@ -76,6 +76,9 @@ ROWS = [
      W, "monitoring.grafana.host", "hal01 is a compute node; Grafana usually runs on a management node"),
     ("grafana-without-database", [("  monitoring_db: hal-mgmt1\n", "")],
      E, "services.monitoring_db", "Grafana reads InfluxDB, but services.monitoring_db names no host"),
+    ("influxdb-https-without-a-ca", [("  ldap: hal-mgmt1\n", "")],
+     E, "monitoring.influxdb.tls", "InfluxDB over HTTPS needs the cluster CA, which lives on the directory host, "
+                                   "but services.ldap names no host"),
 ]
 
 
@@ -110,7 +113,7 @@ def test_one_telegraf_conf_per_role_with_its_inputs(hal, files):
         assert _inputs(conf) == builtin + sorted(n for n in names if INPUTS[n].kind == "exec" and n != "slurm"), role
         assert conf["agent"]["interval"] == "60s" and conf["global_tags"] == {"cluster": "hal"}
         (out,) = conf["outputs"]["influxdb"]
-        assert out["urls"] == ["http://hal-mgmt1:8086"] and out["database"] == "telegraf"
+        assert out["urls"] == ["https://hal-mgmt1:8086"] and out["database"] == "telegraf"
         assert out["username"] == "telegraf" and out["password"] == "${HAL_INFLUX_PASSWORD}"
 
 
@@ -208,6 +211,38 @@ def test_facts_name_users_and_no_password(files):
     assert facts["users"] == {"telegraf": "WRITE", "grafana": "READ"}
     assert (facts["database"], facts["retention"], facts["port"]) == ("telegraf", "90d", 8086)
     assert not any("password" in k and k != "password_env" for k in facts)
+
+
+def test_agents_and_grafana_reach_influxdb_over_https_verified_by_the_cluster_ca(files):
+    """HAL's default (monitoring.influxdb.tls): every agent's output and Grafana's datasource
+    name https and the cluster CA's certificate, which the influxdb role has sign its own."""
+    ca = "/etc/ssl/hal-provision/cluster-ca.crt"
+    confs = [p for p in files if p.startswith("files/etc/telegraf/") and p.endswith(".conf") and "/hosts/" not in p]
+    assert confs
+    for path in confs:
+        (out,) = tomllib.loads(files[path])["outputs"]["influxdb"]
+        assert out["urls"] == ["https://hal-mgmt1:8086"] and out["tls_ca"] == ca, path
+        assert out["insecure_skip_verify"] is False, path
+    facts = json.loads(files["files/etc/hal-provision/monitoring.json"])
+    assert (facts["tls"], facts["ca_file"], facts["ca_host"], facts["url"]) == (True, ca, "hal-mgmt1",
+                                                                                 "https://hal-mgmt1:8086")
+    (source,) = yaml.safe_load(files["files/etc/grafana/provisioning/datasources/hal.yaml"])["datasources"]
+    assert source["url"] == "https://hal-mgmt1:8086"
+    assert source["jsonData"]["tlsAuthWithCACert"] is True and source["jsonData"]["tlsSkipVerify"] is False
+    # The grafana role puts the certificate's PEM in place of this (roles/grafana/vars/main.yml).
+    grafana_vars = yaml.safe_load((Path(__file__).resolve().parents[2] / "roles/grafana/vars/main.yml").read_text())
+    assert source["secureJsonData"]["tlsCACert"] == grafana_vars["__grafana_ca_marker"] == "$__file{" + ca + "}"
+
+
+def test_plain_http_only_when_the_model_says_so(hal):
+    m = hal.monitoring
+    plain = hal.model_copy(update={"monitoring": m.model_copy(update={"influxdb": m.influxdb.model_copy(update={"tls": False})})})
+    files = render_all(plain)
+    (out,) = tomllib.loads(files["files/etc/telegraf/roles/compute.conf"])["outputs"]["influxdb"]
+    assert out["urls"] == ["http://hal-mgmt1:8086"] and "tls_ca" not in out
+    (source,) = yaml.safe_load(files["files/etc/grafana/provisioning/datasources/hal.yaml"])["datasources"]
+    assert source["url"] == "http://hal-mgmt1:8086" and "tlsCACert" not in source["secureJsonData"]
+    assert json.loads(files["files/etc/hal-provision/monitoring.json"])["tls"] is False
 
 
 def test_storage_probe_lists_the_models_path(files):

@@ -14,8 +14,10 @@ does, /etc/default/telegraf). What it understands:
   metric_batch_size, metric_buffer_limit (points a failed write keeps for the next round).
 - `[global_tags]`; each input's `interval` and `[inputs.<name>.tags]`.
 - `[[outputs.influxdb]]`: urls (tried in order), database, retention_policy, username,
-  password, timeout, http_proxy. Points go to `<url>/write?db=..&rp=..&precision=ns` with HTTP
-  basic authentication. The stand-in never creates the database.
+  password, timeout, http_proxy, tls_ca, insecure_skip_verify. Points go to
+  `<url>/write?db=..&rp=..&precision=ns` with HTTP basic authentication; an https URL's server
+  is verified against tls_ca (else the system's CAs), its name against the certificate, unless
+  insecure_skip_verify. The stand-in never creates the database.
 - `[[inputs.exec]]`: commands (split like a shell, no shell run), timeout, data_format
   "influx" (the only one), ignore_error. A command's lines without a timestamp get the time the
   input ran.
@@ -45,6 +47,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -152,6 +155,8 @@ class InfluxOutput:
     password: str = ""
     timeout: float = 5.0
     http_proxy: str = ""
+    tls_ca: str = ""
+    insecure_skip_verify: bool = False
 
     def describe(self) -> str:
         return f"{', '.join(self.urls)} (database {self.database})"
@@ -203,6 +208,12 @@ def _tables(value: object, what: str) -> list[dict]:
     raise ConfigError(f"{what} must be a table or an array of tables")
 
 
+def _bool(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what} must be true or false")
+    return value
+
+
 def _str_list(value: object, what: str) -> list[str]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
         raise ConfigError(f"{what} must be a non-empty list of strings")
@@ -239,7 +250,8 @@ def _influx_output(table: dict, where: str) -> InfluxOutput:
     return InfluxOutput(urls, str(table.get("database", "telegraf")), str(table.get("retention_policy", "")),
                         str(table.get("username", "")), str(table.get("password", "")),
                         parse_duration(table.get("timeout", "5s"), f"{where} outputs.influxdb timeout"),
-                        str(table.get("http_proxy", "")))
+                        str(table.get("http_proxy", "")), str(table.get("tls_ca", "")),
+                        _bool(table.get("insecure_skip_verify", False), f"{where} outputs.influxdb insecure_skip_verify"))
 
 
 def _input(plugin: str, table: dict, where: str, agent: Agent) -> InputConfig:
@@ -437,6 +449,20 @@ class WriteError(Exception):
     pass
 
 
+def tls_context(output: InfluxOutput, url: str) -> ssl.SSLContext:
+    """How an https output's server is checked, as Telegraf's tls_ca and insecure_skip_verify
+    say: its chain against tls_ca (else the system's CAs), its name against the URL's host."""
+    if output.insecure_skip_verify:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    try:
+        return ssl.create_default_context(cafile=output.tls_ca or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise WriteError(f"{url}: tls_ca {output.tls_ca}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
+
+
 def post_lines(output: InfluxOutput, url: str, body: str) -> None:
     """One write request; WriteError with InfluxDB's own message when it is refused."""
     params = {"db": output.database, "precision": "ns"}
@@ -450,7 +476,10 @@ def post_lines(output: InfluxOutput, url: str, body: str) -> None:
         token = base64.b64encode(f"{output.username}:{output.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
     proxies = {"http": output.http_proxy, "https": output.http_proxy} if output.http_proxy else {}
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies))
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler(proxies)]
+    if url.startswith("https:"):
+        handlers.append(urllib.request.HTTPSHandler(context=tls_context(output, url)))
+    opener = urllib.request.build_opener(*handlers)
     try:
         with opener.open(request, timeout=output.timeout or None) as response:
             response.read()
