@@ -19,6 +19,12 @@ logs=$(mktemp -d -t hal-scenarios.XXXXXX)
 # (then the lanes start), the wheelhouse of the HAL sandbox (hal_provision.sandbox.prefill: what
 # `default`'s `up` would otherwise fetch and build; `up` waits on its lock when it comes first),
 # Debian 13's image (which only the workstation scenario waits for).
+# Low priority, for everything beside the first lane (pytest, the Slurm root, the side lanes):
+# a session of its own whose autogroup is niced (with the kernel's autogroups, on by default,
+# nice alone counts only within a session), nice 10 for its processes, and its containers
+# (cgroups of their own, which neither reaches) started with an eighth of the default CPU
+# weight (HAL_CONTAINER_CPU_SHARES: the sandbox's `up` and molecule's create.yml pass it on).
+NICE=(setsid -w sh -c 'echo 10 >/proc/self/autogroup 2>/dev/null; export HAL_CONTAINER_CPU_SHARES=128; exec nice -n 10 "$@"' low-priority)
 image_log=$(mktemp -t hal-image.XXXXXX)
 start=$(date +%s)
 ( python -m hal_provision.sandbox.image >"$image_log" 2>&1; rc=$?
@@ -34,7 +40,7 @@ image_pid=$!
 # Slurm 24.11's Debian 13 root for the acceptance tests' second major, built if missing or
 # outdated beside pytest too, niced like it: its tests wait for this build (conftest.py).
 root_log=$(mktemp -t hal-slurmroot.XXXXXX)
-( nice -n 10 python -m hal_provision.sandbox.slurmroot >"$root_log" 2>&1; rc=$?
+( "${NICE[@]}" python -m hal_provision.sandbox.slurmroot >"$root_log" 2>&1; rc=$?
   echo "slurm_root_s=$(( $(date +%s) - start )) rc=$rc" >>"$root_log"; exit $rc ) &
 root_pid=$!
 
@@ -47,7 +53,6 @@ root_pid=$!
 # another, in the file's order; their containers, networks, subnets and work directories are
 # apart from every other scenario's (tests/unit/test_molecule_lanes.py). Every scenario prints
 # its output as it goes, each line after "[NAME] ". Each is timed.
-NICE=(nice -n 10)
 run_scenario() {  # NAME LOG PREFIX [NICE...]: one molecule test, its output printed as it goes
   # (each line after PREFIX) and kept in LOG; its result line goes to $logs/NAME.result
   local scenario="$1" log="$2" prefix="$3" start result

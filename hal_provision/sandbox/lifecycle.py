@@ -250,6 +250,22 @@ def fill_wheelhouse(sb: Sandbox, image: str, wheels: Path | None = None, log=pri
                                      host_pip_cert(), log)
 
 
+
+CPU_SHARES_ENV = "HAL_CONTAINER_CPU_SHARES"
+
+
+def cpu_shares_args(environ: dict | None = None) -> list[str]:
+    """podman's --cpu-shares for the nodes, when $HAL_CONTAINER_CPU_SHARES names it: the test
+    suite's side lanes start theirs with less than the default 1024, so that the scenario that
+    decides the run's length gets the CPU first (a container is a cgroup: nice does not reach
+    across cgroups)."""
+    value = (os.environ if environ is None else environ).get(CPU_SHARES_ENV, "").strip()
+    if not value:
+        return []
+    if not value.isdigit() or not 2 <= int(value) <= 262144:
+        raise SandboxError(f"{CPU_SHARES_ENV}={value!r}: podman's --cpu-shares takes a whole number from 2 to 262144")
+    return ["--cpu-shares", value]
+
 def create(sb: Sandbox, log=print) -> Sandbox:
     """Render, build the image if missing, start the network and one container per host.
     Returns the sandbox as made: without the module environments whose packages this machine's
@@ -292,6 +308,7 @@ def create(sb: Sandbox, log=print) -> Sandbox:
                 "--systemd", "always", "--stop-signal", "SIGRTMIN+3"]
         if host in privileged:
             args.append("--privileged")
+        args += cpu_shares_args()
         # The scratch's disks: a host loop device over a sparse file each, bound at the model's
         # device path (--device is ignored for privileged containers; a bound node is not).
         for device, backing, size_gib in sb.scratch_disks().get(host, []):

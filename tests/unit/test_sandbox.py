@@ -416,3 +416,17 @@ def test_a_trixie_image_gets_the_hosts_apt_sources_for_its_release(text, expecte
     from hal_provision.sandbox.image import apt_sources_for
 
     assert apt_sources_for(text, "trixie") == expected
+
+
+def test_container_cpu_shares_come_from_the_environment():
+    """tests/run-all.sh's side lanes start their nodes with less CPU weight (HAL_CONTAINER_CPU_SHARES)."""
+    from hal_provision.sandbox.derive import SandboxError
+    from hal_provision.sandbox.lifecycle import cpu_shares_args
+
+    assert cpu_shares_args({}) == [] and cpu_shares_args({"HAL_CONTAINER_CPU_SHARES": " "}) == []
+    assert cpu_shares_args({"HAL_CONTAINER_CPU_SHARES": "128"}) == ["--cpu-shares", "128"]
+    for bad in ("1", "abc", "-5", "999999"):
+        with pytest.raises(SandboxError, match="HAL_CONTAINER_CPU_SHARES"):
+            cpu_shares_args({"HAL_CONTAINER_CPU_SHARES": bad})
+    create = (Path(__file__).resolve().parents[2] / "molecule/shared/create.yml").read_text()
+    assert "cpu_shares: \"{{ lookup('ansible.builtin.env', 'HAL_CONTAINER_CPU_SHARES')" in create
