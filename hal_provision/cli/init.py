@@ -63,7 +63,7 @@ def init(
     starter = Starter(name=name, login=_hosts(login or f"{name}-login", "--login"),
                       management=_hosts(management or f"{name}-mgmt", "--management"),
                       builds=builds, domain=domain, cidr=cidr)
-    text = starter_text(starter)
+    text = starter_text(starter, str(output))
     _check(text, output)
     tmp = output.with_name(f".{output.name}.tmp")
     try:

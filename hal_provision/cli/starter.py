@@ -11,6 +11,7 @@ tests/unit/test_init.py uncomments each one (with what its "Needs:" names) and v
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
@@ -150,7 +151,8 @@ def _virtual_partitions(s: Starter) -> list[str]:
     return out
 
 
-def starter_text(s: Starter) -> str:
+def starter_text(s: Starter, path: str = "cluster.yml") -> str:
+    """The starter description; PATH: where it is written, named in its header's commands."""
     addr = _addresses(s)
     mgmt1, login1 = expand(s.management)[0], expand(s.login)[0]
     compute_first = [int(IPv4Address(addr["compute"])) + 256 * i for i in range(len(s.builds))]
@@ -158,7 +160,8 @@ def starter_text(s: Starter) -> str:
     lines = [
         f"# {s.name}: the cluster's description, read by every hal-provision command.",
         "#",
-        f"# Started by `hal-provision init`. Check it with `hal-provision validate {{this file}}`, look at it",
+        "# Started by `hal-provision init`. Check it with `hal-provision validate "
+        f"{shlex.quote(path)}`, look at it",
         "# with `show` and `diagram`, write its configs with `render`. docs/cluster-yml.md documents",
         "# every key (type, default, the checks that read it); inventory/hal/cluster.yml is a full example.",
         "# Required sections come first; optional ones follow, commented out: uncomment one (an",
@@ -334,7 +337,8 @@ def _optional(s: Starter, mgmt1: str, gpus: bool) -> list[str]:
     out += _block(
         "Monitoring: Telegraf on the nodes, InfluxDB, Grafana dashboards made from the model.",
         "telegraf.conf per node role, the database on services.monitoring_db, Grafana's provisioning.",
-        "`monitoring_db` under services (uncomment it above).",
+        "`monitoring_db` and `ldap` under services (uncomment them above): InfluxDB's HTTPS "
+        "certificate comes from the cluster CA on the directory host (else `influxdb: {tls: false}`).",
         ["monitoring:",
          "  inputs:",
          "    compute: [cpu, mem, system, net" + (", nvidia_smi" if gpus else "") + "]",

@@ -56,6 +56,8 @@ def test_flag_form_validates_and_renders(tmp_path):
     assert model.hardware["gpu"].gpu_count == 8 and model.services.slurmctld == "lab-mgmt"
     assert [vp.name for vp in model.swsuite.virtual_partitions][-3:] == ["gpux64", "gpux128", "cpun1"]
     assert "# Brings in:" in text and "# Needs:" in text
+    # The header names the file it was written to, not a placeholder.
+    assert f"Check it with `hal-provision validate {tmp_path / 'c.yml'}`" in text and "{" not in text.split("\n")[2]
 
 
 def test_cpu_cluster(tmp_path):
@@ -70,7 +72,7 @@ OPTIONAL = {
     "containers": ("containers",),
     "accounts": ("accounts", "  ldap"),
     "portal": ("portal", "  portal", "accounts", "  ldap", "software"),
-    "monitoring": ("monitoring", "  monitoring_db"),
+    "monitoring": ("monitoring", "  monitoring_db", "  ldap"),
     "recipes": ("recipes",),
     "health": ("health",),
     "deploy": ("deploy",),
