@@ -102,6 +102,37 @@ def load_text(text: str, file: str) -> Loaded:
     return _load_roundtrip(text, file)
 
 
+def _at(mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "above"
+
+
+def explain_yaml_error(exc) -> str:
+    """What a YAML parser error most often means in a hand-written description, in one line; the
+    parser's own words when it is none of the usual ones."""
+    problem, context = exc.problem or "", exc.context or ""
+    if "mapping values are not allowed here" in problem:
+        return ("a ':' this line cannot have: it is indented deeper than the key before it, or a plain value "
+                "holds ': ' (quote such a value)")
+    if "flow sequence" in context or "flow mapping" in context:
+        bracket = "[" if "sequence" in context else "{"
+        return f"the '{bracket}' opened at {_at(exc.context_mark)} is not closed before this"
+    if "'\\t'" in problem or "'\t'" in problem:
+        return "a tab: YAML indents with spaces only"
+    if "quoted scalar" in context:
+        return f"the quoted value opened at {_at(exc.context_mark)} is never closed"
+    if "expected <block end>" in problem:
+        return ("this line's indentation matches no level above it, or a '- ' item and 'key: value' lines share one "
+                "level")
+    if "could not find expected ':'" in problem:
+        return "a line inside a mapping without 'key: value': a missing ':' or a wrong indentation"
+    if "undefined alias" in problem:
+        return f"an alias ({problem.split()[-1]}) with no anchor (&name) before it"
+    if "duplicate key" in problem:
+        key = problem.split('"')[1] if '"' in problem else "a key"
+        return f"key {key} is given twice in the mapping that starts at {_at(exc.context_mark)}: keep one"
+    return " ".join(p for p in (context, problem) if p) or "malformed YAML"
+
+
 def _load_roundtrip(text: str, file: str) -> Loaded:
     from ruamel.yaml.comments import CommentedMap
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -113,7 +144,8 @@ def _load_roundtrip(text: str, file: str) -> Loaded:
         line = mark.line + 1 if mark else None
         col = mark.column + 1 if mark else None
         problem = " ".join(p for p in (exc.context, exc.problem) if p) or "malformed YAML"
-        return Loaded(file, None, [Finding(Level.error, (), f"YAML syntax: {problem}", "yaml", file, line, col)])
+        message = f"YAML syntax: {explain_yaml_error(exc)} (the parser: {problem})"
+        return Loaded(file, None, [Finding(Level.error, (), message, "yaml", file, line, col)])
     except YAMLError as exc:
         return Loaded(file, None, [Finding(Level.error, (), f"YAML syntax: {exc}", "yaml", file)])
     locator = Locator(data, file)

@@ -96,6 +96,36 @@ def test_yaml_syntax_error_is_located(tmp_path, edited, position, replacement, m
     assert (finding.line, finding.column) == (position(text, line_marker)[0], column)
 
 
+# (text, the one-line explanation, line, column): the usual hand-editing mistakes, each explained
+# before the parser's own words.
+EXPLAINED = [
+    pytest.param("cluster:\n  name: x\n   domain: a\n", "a ':' this line cannot have: it is indented deeper than "
+                 "the key before it, or a plain value holds ': ' (quote such a value)", 3, 10, id="deeper-key"),
+    pytest.param("cluster:\n  description: GPUs: many\n", "a plain value holds ': '", 2, 20, id="colon-in-value"),
+    pytest.param("cluster:\n  domain: [a, b\nnodes: 3\n", "the '[' opened at line 2, column 11 is not closed before "
+                 "this", 3, 6, id="open-bracket"),
+    pytest.param("cluster: {name: x\nnodes: 3\n", "the '{' opened at line 1, column 10 is not closed", 2, 6,
+                 id="open-brace"),
+    pytest.param("a: 1\n\tb: 2\n", "a tab: YAML indents with spaces only", 2, 1, id="tab"),
+    pytest.param('cluster:\n  name: "x\nnodes: 3\n', "the quoted value opened at line 2, column 9 is never closed",
+                 4, 1, id="open-quote"),
+    pytest.param("a:\n    b: 1\n  c: 2\n", "this line's indentation matches no level above it", 3, 3,
+                 id="indentation"),
+    pytest.param("a: *foo\n", "an alias ('foo') with no anchor (&name) before it", 1, 4, id="alias"),
+    pytest.param("a: 1\na: 2\n", "key a is given twice in the mapping that starts at line 1, column 1: keep one", 2, 1,
+                 id="duplicate-key"),
+]
+
+
+@pytest.mark.parametrize(("text", "explanation", "line", "column"), EXPLAINED)
+def test_yaml_syntax_error_is_explained_in_one_line(tmp_path, text, explanation, line, column):
+    _file, loaded = _load(tmp_path, text)
+    [finding] = loaded.findings
+    assert finding.message.startswith("YAML syntax: ") and explanation in finding.message, finding.message
+    assert "\n" not in finding.message and "(the parser: " in finding.message
+    assert (finding.line, finding.column) == (line, column)
+
+
 @pytest.mark.parametrize(
     "text", [pytest.param("- a\n- list\n", id="list"), pytest.param("just a string\n", id="scalar"),
              pytest.param("", id="empty"), pytest.param("# only a comment\n", id="comment-only")]
