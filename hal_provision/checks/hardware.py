@@ -35,6 +35,20 @@ def nvlink_matrix_shape(c: Cluster):
         matrix, n = profile.gpus.nvlink, profile.gpu_count
         if not matrix:
             continue  # no NVLink
+        m = len(matrix)
+        if m != n and _square(matrix, m):  # a whole matrix for another count: the devices disagree
+            listed = ", ".join(f"socket {d.socket}" for d in profile.gpus.devices) or "none"
+            more = m - n
+            yield error(
+                (*path, "devices"),
+                f"devices lists {n} GPU{'s' if n != 1 else ''} ({listed}) but nvlink is a {m} x {m} matrix: "
+                + (f"{more} GPU{'s are' if more > 1 else ' is'} missing from devices, or nvlink has "
+                   f"{more} row{'s' if more > 1 else ''} and column{'s' if more > 1 else ''} too many"
+                   if more > 0 else
+                   f"devices has {-more} GPU{'s' if -more > 1 else ''} more than nvlink describes: add "
+                   f"{'their rows and columns' if -more > 1 else 'its row and column'} to nvlink"),
+            )
+            continue
         if len(matrix) != n:
             yield error(
                 (*path, "nvlink"),

@@ -206,6 +206,9 @@ ROWS = [
      E, "hardware.ac922.gpus.devices[3].socket", "GPU 3 is on socket 2, but 'ac922' has 2 socket(s), numbered 0-1"),
     ("nvlink-too-few-rows", [("        - [0, 0, 3, 0]\n", "")],
      E, "hardware.ac922.gpus.nvlink", "nvlink has 3 rows for 4 GPUs"),
+    ("gpu-missing-from-devices", [("        - {socket: 1}\n        - {socket: 1}\n", "        - {socket: 1}\n")],
+     E, "hardware.ac922.gpus.devices", "devices lists 3 GPUs (socket 0, socket 0, socket 1) but nvlink is a 4 x 4 "
+                                       "matrix: 1 GPU is missing from devices, or nvlink has 1 row and column too many"),
     ("nvlink-row-too-long", [("        - [0, 0, 0, 3]", "        - [0, 0, 0, 3, 0]")],
      E, "hardware.ac922.gpus.nvlink[2]", "row 2 has 5 entries"),
     ("nvlink-asymmetric", [("        - [3, 0, 0, 0]", "        - [2, 0, 0, 0]")],
@@ -609,3 +612,9 @@ def test_100000_nodes_mistakes_found_without_expanding(edited, compressed_only):
         "management nodes (or add one of those roles to node group 'compute' with `also:`)",
         "slurmctld placed on hal[000001-050000] (50000 hosts); hal-provision runs a primary controller and at most "
         "one backup: name one or two hosts"]
+
+
+def test_a_gpu_missing_from_devices_is_one_error_not_one_per_nvlink_row(check_file, edited):
+    _file, loaded = check_file(edited(("        - {socket: 1}\n        - {socket: 1}\n", "        - {socket: 1}\n")))
+    hardware = [f for f in loaded.findings if f.dotted.startswith("hardware.")]
+    assert [f.dotted for f in hardware] == ["hardware.ac922.gpus.devices"], [f.format() for f in hardware]
