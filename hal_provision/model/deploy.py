@@ -15,7 +15,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Hostlist, Strict
+from .base import Strict
+from .placement import Placement
 from .oncalendar import FORMS
 
 DEFAULT_SCHEDULE = "*:0/30"
@@ -27,9 +28,10 @@ class DistributionPoint(Strict):
     host: str = Field(
         description="The model host that serves bundles (nginx, read-only, on the primary network); not itself a "
         "pull node.")
-    serves: Hostlist | None = Field(
-        None, description="The pull nodes this point serves, a hostlist. May be left out when there is one point: "
-        "it then serves every pull node.")
+    serves: Placement | None = Field(
+        None, description="The pull nodes this point serves, a hostlist that may name node groups (@GROUP) and roles "
+        "(@role:ROLE), so that a grown group needs no second edit. May be left out when there is one point: it then "
+        "serves every pull node.")
 
 
 class Deploy(Strict):

@@ -332,3 +332,17 @@ def test_served_site_gives_its_nodes_bundles_read_only_and_refuses_anyone_else(t
         assert status == 200 and headers.get("Cache-Control") == "no-store", headers
         assert request(f"{url}/missing.tar.gz")[0] == 404
         assert request(f"{url}/current.json", "PUT")[0] == 403
+
+
+@pytest.mark.parametrize("serves", ['"@role:compute"', '"@compute"', '"@role:compute,hal-login"'])
+def test_a_point_serves_node_groups_and_roles_by_name(check_file, edited, serves):
+    """serves takes @GROUP and @role:ROLE like every other placement: a grown group needs no second edit."""
+    _file, loaded = check_file(edited(_with_pull, (POINT, f"    - {{host: hal-mgmt1, serves: {serves}}}\n")))
+    if "hal-login" in serves:  # resolved like any placement, then checked: a login node pulls nothing
+        assert [f.message.split(":")[0] for f in loaded.findings if f.dotted == "deploy.distribution[0].serves"] == \
+            ["hal-login is not a pull node"], [f.format() for f in loaded.findings]
+        return
+    assert loaded.model is not None and not [f for f in loaded.findings if f.dotted.startswith("deploy")], \
+        [f.format() for f in loaded.findings]
+    (point,) = loaded.model.deploy_points
+    assert point.host == "hal-mgmt1" and list(point.serves) == [f"hal{i:02d}" for i in range(1, 17)]
