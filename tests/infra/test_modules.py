@@ -142,3 +142,18 @@ def test_spider_cache_knows_every_module(host, role):
     _rc, out = module(host, "module -t spider")
     everything = ROLES[role]["core"] + [m for ms in ROLES[role]["by_compiler"].values() for m in ms]
     assert terse(out) == sorted(everything), out
+
+
+ENVIRONMENTS = [pytest.param(h, env["module"], id=f"{h}:{env['module']}") for h, r in HOSTS
+                for env in (PLAN or {}).get("environments", []) if r in env["roles"]
+                and any(p.startswith("torch") for p in env["packages"])]
+
+
+@pytest.mark.parametrize(("host", "name"), ENVIRONMENTS)
+def test_the_cpu_framework_module_has_numpy_and_torch_takes_arrays(host, name):
+    """A PyTorch module as a user expects it: numpy there, torch sharing its arrays, and no
+    'Failed to initialize NumPy' warning at import."""
+    _rc, out = module(host, f"module load {name} && python -c 'import numpy, torch; "
+                            f"print(\"SUM\", int(torch.from_numpy(numpy.arange(4)).sum()), numpy.__version__)'")
+    assert "Failed to initialize NumPy" not in out and "No module named" not in out, out
+    assert [ln for ln in out.splitlines() if ln.startswith("SUM ")][0].split()[1] == "6", out

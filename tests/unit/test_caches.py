@@ -115,7 +115,7 @@ def test_a_module_whose_packages_no_pip_source_has_is_left_out_of_the_wheelhouse
     returned with pip's reason (the real pip runs in the sandbox scenario)."""
     files = render_all(derive_sandbox(load().model))
     portal, modules = wheelhouse.requirement_sets(files)
-    assert modules == {"pytorch/2.13.0-cpu": ["torch==2.13.0+cpu"]} and "jupyterhub==5.2.1" in portal
+    assert modules == {"pytorch/2.13.0-cpu": ["numpy==2.3.5", "torch==2.13.0+cpu"]} and "jupyterhub==5.2.1" in portal
     filled = []
 
     def fill(reqs, *args, **kw):

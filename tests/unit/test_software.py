@@ -97,7 +97,7 @@ def test_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
-PYTORCH_PIP = '      pip: {packages: ["torch==2.13.0+cpu"]}\n'
+PYTORCH_PIP = '      pip: {packages: ["torch==2.13.0+cpu", "numpy==2.3.5"]}   # numpy: torch.from_numpy, no warning at import\n'
 
 ACCEPTED = [
     ("swap-on-conflict", [("  on_conflict: refuse ", "  on_conflict: swap ")]),
@@ -349,7 +349,7 @@ def test_role_argument_specs_cover_every_default(role):
 def test_module_environments_are_in_the_plan_for_the_lmod_role(plan):
     assert plan["lmod"]["environments"] == [
         {"module": "pytorch/2.13.0-cpu", "prefix": "/sw/pytorch/2.13.0-cpu", "python": "python3",
-         "packages": ["torch==2.13.0+cpu"], "roles": ["login", "development", "compute"]}]
+         "packages": ["torch==2.13.0+cpu", "numpy==2.3.5"], "roles": ["login", "development", "compute"]}]
     assert plan["lmod"]["wheelhouse"] is None  # HAL names none: pip uses the index as configured
 
 
