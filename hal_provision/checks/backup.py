@@ -6,6 +6,7 @@ from ..findings import error, warning
 from ..hostlist import nodeset, outside, overlap, union
 from ..model import Cluster
 from ..model.oncalendar import calendar_problem
+from ..model.storage import lies_under
 from . import check
 from .common import did_you_mean, duplicates, shown
 
@@ -109,6 +110,30 @@ def backup_not_served_from_a_backed_up_host(c: Cluster):
             yield warning(path, f"{what} {shown(both)}, which {'it backs' if len(both) == 1 else 'they back'} up "
                           f"({_held(jobs, both)}): a dead disk there loses the backup with the data; send the snapshots "
                           "to a file system served from elsewhere")
+
+
+@check
+def slurmctld_state_and_its_backup_not_on_one_server(c: Cluster):
+    """slurmctld's state directory on a shared file system (two controllers) and the snapshots of
+    it on a file system served by the same host: that host's disks lost, both are."""
+    job = next((j for j in c.backup_jobs if j.state == "slurmctld_state"), None)
+    if job is None:
+        return
+    path = c.slurm.state_save_location
+    holders = [m.name for m in c.shared_mounts if lies_under(path, m.mount_point) and _known(c, m.name)]
+    if not holders:
+        return
+    state_servers, state_what = _servers(c, holders[0])
+    for where, name, hosts in _destinations(c):
+        if job.host not in hosts or not _known(c, name):
+            continue
+        servers, what = _servers(c, name)
+        both = overlap(servers, state_servers)
+        if len(both):
+            yield warning(where, f"slurmctld's state {path} lies on {holders[0]!r}, and its snapshots (job "
+                          f"{job.name}, on {job.host}) go to {name!r}: both served by {shown(both)}; losing "
+                          f"{'its disks' if len(both) == 1 else 'their disks'} loses the queue and its backup at once: "
+                          "send the snapshots to a file system served from elsewhere")
 
 
 @check

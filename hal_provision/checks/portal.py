@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..findings import error, warning
 from ..hostlist import nodeset
-from ..model import Cluster, Role
+from ..model import Cluster, Role, slurmtime
 from . import check
 from .common import did_you_mean, unique
 
@@ -132,6 +132,15 @@ def portal_app_virtual_partitions(c: Cluster):
             if app.max_hours is not None and app.max_hours > vp.max_time_hours:
                 yield warning((*APPS, i, "max_hours"), f"app {app.name!r} allows {app.max_hours} hours, but {name} "
                               f"allows {vp.max_time_hours}: sessions there are capped at {vp.max_time_hours}")
+        if app.max_hours is not None:
+            parts = {vps[n].partition for n in app.virtual_partitions if n in vps}
+            for part in c.slurm.partitions:
+                most = slurmtime.minutes(part.max_time) if part.name in parts else None
+                if most is not None and app.max_hours * 60 > most:
+                    yield warning((*APPS, i, "max_hours"),
+                                  f"app {app.name!r} allows {app.max_hours} hours, but partition {part.name!r} behind "
+                                  f"its virtual partitions has MaxTime {part.max_time}: Slurm refuses longer sessions "
+                                  f"there; use at most {int(most // 60)} hours")
         limit = app.max_hours or max((vps[n].max_time_hours for n in app.virtual_partitions if n in vps), default=None)
         if limit is not None and app.default_hours > limit:
             yield error((*APPS, i, "default_hours"), f"app {app.name!r} presets {app.default_hours} hours, more "

@@ -86,6 +86,27 @@ def qos_max_wall_within_partition_max_time(c: Cluster):
 
 
 @check
+def qos_max_wall_within_some_partition(c: Cluster):
+    """A QOS no partition names (given through associations) whose MaxWall is longer than every
+    partition's MaxTime: whatever partition its jobs run in stops them first."""
+    named = {p.qos for p in c.slurm.partitions}
+    limits = [(p.name, p.max_time, slurmtime.minutes(p.max_time)) for p in c.slurm.partitions]
+    if not limits or any(m is None for _n, _t, m in limits):
+        return  # a partition without MaxTime lets any MaxWall apply
+    name, longest, most = max(limits, key=lambda item: item[2])
+    for qi, qos in enumerate(c.slurm.qos):
+        wall = slurmtime.minutes(qos.max_wall) if qos.max_wall else None
+        if qos.name in named or qos.max_wall is None or (wall is not None and wall <= most):
+            continue
+        yield warning(
+            ("slurm", "qos", qi, "max_wall"),
+            f"QOS {qos.name!r} allows MaxWall {qos.max_wall}, longer than every partition's MaxTime (the longest: "
+            f"{name!r}, {longest}): a job under it is stopped by its partition's limit first, so this MaxWall never "
+            f"applies; lower it to at most {longest}, or raise a partition's max_time",
+        )
+
+
+@check
 def one_default_partition(c: Cluster):
     defaults = [(i, p) for i, p in enumerate(c.slurm.partitions) if p.default]
     if not defaults:

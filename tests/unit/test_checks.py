@@ -350,6 +350,15 @@ ROWS = [
      [TWO_CONTROLLERS, *SHARED_STATE, ('clients: "hal-mgmt[1-2]",\n         options: [rw, sync, no_subtree_check, no_root_squash]',
                                       'clients: "hal-mgmt[1-2]",\n         options: [rw, sync, no_subtree_check, root_squash]')],
      W, "slurm.state_save_location", "lies on NFS export 'ctld', which squashes root"),
+    ("slurmctld-state-and-its-backup-on-one-server", [TWO_CONTROLLERS, *SHARED_STATE],
+     W, "backup.destination.filesystem", "slurmctld's state /srv/ctld/state lies on 'ctld', and its snapshots (job "
+     "slurmctld_state, on hal-mgmt1) go to 'backup': both served by hal-data; losing its disks loses the queue and "
+     "its backup at once"),
+    ("qos-max-wall-beyond-every-partition",
+     [('    - {name: debug, priority: 100, max_wall: "04:00:00"',
+       '    - {name: long, max_wall: "7-00:00:00"}\n    - {name: debug, priority: 100, max_wall: "04:00:00"')],
+     W, "slurm.qos[1].max_wall", "QOS 'long' allows MaxWall 7-00:00:00, longer than every partition's MaxTime (the "
+     "longest: 'gpu', 1-00:00:00)"),
     ("backup-controller-timeout-too-short",
      [TWO_CONTROLLERS, *SHARED_STATE, ("  memory_reserve_mib: 8192 ", "  slurmctld_timeout_s: 20\n  memory_reserve_mib: 8192 ")],
      W, "slurm.slurmctld_timeout_s", "SlurmctldTimeout 20 s with a backup controller (hal-mgmt2, "
@@ -368,7 +377,6 @@ ACCEPTED = [
     ("partition-unlimited-under-any-qos", [('max_time: "1-00:00:00"', "max_time: UNLIMITED"),
                                            ('max_wall: "1-00:00:00"}', "max_wall: UNLIMITED}")]),
     ("qos-shorter-than-partition", [('max_wall: "1-00:00:00"}', 'max_wall: "12:00:00"}')]),
-    ("unused-qos-longer-than-partitions", [('max_wall: "04:00:00"', 'max_wall: "7-00:00:00"')]),
     ("portal-on-login", [("  portal: hal-mgmt2\n", "  portal: hal-login\n"),  # its secrets are backed up there,
                          lambda t: t.replace("clients: hal-mgmt2", "clients: hal-login")  # on hal-mgmt2's export,
                          .replace("    hal-mgmt2: {filesystem: backup-mgmt2}", "    hal-login: {filesystem: backup-mgmt2}")]),
@@ -396,7 +404,9 @@ ACCEPTED = [
     ("placements-by-group-and-role", [("  slurmctld: hal-mgmt1\n", '  slurmctld: "@mgmt-main"\n'),
                                       ("      nodes: hal[01-16]\n", '      nodes: "@role:compute"\n'),
                                       ("  portal: hal-mgmt2\n", '  portal: "@mgmt-aux"\n')]),
-    ("backup-controller-with-shared-state", [TWO_CONTROLLERS, *SHARED_STATE]),
+    # The state's snapshots would go to hal-data, which serves the state too (a warning: ROWS).
+    ("backup-controller-with-shared-state", [TWO_CONTROLLERS, *SHARED_STATE, (
+        "  keep: 7 ", "  state: [accounting_db, directory, monitoring, secrets]\n  keep: 7 ")]),
     # The NFS server holds the export's files at the same path: a controller serving it needs no mount.
     ("backup-controller-serves-the-state", [
         ("  slurmctld: hal-mgmt1\n", '  slurmctld: "hal-data,hal-mgmt1"\n'),

@@ -41,6 +41,10 @@ ROWS = [
      E, "portal.apps[1].virtual_partitions[2]", "offers gpux8, which spans 2 nodes"),
     ("cpu-partition-spans-nodes", [(JUPYTERLAB, JUPYTERLAB.replace("gpux4, cpun1]", "gpux4, cpun2]"))],
      E, "portal.apps[1].virtual_partitions[3]", "offers cpun2, which spans 2 nodes"),
+    ("hours-beyond-the-partitions-max-time",
+     [('      max_time: "1-00:00:00"                  # [paper] 24 h in the swrun example', '      max_time: "12:00:00"')],
+     W, "portal.apps[1].max_hours", "app 'jupyterlab' allows 24 hours, but partition 'gpu' behind its virtual "
+     "partitions has MaxTime 12:00:00: Slurm refuses longer sessions there; use at most 12 hours"),
     ("hours-beyond-partition", [(JUPYTERLAB, JUPYTERLAB.replace("max_hours: 24", "max_hours: 48"))],
      W, "portal.apps[1].max_hours", "allows 48 hours, but gpux1 allows 24"),
     ("default-hours-beyond-limit", [(TENSORBOARD_VPS, TENSORBOARD_VPS.replace("max_hours: 8}", "max_hours: 8, "
