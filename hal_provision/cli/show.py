@@ -4,8 +4,39 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..hostlist import nodeset, union
+from ..hostlist import fold, nodeset, union
 from ..model import Cluster, Role
+
+
+def _gpus_per_node(c: Cluster, g) -> str:
+    """A group's GPUs per node as the active layout composes them: its profile's, or the range
+    over its hosts with '(pool)' where pool GPUs are attached."""
+    p = c.profile_of(g)
+    if p is None:
+        return "-"
+    if not g.has(Role.compute) or c.composable is None:
+        return str(p.gpu_count)
+    counts = sorted({b.profile.gpu_count for b in c.node_builds(g)})
+    pooled = any(b.features for b in c.node_builds(g))
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return shown + (" (pool)" if pooled else "")
+
+
+def _pool_table(c: Cluster) -> Table:
+    comp = c.composable
+    layout = comp.active_layout
+    table = Table(title=f"Composable GPU pools (layout {comp.active} active)")
+    for col in ("pool", "GPUs", "cabled hosts", "slots/host", "attached now", "free"):
+        table.add_column(col, justify="right" if col in ("GPUs", "slots/host", "free") else "left")
+    for pool in comp.pools:
+        held = {h: n for h, n in (comp.counts(layout).items() if layout else []) if h in pool.host_names and n}
+        by_count: dict[int, list[str]] = {}
+        for host, n in held.items():
+            by_count.setdefault(n, []).append(host)
+        attached = ", ".join(f"{fold(hosts)}: {n}" for n, hosts in sorted(by_count.items())) or "none"
+        table.add_row(pool.name, f"{pool.gpus.count}x {pool.gpus.type} {pool.gpus.memory_gib} GiB", pool.hosts,
+                      str(pool.slots_per_host), attached, str(pool.gpus.count - sum(held.values())))
+    return table
 
 
 def tables(c: Cluster) -> list[Table]:
@@ -13,9 +44,8 @@ def tables(c: Cluster) -> list[Table]:
     for col in ("group", "role", "hosts", "count", "hardware", "GPUs/node"):
         groups.add_column(col, justify="right" if col in ("count", "GPUs/node") else "left")
     for g in c.nodes:
-        p = c.profile_of(g)
         groups.add_row(g.name, "+".join(r.value for r in g.roles), g.hosts, str(len(nodeset(g.hosts))),
-                       g.hardware or "-", str(p.gpu_count) if p else "-")
+                       g.hardware or "-", _gpus_per_node(c, g))
 
     hw = Table(title="Hardware profiles")
     for col in ("profile", "model", "arch", "sockets x cores x threads", "CPUs", "memory", "GPUs"):
@@ -30,7 +60,7 @@ def tables(c: Cluster) -> list[Table]:
         parts.add_column(col)
     for part in c.slurm.partitions:
         ns = nodeset(part.nodes)
-        gpus = sum(b.profile.gpu_count * b.count for b in c.partition_hardware(part.name))
+        gpus = sum(b.profile.gpu_count * b.count for b in c.composed_partition_hardware(part.name))
         written = c.written(part.nodes)
         nodes = part.nodes if written == part.nodes else f"{part.nodes} ({written})"
         parts.add_row(part.name, nodes, str(len(ns)), str(gpus), "yes" if part.default else "",
@@ -41,16 +71,18 @@ def tables(c: Cluster) -> list[Table]:
         totals.add_column(col, justify="right")
     computes = c.groups_with_role(Role.compute)
     n = g_ = cores = cpus = mem = 0
-    for g in computes:
-        k = len(nodeset(g.hosts))
-        p = c.profile_of(g)  # a compute group always has one (the model requires it)
-        n += k
-        g_ += k * p.gpu_count
-        cores += k * p.cores
-        cpus += k * p.cpus
-        mem += k * p.memory_gib
+    for g in computes:  # by build: the active layout's pool GPUs count on the hosts holding them
+        for build in c.node_builds(g):
+            k, p = len(nodeset(build.hosts)), build.profile
+            n += k
+            g_ += k * p.gpu_count
+            cores += k * p.cores
+            cpus += k * p.cpus
+            mem += k * p.memory_gib
     totals.add_row(str(n), str(g_), str(cores), str(cpus), f"{mem} GiB")
     out = [groups, hw, parts, totals]
+    if c.composable is not None:
+        out.append(_pool_table(c))
     if c.swsuite.virtual_partitions:
         vp = Table(title="Slurm Wrapper Suite: virtual partitions")
         for col in ("name", "kind", "partition", "GPUs", "nodes", "mem/CPU (MiB)", "max hours"):

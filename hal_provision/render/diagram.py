@@ -118,6 +118,8 @@ def diagram(cluster: Cluster) -> graphviz.Digraph:
             for box in tier:
                 fill, border = COLOURS[box.role]
                 sub.node(box.id, _box_label(cluster, box, services.get(box.id, {})), fillcolor=fill, color=border)
+            if key == "compute":
+                _pools(cluster, g, sub, boxes)
             if key in ("access", "compute"):
                 _row_order(sub, [box.id for box in tier])
             if key == "storage":
@@ -131,6 +133,37 @@ def diagram(cluster: Cluster) -> graphviz.Digraph:
     _fabric(cluster, g, boxes)
     _order(cluster, g, boxes)
     return g
+
+
+# ---- composable GPU pools ---------------------------------------------------------------------
+def pool_gpus_attached(cluster: Cluster) -> int:
+    """The pool GPUs the active layout attaches to hosts (0 without a composable section)."""
+    comp = cluster.composable
+    layout = comp.active_layout if comp is not None else None
+    return sum(comp.counts(layout).values()) if layout is not None else 0
+
+
+def _pools(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes: Boxes) -> None:
+    """Each pool (expansion chassis) beside the compute nodes, with its GPUs, the active layout's
+    attachment, and an edge to every box of hosts cabled to it."""
+    comp = cluster.composable
+    if comp is None:
+        return
+    layout = comp.active_layout
+    counts = comp.counts(layout) if layout is not None else {}
+    for pool in comp.pools:
+        held = {h: n for h, n in counts.items() if h in pool.host_names and n}
+        by_count: dict[int, list[str]] = {}
+        for host, n in held.items():
+            by_count.setdefault(n, []).append(host)
+        attached = "; ".join(f"{fold_hostlists([','.join(hosts)])}: {n}" for n, hosts in sorted(by_count.items()))
+        sub.node(f"pool-{pool.name}", _html([
+            _row(f"GPU pool {pool.name}", bold=True, size=14),
+            _row(f"{pool.gpus.count} x {pool.gpus.model}"),
+            _row(f"layout {comp.active}: {attached or 'none attached'}", size=10, colour=NOTE_COLOUR),
+        ]), fillcolor="#fff7e0", color="#b08800")
+        for box_id in dict.fromkeys(b.id for host in pool.host_names if (b := boxes.of(host)) is not None):
+            g.edge(f"pool-{pool.name}", box_id, label="PCIe", style="dashed", color="#b08800")
 
 
 # ---- node groups ------------------------------------------------------------------------------
@@ -478,8 +511,9 @@ def _html(rows: list[str]) -> str:
 def _title(cluster: Cluster, boxes: Boxes) -> str:
     info = cluster.cluster
     hosts = sum(b.count for b in boxes)
-    gpus = sum(b.count * _gpus(cluster, b) for b in boxes)
-    compute_gpus = sum(b.count * _gpus(cluster, b) for b in boxes if b.role is Role.compute)
+    pooled = pool_gpus_attached(cluster)  # on compute nodes, as the active layout attaches them
+    gpus = sum(b.count * _gpus(cluster, b) for b in boxes) + pooled
+    compute_gpus = sum(b.count * _gpus(cluster, b) for b in boxes if b.role is Role.compute) + pooled
     totals = f"{hosts:,} host{'s' * (hosts != 1)}" + (f", {gpus:,} GPU{'s' * (gpus != 1)}" if gpus else "")
     if gpus != compute_gpus:
         totals += f" ({compute_gpus:,} on compute nodes)"

@@ -156,6 +156,21 @@ def test_show_prints_hal_totals(tmp_path):
     assert (totals["nodes"], totals["GPUs"], totals["cores"]) == ("16", "64", "640")
 
 
+def test_show_counts_and_lists_the_composable_pool(tmp_path):
+    """The hosts hold no GPUs of their own; the active layout attaches the pool's eight."""
+    result = hal_provision("show", str(Path(__file__).resolve().parents[1] / "data/clusters/x86-composable.yml"),
+                           cwd=tmp_path)
+    assert result.returncode == EXIT_OK, result.stderr
+    out = result.stdout
+    rows = {cells[0]: cells for line in out.splitlines()
+            if (cells := [c.strip() for c in re.split(r"[│┃]", line)[1:-1]]) and cells[0]}
+    assert rows["compute"][-1] == "4 (pool)" and rows["gpu"][3] == "8"
+    start = out.splitlines().index("Totals (compute nodes)")
+    assert [c.strip() for c in re.split(r"[│┃]", out.splitlines()[start + 4])[1:-1]][:2] == ["2", "8"]
+    assert "Composable GPU pools (layout even active)" in out
+    assert rows["chassis1"][1:] == ["8x v100 16 GiB", "hal[01-02]", "6", "hal[01-02]: 4", "0"], rows["chassis1"]
+
+
 def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
     """Rich reads ':100:' as an emoji code; a finding at line 100 must print 'file:100:5'."""
     from hal_provision.cli.common import print_findings

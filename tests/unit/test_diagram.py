@@ -459,3 +459,20 @@ def test_a_dot_that_cannot_run_is_one_line_not_a_traceback(tmp_path, monkeypatch
     [line] = result.stderr.splitlines()
     assert line.startswith("error: cannot run Graphviz's dot: "), line
     assert not (tmp_path / "hal.svg").exists()
+
+
+COMPOSABLE_FILE = TWOGEN_FILE.with_name("x86-composable.yml")
+
+
+def test_the_composable_pool_is_drawn_and_its_attached_gpus_counted():
+    """The pool beside the compute nodes, with the active layout's attachment and a PCIe edge to
+    the hosts cabled to it; the title counts its attached GPUs (the hosts have none of their own)."""
+    source = render(validate(COMPOSABLE_FILE).model)[PATH]
+    assert "4 hosts, 8 GPUs;" in html.unescape(source)
+    nodes = {m.group(1).strip('"'): m.group(2) for line in source.splitlines() if (m := NODE.match(line))}
+    pool = html.unescape(nodes["pool-chassis1"])
+    assert "GPU pool chassis1" in pool and "8 x NVIDIA Tesla V100-SXM2-16GB" in pool and "layout even: hal[01-02]: 4" in pool
+    edges = [(m.group(1).strip('"'), m.group(2).strip('"')) for line in source.splitlines() if (m := EDGE.match(line))]
+    assert ("pool-chassis1", "group-compute") in edges
+    other = validate(COMPOSABLE_FILE).model.with_layout("training")
+    assert "4 hosts, 8 GPUs;" in html.unescape(render(other)[PATH])  # 6 + 2: the pool's eight either way
