@@ -1,12 +1,24 @@
-"""Checks: slurm.extra against the Slurm major the site runs (model/slurm_versions.py's table)
-and against the keys hal-provision writes itself."""
+"""Checks: slurm.version against the Slurm cluster.os ships, slurm.extra against the Slurm major
+the site runs (model/slurm_versions.py's tables) and against the keys hal-provision writes itself."""
 
 from __future__ import annotations
 
 from ..findings import error
 from ..model import Cluster
-from ..model.slurm_versions import RENDERED_KEYS, versioned
+from ..model.slurm_versions import RENDERED_KEYS, operating_system, versioned
 from . import check
+
+
+@check
+def slurm_version_shipped_by_os(c: Cluster):
+    """A slurm.version cluster.os does not ship: its packages would come from nowhere, unless the
+    site builds its own (slurm.build_own)."""
+    os = operating_system(c.cluster.os)
+    if c.slurm.version != os.slurm and not c.slurm.build_own:
+        yield error(("slurm", "version"), f"{os.title} (cluster.os {os.name}) ships Slurm {os.slurm}, not "
+                                          f"{c.slurm.version}: leave slurm.version out (or set it to {os.slurm}), "
+                                          "or set slurm.build_own: true where the site provides its own Slurm "
+                                          "packages")
 
 
 @check

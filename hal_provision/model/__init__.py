@@ -26,6 +26,7 @@ from .portal import Portal, PortalApp
 from .monitoring import Grafana, InfluxDb, Monitoring
 from .recipes import Recipes
 from .slurm import Cgroup, Partition, Priority, Qos, Slurm, SwSuite, VirtualPartition
+from .slurm_versions import operating_system
 from .software import Containers, Module, Software
 from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
                       NodeClass, Nsd, Storage, StorageArray, lies_under)
@@ -83,7 +84,7 @@ class Cluster(Strict):
     """A HAL-class cluster, described once."""
 
     schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION, description="Format version of this file.")
-    cluster: ClusterInfo = Field(description="Name, DNS domain and primary network.")
+    cluster: ClusterInfo = Field(description="Name, DNS domain, primary network and operating system.")
     networks: dict[str, Network] = Field(min_length=1, description="Networks by name.")
     fabric: Fabric | None = Field(None, description="The InfiniBand fabric and its cabling.")
     hardware: dict[str, HardwareProfile] = Field(
@@ -146,6 +147,14 @@ class Cluster(Strict):
             for destination in (self.backup.destination, *self.backup.host_destinations.values()):
                 if destination.subdirectory is None:
                     destination.subdirectory = info.name
+        return self
+
+    @model_validator(mode="after")
+    def _slurm_of_the_os(self) -> Cluster:
+        """slurm.version left out: the major cluster.os ships (the checks refuse another one unless
+        slurm.build_own says the site provides its own packages)."""
+        if self.slurm.version is None:
+            self.slurm.version = operating_system(self.cluster.os).slurm
         return self
 
     # resolved placement hostlist -> the expression with @references it was written as

@@ -1,10 +1,14 @@
-"""Cluster identity (the `cluster:` section): name, DNS domain, primary network, install prefix."""
+"""Cluster identity (the `cluster:` section): name, DNS domain, primary network, install prefix,
+operating system."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field, model_validator
 
 from .base import AbsolutePath, Name, Strict
+from .slurm_versions import DEFAULT_OS, OPERATING_SYSTEMS, OS_NAMES
 
 
 class ClusterInfo(Strict):
@@ -21,6 +25,12 @@ class ClusterInfo(Strict):
         None, description="Directory everything the toolkit installs on the nodes lives under, unless a section "
         "names its own: the module tree (PREFIX/modulefiles), the portal (PREFIX/portal), the recipes "
         "(PREFIX/recipes). Default: /opt/NAME.")
+    os: Literal[OS_NAMES] = Field(  # type: ignore[valid-type]
+        DEFAULT_OS, description="The Debian release every node runs: "
+        + ", ".join(f"{o.name} ({o.title} {o.release}, Slurm {o.slurm})" for o in OPERATING_SYSTEMS)
+        + ". Both are tested: the daemons of each one's Slurm load the rendered configs in tests/acceptance. It "
+        "sets slurm.version's default to the major its archive ships, and the node image `hal-provision sandbox "
+        "up` runs.")
 
     @model_validator(mode="after")
     def _default_prefix(self) -> ClusterInfo:

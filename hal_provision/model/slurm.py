@@ -139,12 +139,17 @@ SlurmConfValue = Annotated[str, Field(min_length=1, pattern=r"^[^\n#]+$")]
 
 
 class Slurm(Strict):
-    version: Literal[SLURM_VERSIONS] = Field(  # type: ignore[valid-type]
-        "22.05", description="The Slurm major the site runs (YY.MM): the renderers write the options that version "
-        "reads (job_container.conf before 25.11, namespace.yaml from it). Debian 12 ships 22.05. An upgrade goes "
+    version: Literal[SLURM_VERSIONS] | None = Field(  # type: ignore[valid-type]
+        None, description="The Slurm major the site runs (YY.MM): the renderers write the options that version "
+        "reads (job_container.conf before 25.11, namespace.yaml from it). Left out: the major cluster.os ships; "
+        "another one is refused unless build_own is set. An upgrade goes "
         "through Slurm's window: a major takes the state of the two previous ones, from 24.11 of the three "
         "previous (24.11 takes 23.02, 23.11, 24.05); `hal-provision plan` refuses a longer jump and names the "
         "path, and any downgrade.")
+    build_own: bool = Field(
+        False, description="The site builds (or otherwise provides) its own Slurm packages and puts them in its "
+        "nodes' package source: slurm.version may then be a major cluster.os does not ship. The roles install "
+        "whatever that source offers; each host's must offer slurm.version.")
     configless: bool = Field(
         False, description="Configless compute nodes: slurmctld serves slurm.conf and the files it names (gres.conf, "
         "cgroup.conf, topology.conf, the job namespace file) to slurmd, started with --conf-server naming the "

@@ -6,6 +6,9 @@ One table, read by the renderers (which name to write for the site's version), t
 supports). Facts from Slurm's own sources of each major (RELEASE_NOTES, the option tables of
 src/common/read_config.c, src/plugins/) and its upgrade guide.
 
+Beside it, the operating systems `cluster.os` names and the Slurm major each one's archive ships
+(OPERATING_SYSTEMS): slurm.version's default, and what a site that builds no Slurm of its own gets.
+
 A name a later major still reads as a deprecated alias (topology/none in 23.11, JobContainerType
 in 25.11, read with a warning) counts as replaced from that major: hal-provision writes the
 version's own name, and refuses the old one in `slurm.extra`.
@@ -125,6 +128,42 @@ def name_for(version: str, key: str, value: str) -> str:
         value = entry.replacement
         entry = versioned(key, value)
     return value
+
+
+# ---- the operating systems ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class OperatingSystem:
+    """A Debian release the nodes run (cluster.os) and the Slurm major its archive ships."""
+
+    name: str  # what cluster.os says
+    title: str  # as people write it
+    release: str  # Debian's codename: the sandbox's node image
+    slurm: str  # the major of its slurmctld, slurmd and slurmdbd packages
+
+
+# Each tested: its Slurm's daemons load the rendered configs in tests/acceptance.
+OPERATING_SYSTEMS = (
+    OperatingSystem("debian12", "Debian 12", "bookworm", "22.05"),
+    OperatingSystem("debian13", "Debian 13", "trixie", "24.11"),
+)
+OS_NAMES = tuple(o.name for o in OPERATING_SYSTEMS)
+DEFAULT_OS = "debian12"
+
+
+def operating_system(name: str) -> OperatingSystem:
+    """The table's entry for a cluster.os value."""
+    return next(o for o in OPERATING_SYSTEMS if o.name == name)
+
+
+def os_of_release(release: str) -> OperatingSystem:
+    """The table's entry for a Debian codename (bookworm)."""
+    return next(o for o in OPERATING_SYSTEMS if o.release == release)
+
+
+def shipped() -> str:
+    """Which Slurm each operating system ships, for people: 'Debian 12 ships 22.05, Debian 13 24.11'."""
+    first, *rest = OPERATING_SYSTEMS
+    return ", ".join([f"{first.title} ships {first.slurm}", *(f"{o.title} {o.slurm}" for o in rest)])
 
 
 # ---- the upgrade window ------------------------------------------------------------------------

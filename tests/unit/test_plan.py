@@ -67,7 +67,8 @@ REMOVE_NODE = [  # hal16 leaves every place that names it
 
 
 def SLURM_VERSION(version: str) -> list[tuple[str, str]]:  # noqa: N802 (an edit, as the constants above)
-    return [("\nslurm:\n", f"\nslurm:\n  version: \"{version}\"\n")]
+    """slurm.version from the site's own packages (slurm.build_own): most majors no Debian ships."""
+    return [("\nslurm:\n", f"\nslurm:\n  version: \"{version}\"\n  build_own: true\n")]
 
 
 def edit(edits, text: str = HAL) -> str:

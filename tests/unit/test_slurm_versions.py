@@ -1,6 +1,8 @@
 """The Slurm version table (hal_provision/model/slurm_versions.py): the renderers write each
 version's names, the checks refuse in slurm.extra what slurm.version does not read, and the
-upgrade window gives the paths `hal-provision plan` names."""
+upgrade window gives the paths `hal-provision plan` names. Beside it the operating systems:
+cluster.os gives slurm.version's default, and refuses a major it does not ship unless the site
+builds its own (slurm.build_own)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,12 @@ import pytest
 
 from hal_provision.findings import Level
 from hal_provision.model.slurm import SLURM_VERSIONS
-from hal_provision.model.slurm_versions import RENDERED_KEYS, VERSIONED, name_for, upgrade_path, upgrades_from
+from hal_provision.model.slurm_versions import (OPERATING_SYSTEMS, RENDERED_KEYS, VERSIONED, name_for, shipped,
+                                                upgrade_path, upgrades_from)
 from hal_provision.plan.slurm import conf_lines
+from hal_provision.render import render_all
 from hal_provision.render.slurm import slurm_conf
+from hal_provision.render.slurm_version import SLURM_VERSION_JSON
 
 E = Level.error
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -21,11 +26,20 @@ SLURM = "slurm:\n  memory_reserve_mib: 8192 "
 
 
 def at(version: str, **extra: str):
-    """Edits of HAL: slurm.version, and slurm.extra's options."""
-    steps = [(SLURM, f"slurm:\n  version: \"{version}\"\n  memory_reserve_mib: 8192 ")]
+    """Edits of HAL: slurm.version (from the site's own packages, slurm.build_own: most majors
+    no Debian ships), and slurm.extra's options."""
+    steps = [(SLURM, f"slurm:\n  version: \"{version}\"\n  build_own: true\n  memory_reserve_mib: 8192 ")]
     if extra:
         body = "".join(f"\n    {k}: \"{v}\"" for k, v in extra.items())
         steps.append(("slurm:\n", f"slurm:\n  extra:{body}\n"))
+    return steps
+
+
+def on(os: str, version: str | None = None):
+    """Edits of HAL: cluster.os, and slurm.version without slurm.build_own."""
+    steps = [("  primary_network: mgmt\n", f"  primary_network: mgmt\n  os: {os}\n")]
+    if version is not None:
+        steps.append((SLURM, f"slurm:\n  version: \"{version}\"\n  memory_reserve_mib: 8192 "))
     return steps
 
 
@@ -49,6 +63,8 @@ ROWS = [
      E, "slurm.extra.JobContainerType", "JobContainerType was replaced by NamespaceType in 25.11"),
     ("extra-rendered-key", at("22.05", SelectType="select/cons_res"),
      E, "slurm.extra.SelectType", "SelectType is written by hal-provision from the model"),
+    ("version-newer-than-the-os-ships", on("debian12", "24.11"),
+     E, "slurm.version", "Debian 12 (cluster.os debian12) ships Slurm 22.05, not 24.11"),
 ]
 
 ACCEPTED = [  # the same options at a version that reads them
@@ -163,3 +179,56 @@ def test_name_for_follows_renames_and_stops_before_the_first_version() -> None:
     assert name_for("25.11", "JobContainerType", "job_container/tmpfs") == "namespace/tmpfs"
     assert name_for("22.05", "TopologyPlugin", "topology/flat") == "topology/flat"  # not read there: the check says so
     assert name_for("24.11", "SchedulerType", "sched/backfill") == "sched/backfill"
+
+
+# ---- the operating systems ----------------------------------------------------------------------
+@pytest.mark.parametrize("os, version", [(o.name, o.slurm) for o in OPERATING_SYSTEMS])
+def test_the_os_gives_slurm_version_and_the_render(check_file, edited, os, version) -> None:
+    """slurm.version left out: the major cluster.os ships, in slurm-version.json and slurm.conf's names."""
+    _file, loaded = check_file(edited(*on(os)))
+    assert loaded.model is not None and loaded.model.slurm.version == version
+    assert [f.format() for f in loaded.findings if f.level is E] == []
+    tree = render_all(loaded.model)
+    assert json.loads(tree[SLURM_VERSION_JSON])["version"] == version
+    conf = slurm_conf(model(check_file, edited, *on(os), no_fabric))
+    assert f"TopologyPlugin={name_for(version, 'TopologyPlugin', 'topology/none')}\n" in conf
+
+
+def test_debian13_renders_24_11_without_slurm_version(check_file, edited) -> None:
+    """The brief's case: a Debian 13 site that names no version gets 24.11's configs, not 22.05's."""
+    cluster = model(check_file, edited, *on("debian13"), no_fabric)
+    assert (cluster.slurm.version, cluster.slurm.at_least("24.11"), cluster.slurm.at_least("25.05")) == \
+        ("24.11", True, False)
+    assert "\nTopologyPlugin=topology/default\n" in slurm_conf(cluster)  # 22.05 would read topology/none
+    assert json.loads(render_all(cluster)[SLURM_VERSION_JSON])["upgrades_from"] == ["23.02", "23.11", "24.05"]
+
+
+@pytest.mark.parametrize("os, version", [("debian13", "22.05"), ("debian12", "25.11"), ("debian13", "25.05")])
+def test_a_version_the_os_does_not_ship_is_located_and_names_what_it_ships(check_file, edited, os, version) -> None:
+    file, loaded = check_file(edited(*on(os, version)))
+    [finding] = [f for f in loaded.findings if f.level is E]
+    ships = next(o for o in OPERATING_SYSTEMS if o.name == os)
+    assert (finding.dotted, finding.check, finding.file) == ("slurm.version", "slurm_version_shipped_by_os", str(file))
+    assert finding.line and f"{ships.title} (cluster.os {os}) ships Slurm {ships.slurm}, not {version}" in finding.message
+    assert "slurm.build_own: true" in finding.message
+
+
+@pytest.mark.parametrize("os, version", [("debian13", "22.05"), ("debian12", "24.11"), ("debian12", "25.11")])
+def test_build_own_lifts_the_refusal(check_file, edited, os, version) -> None:
+    """The site's own packages: any major of SLURM_VERSIONS, rendered for that major."""
+    steps = [*on(os, version), ("  memory_reserve_mib: 8192 ", "  build_own: true\n  memory_reserve_mib: 8192 ")]
+    _file, loaded = check_file(edited(*steps))
+    assert [f.format() for f in loaded.findings if f.level is E] == []
+    assert json.loads(render_all(loaded.model)[SLURM_VERSION_JSON])["version"] == version
+
+
+def test_the_version_each_os_ships_reads_as_people_write_it() -> None:
+    assert shipped() == "Debian 12 ships 22.05, Debian 13 24.11"
+    assert all(o.slurm in SLURM_VERSIONS for o in OPERATING_SYSTEMS)
+
+
+def test_an_unknown_os_is_refused_at_its_key(check_file, edited) -> None:
+    _file, loaded = check_file(edited(*on("debian11")))
+    assert loaded.model is None
+    assert any(f.dotted == "cluster.os" and "debian12" in f.message for f in loaded.findings), \
+        [f.format() for f in loaded.findings]
