@@ -9,6 +9,12 @@ results and handlers, at about half the controller and node CPU per task (bench/
 Either way the strategy first makes the directories ssh binds its control sockets in
 (plugin_utils/controller_dirs.py): neither Mitogen nor Ansible's ssh makes the one ansible.cfg's
 ssh_args name, and a machine that never ran Ansible has none.
+
+Mitogen's CPU affinity policy is switched off. It pins its multiplexer to CPU 0 and, on a
+machine of fewer than four CPUs, the controller, its workers and every command they start
+(ssh, `podman run`, `hal-provision sandbox up`) to the CPUs left: on two, everything on CPU 1,
+and the containers a play starts inherit that for good. A 2-core machine running the sandbox
+then used one core, however much was waiting (run queue 12-18, the other CPU idle).
 """
 
 from __future__ import annotations
@@ -28,11 +34,15 @@ author: hal-provision
 from ansible_collections.hal.provision.plugins.plugin_utils.controller_dirs import ensure_from_ansible_config
 
 try:
+    import ansible_mitogen.affinity
     import ansible_mitogen.loaders
     import ansible_mitogen.strategy
 except ImportError:  # no Mitogen: Ansible's own linear strategy
     from ansible.plugins.strategy.linear import StrategyModule as _Strategy
 else:
+    # The base Policy pins nothing (its assign_* methods do nothing); Mitogen looks the policy
+    # up on the module each time, before it starts its multiplexer and workers.
+    ansible_mitogen.affinity.policy = ansible_mitogen.affinity.Policy()
     _Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
     class _Strategy(ansible_mitogen.strategy.StrategyMixin, _Linear):
