@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..model.slurm_versions import upgrade_path, upgrades_from
+from ..model.slurm_versions import WINDOW_WIDENED_IN, shipped, upgrade_path, upgrades_from
 from .. import update_policy
+from ..render.slurm_version import SLURM_VERSION_JSON
 from ..update_policy import Component, json_key
 from .accounting import sacctmgr_changes
 from ..hostlist import fold_or_dash
@@ -165,7 +166,7 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
                         removed=old_conf.nodes.keys() - new_conf.nodes.keys(),
                         added=new_conf.nodes.keys() - old_conf.nodes.keys(),
                         redefined=definition_changes(old_conf, new_conf))
-    return Effect(out, _slurm_notes(slurm), slurm)
+    return Effect(out, _slurm_notes(slurm, json_key(sides.new, SLURM_VERSION_JSON, "version")), slurm)
 
 
 def _controller_restarts(hosts: set[str], order: list[str], why: str, ready: str,
@@ -185,13 +186,15 @@ def _controller_restarts(hosts: set[str], order: list[str], why: str, ready: str
                         f"and {shown} takes over should {primary} not come back")]
 
 
-def _slurm_notes(s: SlurmEffect) -> list[str]:
+def _slurm_notes(s: SlurmEffect, version: str | None) -> list[str]:
+    """Notes on the Slurm change; `version`: the major NEW is written for (None: NEW records none)."""
     notes = []
     if s.old.controllers != s.new.controllers:
         notes.append(f"controllers (primary first): {', '.join(s.old.controllers) or '-'} -> "
                      f"{', '.join(s.new.controllers) or '-'}")
     if s.added:
-        notes.append(f"nodes added: {fold_or_dash(s.added)} (Slurm 22.05: slurmctld and every slurmd restart to learn them)")
+        slurm = f"Slurm {version}: " if version else ""
+        notes.append(f"nodes added: {fold_or_dash(s.added)} ({slurm}slurmctld and every slurmd restart to learn them)")
     if s.removed:
         notes.append(f"nodes removed: {fold_or_dash(s.removed)} (site.yml no longer manages them: "
                      "drain them, then stop their slurmd)")
@@ -230,13 +233,14 @@ def _upgrade(component: Component, files: list[FileChange], sides: Sides) -> Eff
     if len(steps) > 2:
         route = " -> ".join(steps)
         why = (f"Slurm {new} takes the state of {', '.join(upgrades_from(new))} only, not {old}'s (Slurm's upgrade "
-               f"window: the two previous majors, the three previous from 24.11): upgrade through {route}")
+               f"window: the two previous majors, the three previous from {WINDOW_WIDENED_IN}): upgrade through "
+               f"{route}")
         return Effect([Consequence(BLOCKED, "-", why)], blocking=[why], advice=[
             f"upgrade in steps, {route}: set slurm.version to {steps[1]}, plan and converge as this plan would, "
             f"then the next" + (" and the next" if len(steps) > 3 else "")])
     return Effect(_upgrade_steps(component, sides, old, new), [
-        f"Slurm {old} -> {new}: each host's package source must offer {new} (Debian 12 ships 22.05, Debian 13 "
-        "24.11); the slurm role installs what it offers and upgrades nothing",
+        f"Slurm {old} -> {new}: each host's package source must offer {new} ({shipped()}); the slurm role installs "
+        "what it offers and upgrades nothing",
         f"the Slurm files of NEW are written for {new}: each daemon gets them at its step, not before"],
         advice=[f"upgrade Slurm {old} -> {new} in the order of slurm_upgrade, each step once the one before "
                 "answers; nothing else meanwhile"])
