@@ -26,7 +26,7 @@ WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbo
 
 
 def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, caches: bool = True,
-          cpu_only: bool = False, release: str = DEFAULT_RELEASE) -> lifecycle.Sandbox:
+          cpu_only: bool = False, release: Optional[str] = None) -> lifecycle.Sandbox:
     _loaded, model = checked(file)
     try:
         return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only,
@@ -57,15 +57,15 @@ def up(
                                  "a progress line and a log file."),
     cpu_only: bool = typer.Option(False, "--cpu-only", help="Make the compute nodes a CPU-only group: their hardware "
                                   "profile without GPUs, only the cpu virtual partitions (the recipe trains on CPUs)."),
-    release: str = typer.Option(DEFAULT_RELEASE, help="The nodes' Debian release: "
-                                + ", ".join(f"{r} (Slurm {v})" for r, v in RELEASE_SLURM.items())
-                                + ". The configs are rendered for that Slurm; a release other than bookworm runs "
-                                "without the caches (they are Debian 12's)."),
+    release: Optional[str] = typer.Option(
+        None, help="The nodes' Debian release: " + ", ".join(f"{r} (Slurm {v})" for r, v in RELEASE_SLURM.items())
+        + ". Default: the release of the description's cluster.os. The configs are rendered for that Slurm; a "
+        f"release other than {DEFAULT_RELEASE} runs without the caches (they are Debian 12's).", show_default=False),
 ) -> None:
     """Build the node image if missing, start the containers, render and run site.yml."""
-    if release != DEFAULT_RELEASE and caches:
-        out.print(f"--release {release}: without this machine's caches (they are Debian 12's)", markup=False)
     sb = _plan(file, workdir, computes, subnet, caches, cpu_only, release)
+    if sb.release != DEFAULT_RELEASE and caches:
+        out.print(f"release {sb.release}: without this machine's caches (they are Debian 12's)", markup=False)
     try:
         sb = lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
     except (lifecycle.LifecycleError, ImageError, WheelhouseError, WriteError, subprocess.CalledProcessError) as exc:

@@ -30,6 +30,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import nodeset, union
 from ..model import Cluster, Role
+from ..model.slurm_versions import operating_system
 from .storage import narrow_storage
 
 DEFAULT_SUBNET = "10.89.77.0/24"
@@ -43,7 +44,9 @@ class SandboxError(ValueError):
 
 
 def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False,
-                   slurm_version: str | None = None) -> Cluster:
+                   os: str | None = None) -> Cluster:
+    """The sandbox's model of `cluster`; `os`: the nodes' cluster.os when it is not the description's
+    (sandbox up --release)."""
     data = cluster.model_dump(mode="json", exclude_none=True)
     primary = cluster.cluster.primary_network
     mgmt_host = cluster.controllers[0]  # the primary
@@ -160,8 +163,10 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     if data.get("health"):
         data["health"] = _sandbox_health(data["health"])
     _sandbox_priority(data)
-    if slurm_version is not None:  # the Slurm the nodes' release ships (sandbox up --release)
-        data["slurm"]["version"] = slurm_version
+    # The nodes install Slurm from their release's archive: the sandbox runs the major it ships,
+    # whatever the description's own packages (slurm.build_own) would be.
+    data["cluster"]["os"] = os or cluster.cluster.os
+    data["slurm"]["version"] = operating_system(data["cluster"]["os"]).slurm
     if cpu_only:
         _cpu_only(data, first_compute.name)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")

@@ -15,6 +15,7 @@ from pathlib import Path
 from .. import tools
 from ..hostlist import nodeset
 from ..model import Cluster
+from ..model.slurm_versions import operating_system, os_of_release
 from ..render.writer import write_tree
 from . import image as image_mod
 from . import wheelhouse
@@ -64,7 +65,7 @@ class Sandbox:
     # portal installs from. Without them the nodes start bare and install everything from the
     # public archives, as a freshly installed site does.
     caches: bool = True
-    # The nodes' Debian release (image.RELEASE_SLURM): its Slurm major is the derived model's.
+    # The nodes' Debian release (image.RELEASE_SLURM): its OS and Slurm major are the derived model's.
     release: str = image_mod.DEFAULT_RELEASE
 
     @property
@@ -114,16 +115,17 @@ def sandbox_name(cluster: Cluster) -> str:
 
 
 def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True,
-         cpu_only: bool = False, release: str = image_mod.DEFAULT_RELEASE) -> Sandbox:
+         cpu_only: bool = False, release: str | None = None) -> Sandbox:
     """The sandbox of `full`: its derived model, rendered for the Slurm major of the nodes'
-    release. The caches (the packages image and the wheelhouse) are Debian 12's: another
-    release runs without them."""
+    release (None: the release of the description's cluster.os). The caches (the packages image
+    and the wheelhouse) are Debian 12's: another release runs without them."""
+    release = release or operating_system(full.cluster.os).release
     if release not in image_mod.RELEASE_SLURM:
         raise SandboxError(f"no sandbox nodes of Debian release {release!r} (known: "
                            f"{', '.join(image_mod.RELEASE_SLURM)})")
     caches = caches and release == image_mod.DEFAULT_RELEASE
     cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only,
-                             slurm_version=image_mod.RELEASE_SLURM[release])
+                             os=os_of_release(release).name)
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     shared = tuple(SharedMount(name, mount_point, tuple(hosts))
                    for (name, mount_point), hosts in shared_mounts(full, keep).items())

@@ -15,7 +15,7 @@ import yaml
 from hal_provision.checks import run_all
 from hal_provision.findings import has_errors
 from hal_provision.hostlist import nodeset
-from hal_provision.model import Role
+from hal_provision.model import Cluster, Role
 from hal_provision.render import render_all
 from hal_provision.sandbox.derive import DEFAULT_SUBNET, SandboxError, derive_sandbox
 from hal_provision.sandbox import image
@@ -404,6 +404,44 @@ def test_a_trixie_sandbox_renders_for_slurm_24_11_without_the_caches(hal, tmp_pa
     assert image.image_name("trixie") == "localhost/hal-node:trixie"
     with pytest.raises(SandboxError, match="Debian release 'sid'"):
         lifecycle.plan(hal, tmp_path, release="sid")
+
+
+def test_the_sandbox_runs_the_release_of_cluster_os_unless_told_another(hal, tmp_path):
+    """No --release: the nodes run the description's cluster.os (debian13: trixie, Slurm 24.11);
+    --release still overrides it, and the derived model's cluster.os says what the nodes run."""
+    from hal_provision.sandbox import lifecycle
+
+    data = hal.model_dump(mode="json", exclude_none=True)
+    data["cluster"]["os"] = "debian13"
+    del data["slurm"]["version"]  # as a description that names no version reads
+    trixie = Cluster.model_validate(data)
+    assert trixie.slurm.version == "24.11"
+    sb = lifecycle.plan(trixie, tmp_path)
+    assert (sb.release, sb.caches, sb.cluster.cluster.os, sb.cluster.slurm.version) == \
+        ("trixie", False, "debian13", "24.11")
+    told = lifecycle.plan(trixie, tmp_path, release="bookworm")
+    assert (told.release, told.caches, told.cluster.cluster.os, told.cluster.slurm.version) == \
+        ("bookworm", True, "debian12", "22.05")
+    assert not has_errors(run_all(told.cluster)) and not has_errors(run_all(sb.cluster))
+
+
+def test_a_sandbox_of_a_site_building_its_own_slurm_runs_what_the_release_ships(hal, tmp_path):
+    """slurm.build_own with a major no Debian ships: the sandbox's nodes install from the archive."""
+    from hal_provision.sandbox import lifecycle
+
+    data = hal.model_dump(mode="json", exclude_none=True)
+    data["slurm"].update(version="25.05", build_own=True)
+    sb = lifecycle.plan(Cluster.model_validate(data), tmp_path)
+    assert (sb.release, sb.cluster.slurm.version) == ("bookworm", "22.05")
+
+
+def test_the_image_builders_releases_are_the_models_operating_systems():
+    """image.py runs under the system's Python, without the model: its copy of the table stays equal."""
+    from hal_provision.model.slurm_versions import DEFAULT_OS, OPERATING_SYSTEMS, operating_system
+    from hal_provision.sandbox import image
+
+    assert image.RELEASE_SLURM == {o.release: o.slurm for o in OPERATING_SYSTEMS}
+    assert image.DEFAULT_RELEASE == operating_system(DEFAULT_OS).release
 
 
 @pytest.mark.parametrize(("text", "expected"), [
