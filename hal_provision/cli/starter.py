@@ -172,6 +172,7 @@ def starter_text(s: Starter, path: str = "cluster.yml") -> str:
         f"  name: {_scalar(s.name)}",
         f"  domain: {_scalar(s.fqdn)}" + ("          # your DNS domain" if not s.domain else ""),
         "  primary_network: mgmt                 # hosts' plain names resolve to it; Ansible reaches them on it",
+        "  os: debian12                          # or debian13: the nodes' Debian; slurm.version defaults to its Slurm",
         "",
         "networks:",
         "  mgmt:",
