@@ -131,7 +131,8 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
             impacts = compose.impacts(recompose, jobs) + impacts
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
-    plan.advice = _advice(plan, slurm, inventory, sorted(sides.new_hosts), recompose)
+    plan.advice = _advice(plan, slurm, inventory, sides.new_inventory.limit(sides.new_hosts) if sides.new_hosts else "",
+                          recompose)
     if render and plan.advice and not plan.blocked:
         plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
                                "converge what it holds)")
@@ -152,7 +153,7 @@ def _node_states(nodes: dict[str, NodeState] | None, slurm: SlurmEffect | None) 
             for h in affected if h in nodes]
 
 
-def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: list[str],
+def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: str,
             recompose: compose.Recomposition | None = None) -> list[str]:
     """What to do: drain and wait (or roll) for blocking running jobs, per stranded job its way
     out, otherwise how to apply; a recomposition first, with compose.yml, site.yml after it only
@@ -198,8 +199,8 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: li
                        "(drains the leaving nodes and waits for their jobs before the converge)")
         else:
             out.append(f"apply: {site}")
-    if new_hosts:  # Ansible's --limit takes names with commas: hal[17-18] is a pattern of one character
-        out.append(f"{FIRST_DEPLOYMENT}: {site} --limit {','.join(new_hosts)} "
+    if new_hosts:  # as Ansible's --limit reads them (Inventory.limit)
+        out.append(f"{FIRST_DEPLOYMENT}: {site} --limit {new_hosts} "
                    "(the new hosts alone; the whole-cluster converge includes them)")
     if removed:
         out.append(f"after the converge: stop slurmd on {fold_or_dash(removed)} (site.yml no longer manages them)")

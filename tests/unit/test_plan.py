@@ -14,6 +14,7 @@ import base64
 import difflib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -585,6 +586,38 @@ def test_blocking_plans_name_the_job_and_what_to_do() -> None:
     assert 'scontrol update nodename=hal16 state=drain' in removed
     lowered = json.loads((GOLDEN / "max-time-lowered-job-pending.json").read_text())
     assert [(j["job_id"], j["user"], j["blocking"]) for j in lowered["jobs"]] == [(2, "rsmith", True)]
+
+
+INVENTORY_64 = yaml.safe_dump({"all": {"children": {
+    "nodes_compute": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))},
+    "nodes_login": {"hosts": {"hal-login": None}},
+    "service_slurmctld": {"hosts": {"hal-mgmt1": None, "hal-mgmt2": None}},
+    "deploy_pull": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))}}}})
+
+
+@pytest.mark.parametrize("hosts, limit", [
+    (["hal17"], "hal17"),
+    (["hal17", "hal18"], "hal17,hal18"),
+    ([f"hal{i}" for i in range(49, 65)], "'~hal(49|5[0-9]|6[0-4])$'"),
+    ([f"hal{i:02d}" for i in range(1, 65)], "deploy_pull"),  # the shorter of the two groups holding them
+    ([f"hal{i:02d}" for i in (3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15)], "'~hal(0[3-9]|10|1[2-5])$'"),
+    (["hal-login", "hal-mgmt1", "hal-mgmt2"], "'hal-login,~hal-mgmt[1-2]$'"),
+], ids=["one", "two", "sixteen", "a-group", "two-runs", "names"])
+def test_the_limit_is_exactly_the_hosts_for_ansible(tmp_path, hosts, limit) -> None:
+    """The `--limit` of a first deployment, read by Ansible's own inventory manager: exactly those
+    hosts. (hal[49:64] would be a subscript of a group or host `hal`, hal[49-64] a removed form of
+    it: neither names a host.)"""
+    manager = pytest.importorskip("ansible.inventory.manager")
+    from ansible.parsing.dataloader import DataLoader
+
+    from hal_provision.plan.inventory import Inventory
+
+    assert Inventory({"inventory/hosts.yml": INVENTORY_64}).limit(hosts) == limit
+    (tmp_path / "hosts.yml").write_text(INVENTORY_64)
+    ansible = manager.InventoryManager(loader=DataLoader(), sources=[str(tmp_path / "hosts.yml")])
+    [pattern] = shlex.split(limit)
+    ansible.subset(pattern)
+    assert sorted(h.name for h in ansible.get_hosts("all")) == sorted(hosts)
 
 
 def test_diff_shows_the_changed_lines(in_tmp) -> None:
