@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from .. import update_policy
 from ..compose.moves import moves
 from ..hostlist import fold_or_dash
-from .effects import Consequence, Sides
+from .effects import Consequence, Sides, controller_restarts
+from .slurm import SlurmConf
 from .impact import Impact
 from .jobs import Job
 
@@ -147,9 +148,11 @@ def consequences(recompose: Recomposition, sides: Sides) -> tuple[list[Consequen
                                        f"pool {pool.name} ({pool.gpu_type}), driver {pool.driver}: "
                                        + ", ".join(f"{h} {verb} {n}" for h, n in moved.items()),
                                        tuple(pool.command(action, h, n) for h, n in moved.items())))
+    # With a backup controller, the backup first, as every restart of slurmctld (the slurm role's handlers).
+    order = SlurmConf.parse(sides.new.get(slurm["reconfigure_file"], "")).controllers
+    out += controller_restarts(controller, order, f"the NodeName Gres lines and gres.conf of layout {recompose.layout}: "
+                               "read only at start", slurm["backup_ready"])
     out += [
-        Consequence("restart slurmctld", fold_or_dash(controller),
-                    f"the NodeName Gres lines and gres.conf of layout {recompose.layout}: read only at start"),
         Consequence("restart slurmd", involved, "finds the GPUs the layout gives each host (gres.conf)"),
         Consequence("health check", involved, "the GPUs of the layout are there, on the pool's socket", (HEALTH,)),
         Consequence("resume", involved, "once the health check passes",

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from .. import update_policy
 from . import compose
-from .effects import NOTHING, ROLLING, ROLLING_DOES, Consequence, Effect, FileChange, Sides, SlurmEffect, effect
+from .effects import (AT_UPGRADE, NOTHING, ROLLING, ROLLING_DOES, UPGRADE_TAKES, Consequence, Effect, FileChange, Sides,
+                      SlurmEffect, effect)
 from .impact import Impact, assess
-from ..hostlist import fold_or_dash
+from ..hostlist import expand, fold_or_dash
 from .jobs import Job, NodeState
 from .sources import compared
 
@@ -117,6 +118,7 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
             slurm = result.slurm or slurm
             components.append(ComponentPlan(component.name, files, result.consequences, result.notes,
                                             result.blocking, result.advice))
+    _absorb_into_upgrade(components)
     if sides.new_hosts:  # first, as they are the largest change: everything, not a restart
         components.insert(0, ComponentPlan(NEW_HOSTS, [], [Consequence(
             FIRST_DEPLOYMENT, fold_or_dash(sides.new_hosts), "nothing runs there yet: every tier of site.yml")]))
@@ -137,6 +139,20 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
         plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
                                "converge what it holds)")
     return plan
+
+
+def _absorb_into_upgrade(components: list[ComponentPlan]) -> None:
+    """Beside a Slurm upgrade, the changed files of the daemons it upgrades go in at their steps,
+    which restart each daemon once: listed as such, not as restarts of their own."""
+    upgrade = next((c for c in components if c.name == "slurm_upgrade"), None)
+    if upgrade is None or not any(q.action.startswith("upgrade") for q in upgrade.consequences):
+        return
+    for component in components:
+        if component.name in UPGRADE_TAKES:
+            hosts = {h for q in component.consequences if q.hosts != "-" for h in expand(q.hosts)}
+            component.consequences = [Consequence(AT_UPGRADE, fold_or_dash(hosts),
+                                                  "each daemon and client takes these files at its step of "
+                                                  "slurm_upgrade, which restarts it: once, not again here")]
 
 
 def _diff(path: str, old: str, new: str) -> str:

@@ -25,6 +25,10 @@ NOTHING = "nothing on the nodes"
 BLOCKED = "blocked"
 ROLLING = "ansible-playbook -i {inventory} playbooks/rolling.yml -e 'hosts={hosts}'"
 ROLLING_DOES = "drains, waits for their jobs without cancelling any, converges, resumes"
+# What the daemons of these components get at their step of a Slurm upgrade (slurm_upgrade), which
+# restarts each of them once: a change of their files restarts nothing beside it.
+UPGRADE_TAKES = ("slurm", "slurmd_configless", "slurmdbd")
+AT_UPGRADE = "at its upgrade step"
 
 
 @dataclass(frozen=True)
@@ -144,7 +148,7 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
             f"{', '.join(others)} changed: read only at start" if others else "",
             f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
         ]))
-        out = [*_controller_restarts(controller, new_conf.controllers, why, rule["backup_ready"])]
+        out = [*controller_restarts(controller, new_conf.controllers, why, rule["backup_ready"])]
         if pushed or not configless:
             out.append(Consequence("restart slurmd", fold_or_dash(pushed), "running jobs survive a slurmd restart"))
         if configless:
@@ -169,8 +173,8 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     return Effect(out, _slurm_notes(slurm, json_key(sides.new, SLURM_VERSION_JSON, "version")), slurm)
 
 
-def _controller_restarts(hosts: set[str], order: list[str], why: str, ready: str,
-                         action: str = "restart slurmctld") -> list[Consequence]:
+def controller_restarts(hosts: set[str], order: list[str], why: str, ready: str,
+                        action: str = "restart slurmctld") -> list[Consequence]:
     """slurmctld restarted (or upgraded: `action`) on `hosts`: at once with one controller; with
     a backup (slurm.conf's SlurmctldHost lines, in `order`) the backup first, then the primary
     once `ready` (the policy's `backup_ready`) shows the backup UP, each its own consequence, in
@@ -270,10 +274,10 @@ def _upgrade_steps(component: Component, sides: Sides, old: str, new: str) -> li
                     f"first, alone, the rest of Slurm left running: at its first start slurmdbd {new} converts the "
                     f"accounting database of {old}; how long that takes cannot be known in advance (it grows with "
                     "the job and step tables): wait until it answers (sacctmgr show cluster), stop nothing meanwhile"),
-        *_controller_restarts(controller, order,
-                              f"then, once slurmdbd answers: slurmctld {new} converts the saved state of {old} at "
-                              "its first start; jobs keep running",
-                              slurm["backup_ready"], action="upgrade slurmctld"),
+        *controller_restarts(controller, order,
+                             f"then, once slurmdbd answers: slurmctld {new} converts the saved state of {old} at "
+                             "its first start; jobs keep running",
+                             slurm["backup_ready"], action="upgrade slurmctld"),
         Consequence("upgrade slurmd", fold_or_dash(computes),
                     f"then rolling, a part of the nodes per run ({ROLLING_DOES}): running jobs are never cancelled",
                     (rolling,)),

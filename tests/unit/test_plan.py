@@ -448,6 +448,17 @@ def test_an_upgrade_with_a_backup_controller_takes_the_backup_first(backup_tree)
     assert actions[0] == ("back up", "tg-mgmt1")  # no backup section: by hand, on the slurmdbd host
 
 
+def test_beside_an_upgrade_each_daemon_restarts_once(backup_tree) -> None:
+    """23.11 writes slurm.conf and slurmd's configless options otherwise: those files go in at each
+    daemon's step of the upgrade, which restarts it; no restart of their own beside it."""
+    plan = build(backup_tree, tree(edit(SLURM_VERSION("23.11"), BACKUP)))
+    assert [c.name for c in plan.components] == ["slurm_upgrade", "slurm", "slurmd_configless"]
+    assert not [q for c in plan.components for q in c.consequences if q.action.startswith("restart")]
+    assert consequences(plan, "slurm") == [("at its upgrade step", "tg[01-04],tg-login,tg-mgmt[1-2]")]
+    assert consequences(plan, "slurmd_configless") == [("at its upgrade step", "tg[01-04]")]
+    assert "restart" not in plan.summary
+
+
 @pytest.mark.parametrize("old, new, why", [
     ("22.05", "24.11", "upgrade through 22.05 -> 23.11 -> 24.11"),
     ("22.05", "25.11", "upgrade through 22.05 -> 23.11 -> 25.05 -> 25.11"),

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hal_provision.plan import build
 from hal_provision.plan.jobs import parse_jobs
@@ -53,6 +54,28 @@ def test_the_steps_in_order(trees) -> None:
     assert "pool chassis1: loses hal02 (2); gains hal01 (2)" in plan.components[0].notes
     assert "recompose: ansible-playbook -i INVENTORY playbooks/compose.yml -e layout=training" in plan.advice[0]
     assert plan.exit_code == 2
+
+
+def with_backup_controller(rendered: dict[str, str]) -> dict[str, str]:
+    """The tree as services.slurmctld "comp-mgmt,comp-mgmt2" renders it for the plan: both
+    SlurmctldHost lines in every slurm.conf (the layouts' copies too), both hosts in the group."""
+    out = {path: text.replace("SlurmctldHost=comp-mgmt\n", "SlurmctldHost=comp-mgmt\nSlurmctldHost=comp-mgmt2\n")
+           if path.endswith("/slurm.conf") else text for path, text in rendered.items()}
+    inventory = yaml.safe_load(out["inventory/hosts.yml"])
+    inventory["all"]["children"]["service_slurmctld"]["hosts"]["comp-mgmt2"] = None
+    out["inventory/hosts.yml"] = yaml.safe_dump(inventory)
+    return out
+
+
+def test_with_a_backup_controller_the_backup_restarts_first(trees) -> None:
+    """As every other restart of slurmctld (the slurm role's handlers, which compose.yml runs)."""
+    plan = build(with_backup_controller(trees["even"]), with_backup_controller(trees["training"]))
+    assert [c.name for c in plan.components][0] == "recomposition" and "slurm" not in [c.name for c in plan.components]
+    assert [s for s in steps(plan) if s[0] == "restart slurmctld"] == [("restart slurmctld", "comp-mgmt2"),
+                                                                        ("restart slurmctld", "comp-mgmt")]
+    backup, primary = [q for q in plan.components[0].consequences if q.action == "restart slurmctld"]
+    assert backup.detail.startswith("backup controller, first: the NodeName Gres lines")
+    assert primary.detail.startswith("primary controller, once `scontrol ping` shows comp-mgmt2 UP")
 
 
 def test_back_again_is_the_mirror(trees) -> None:
