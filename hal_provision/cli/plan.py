@@ -49,7 +49,7 @@ def plan(
     from ..plan import PlanError, build
     from ..plan.jobs import parse_jobs, parse_nodes, read_file, run_on_controller
     from ..plan.sources import holds
-    from ..plan.report import diffs, renderables, to_json
+    from ..plan.report import WIDTH, diffs, renderables, to_json
     from ..render import render_all
 
     try:
@@ -78,8 +78,9 @@ def plan(
     if as_json:
         print(json.dumps(to_json(result), indent=2, sort_keys=True))
     else:
-        for renderable in renderables(result):
-            out.print(renderable)
+        width = min(out.width, WIDTH)  # wider than that, a plan is hard to read and to paste
+        for renderable in renderables(result, width):
+            out.print(renderable, width=width)
         for text in diffs(result):
             out.print(text, markup=False, highlight=False, end="")
     raise typer.Exit(result.exit_code)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .. import update_policy
 from ..compose.moves import moves
 from ..hostlist import fold_or_dash
+from .advice import Line
 from .effects import Consequence, Sides, controller_restarts
 from .slurm import SlurmConf
 from .impact import Impact
@@ -193,10 +194,10 @@ def impacts(recompose: Recomposition, jobs: list[Job]) -> list[Impact]:
 def advice(recompose: Recomposition, blocking: list[Impact], inventory: str) -> list[str]:
     """The command that applies it, or, with blocking jobs, what to wait for."""
     command = COMPOSE.format(inventory=inventory, layout=recompose.layout)
+    does = (f"drains {fold_or_dash(recompose.hosts)}, waits for their jobs without cancelling any, detaches, attaches, "
+            "restarts, checks, resumes")
     if blocking:
         out = [f"job {i.job.job_id} ({i.job.user}) {i.why}: wait until it ends, or ask {i.job.user} to end it"
                for i in blocking]
-        return out + [f"then recompose: {command} (drains {fold_or_dash(recompose.hosts)}, waits for their jobs "
-                      "without cancelling any, detaches, attaches, restarts, checks, resumes)"]
-    return [f"recompose: {command} (drains {fold_or_dash(recompose.hosts)}, waits for their jobs without cancelling "
-            "any, detaches, attaches, restarts, checks, resumes)"]
+        return out + [Line(f"then recompose: {command} ({does})", [command])]
+    return [Line(f"recompose: {command} ({does})", [command])]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .. import update_policy
 from . import compose
+from .advice import Line
 from .effects import (AT_UPGRADE, NOTHING, ROLLING, ROLLING_DOES, UPGRADE_TAKES, Consequence, Effect, FileChange, Sides,
                       SlurmEffect, effect)
 from .impact import Impact, assess
@@ -133,11 +134,10 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
             impacts = compose.impacts(recompose, jobs) + impacts
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
-    plan.advice = _advice(plan, slurm, inventory, sides.new_inventory.limit(sides.new_hosts) if sides.new_hosts else "",
-                          recompose)
+    plan.advice = _advice(plan, slurm, sides, recompose)
     if render and plan.advice and not plan.blocked:
-        plan.advice.insert(0, f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
-                               "converge what it holds)")
+        plan.advice.insert(0, Line(f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
+                                   "converge what it holds)", [render]))
     return plan
 
 
@@ -169,8 +169,7 @@ def _node_states(nodes: dict[str, NodeState] | None, slurm: SlurmEffect | None) 
             for h in affected if h in nodes]
 
 
-def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: str,
-            recompose: compose.Recomposition | None = None) -> list[str]:
+def _advice(plan: Plan, slurm: SlurmEffect | None, sides: Sides, recompose: compose.Recomposition | None) -> list[str]:
     """What to do: drain and wait (or roll) for blocking running jobs, per stranded job its way
     out, otherwise how to apply; a recomposition first, with compose.yml, site.yml after it only
     for what changes on the nodes beyond the layout."""
@@ -179,7 +178,7 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: st
     out = [line for c in plan.components for line in c.advice]
     if plan.blocked:  # nothing of NEW can be applied as it stands
         return out
-    site = SITE.format(inventory=inventory)
+    inventory = sides.inventory
     if recompose:
         held = [i for i in plan.blocking if i.kind == "recomposition"]
         others = [c for c in plan.components if c.name != compose.COMPONENT
@@ -192,36 +191,56 @@ def _advice(plan: Plan, slurm: SlurmEffect | None, inventory: str, new_hosts: st
     removed = sorted(slurm.removed) if slurm else []
     lost = sorted({h for i in plan.blocking for h in i.hosts if h in removed})
     redefined = sorted({h for i in plan.blocking for h in i.hosts if h not in lost})
-    for hosts, why in ((lost, "leaving the cluster"), (redefined, "redefined")):
-        if hosts:
-            out.append(f"drain: scontrol update nodename={fold_or_dash(hosts)} state=drain "
-                       f"reason=\"hal-provision plan: {why}\"")
-    if lost or redefined:
-        drained = fold_or_dash(lost + redefined)
-        out.append(f"wait: until `squeue -w {drained}` lists no job, then {site}")
-        out.append(f"or roll: {ROLLING.format(inventory=inventory, hosts=drained)} "
-                   f"({ROLLING_DOES})")
-    for impact in plan.blocking:
-        job = impact.job
-        if impact.kind == "time":
-            out.append(f"job {job.job_id} ({job.user}): scontrol update jobid={job.job_id} timelimit={impact.limit}, "
-                       "or wait until it has started (a running job keeps its limit)")
-        elif impact.kind in ("partition", "qos", "memory", "gpus", "nodes"):
-            out.append(f"job {job.job_id} ({job.user}): wait until it has started, or ask {job.user} to resubmit "
-                       "within the new limits")
-    if not plan.blocking:
-        if removed:
-            out.append(f"roll: {ROLLING.format(inventory=inventory, hosts=fold_or_dash(removed))} "
-                       "(drains the leaving nodes and waits for their jobs before the converge)")
-        else:
-            out.append(f"apply: {site}")
-    if new_hosts:  # as Ansible's --limit reads them (Inventory.limit)
-        out.append(f"{FIRST_DEPLOYMENT}: {site} --limit {new_hosts} "
-                   "(the new hosts alone; the whole-cluster converge includes them)")
-    if removed:
-        out.append(f"after the converge: stop slurmd on {fold_or_dash(removed)} (site.yml no longer manages them)")
+    out += _push(plan, sides, removed, lost, redefined, _job_lines(plan.blocking))
     if plan.impacts is None:
         out.append("jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY")
     elif not plan.blocking and slurm and slurm.restart:
         out.append("running jobs survive the slurmd restarts")
+    return out
+
+
+def _push(plan: Plan, sides: Sides, removed: list[str], lost: list[str], redefined: list[str],
+          jobs: list[str]) -> list[str]:
+    """site.yml on the whole inventory, or rolling.yml where nodes must be idle first."""
+    inventory, new_hosts = sides.inventory, sorted(sides.new_hosts)
+    site = SITE.format(inventory=inventory)
+    out: list[str] = []
+    for hosts, why in ((lost, "leaving the cluster"), (redefined, "redefined")):
+        if hosts:
+            drain = f"scontrol update nodename={fold_or_dash(hosts)} state=drain reason=\"hal-provision plan: {why}\""
+            out.append(Line(f"drain: {drain}", [drain]))
+    if lost or redefined:
+        drained = fold_or_dash(lost + redefined)
+        out.append(Line(f"wait: until `squeue -w {drained}` lists no job, then {site}", [f"squeue -w {drained}", site]))
+        rolling = ROLLING.format(inventory=inventory, hosts=drained)
+        out.append(Line(f"or roll: {rolling} ({ROLLING_DOES})", [rolling]))
+    out += jobs
+    if not plan.blocking:
+        if removed:
+            rolling = ROLLING.format(inventory=inventory, hosts=fold_or_dash(removed))
+            out.append(Line(f"roll: {rolling} (drains the leaving nodes and waits for their jobs before the converge)",
+                            [rolling]))
+        else:
+            out.append(Line(f"apply: {site}", [site]))
+    if new_hosts:
+        first = f"{site} --limit {sides.new_inventory.limit(new_hosts)}"
+        out.append(Line(f"{FIRST_DEPLOYMENT}: {first} (the new hosts alone; the whole-cluster converge includes them)",
+                        [first]))
+    if removed:
+        out.append(f"after the converge: stop slurmd on {fold_or_dash(removed)} (site.yml no longer manages them)")
+    return out
+
+
+def _job_lines(blocking: list[Impact]) -> list[str]:
+    """Per pending job a lowered limit strands: its way out."""
+    out: list[str] = []
+    for impact in blocking:
+        job = impact.job
+        if impact.kind == "time":
+            command = f"scontrol update jobid={job.job_id} timelimit={impact.limit}"
+            out.append(Line(f"job {job.job_id} ({job.user}): {command}, or wait until it has started (a running job "
+                            "keeps its limit)", [command]))
+        elif impact.kind in ("partition", "qos", "memory", "gpus", "nodes"):
+            out.append(f"job {job.job_id} ({job.user}): wait until it has started, or ask {job.user} to resubmit "
+                       "within the new limits")
     return out

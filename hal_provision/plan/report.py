@@ -11,8 +11,13 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from .advice import commands_of
 from .core import ComponentPlan, Plan
 from ..hostlist import fold_or_dash
+
+WIDTH = 100
+"""The widest a printed plan gets, whatever the terminal's width."""
+ADVICE_INDENT, CONTINUED = "  ", "    "
 
 
 def to_json(plan: Plan) -> dict:
@@ -45,20 +50,91 @@ def to_json(plan: Plan) -> dict:
     }
 
 
-def renderables(plan: Plan) -> list[RenderableType]:
-    """What `hal-provision plan` prints: the components, the jobs, a summary, the advice."""
+def renderables(plan: Plan, width: int = WIDTH) -> list[RenderableType]:
+    """What `hal-provision plan` prints: the components, the jobs, a summary, the advice; the
+    summary and the advice wrapped to `width` (print the tables at that width too)."""
     out: list[RenderableType] = [Text(f"OLD: {plan.old}\nNEW: {plan.new}")]
     if plan.changed:
         out.append(ComponentsTable(plan))
     out += _jobs(plan)
-    out.append(Text(plan.summary, style="bold"))
-    out += [Text(f"  {line}") for line in plan.advice]
+    out.append(Text("\n".join(wrap(plan.summary, width, "", ADVICE_INDENT)), style="bold"))
+    out += [Text("\n".join(wrap(line, width, ADVICE_INDENT, CONTINUED))) for line in plan.advice]
     return out
 
 
 def diffs(plan: Plan) -> list[str]:
     """The unified diffs of the changed files, component by component (with --diff)."""
     return [f.diff for c in plan.components for f in c.files if f.diff]
+
+
+def wrap(line: str, width: int, indent: str, continued: str) -> list[str]:
+    """`line` in lines of at most `width` columns, the first after `indent`, the others after
+    `continued`, broken between words. A command of the line (Line.commands) is kept whole: it
+    starts a line of its own when it does not fit on the current one, and only when it is wider
+    than a line by itself is it broken, between shell words, every line of it but the last
+    ending in ` \\` (a shell reads them as one command); the text after it starts a new line."""
+    out: list[str] = []
+    current, after_command = indent, False
+    for unit, is_command in _units(line, commands_of(line)):
+        if current.strip() and (after_command or len(current) + 1 + len(unit) > width):
+            out.append(current)
+            current = continued
+        current += f" {unit}" if current.strip() else unit
+        after_command = False
+        if is_command and len(current) > width:  # alone on its line, and still too wide
+            *whole, current = _continued(current, width)
+            out += whole
+            after_command = True
+    return out + [current]
+
+
+def _units(line: str, commands: tuple[str, ...]) -> list[tuple[str, bool]]:
+    """The line's words, a command's words joined into one unit (True), in order."""
+    spans, start = [], 0
+    for command in sorted(commands, key=line.find):
+        at = line.find(command, start)
+        if at >= 0:
+            spans.append((at, at + len(command)))
+            start = at + len(command)
+    units: list[tuple[str, bool]] = []
+    position = 0
+    for at, end in spans:
+        units += [(word, False) for word in line[position:at].split()]
+        # a mark glued to the command (`,` `)` a backquote) stays with it
+        tail = re.match(r"\S*", line[end:])[0]
+        head = line[:at].rsplit(" ", 1)[-1] if at and not line[at - 1].isspace() else ""
+        if head:
+            units.pop()
+        units.append((head + line[at:end] + tail, True))
+        position = end + len(tail)
+    units += [(word, False) for word in line[position:].split()]
+    return units
+
+
+def _continued(text: str, width: int) -> list[str]:
+    """An indented command too wide for a line, in lines that end in ` \\` (but the last),
+    broken between shell words (never inside quotes), those after the first indented 4 more."""
+    indent = text[: len(text) - len(text.lstrip())]
+    words, word, quote = [], "", None
+    for ch in text.lstrip():
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " ":
+            words.append(word)
+            word = ""
+            continue
+        word += ch
+    words.append(word)
+    lines, current = [], indent + words[0]
+    for word in words[1:]:
+        if len(current) + 1 + len(word) + 2 > width:
+            lines.append(current + " \\")
+            current = f"{indent}    {word}"
+        else:
+            current += f" {word}"
+    return lines + [current]
 
 
 MARK = {"added": "+", "removed": "-", "modified": "~"}

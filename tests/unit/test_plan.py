@@ -2,7 +2,8 @@
 and GPFS consequences, job impact from real Slurm 22.05 JSON, the CLI's errors, and golden
 outputs (text and JSON) of the six cases of issue 18.
 
-Goldens live in tests/golden/plan/<case>.txt and <case>.json (console width 120, no colour).
+Goldens live in tests/golden/plan/<case>.txt and <case>.json (console width 120, no colour: the plan
+prints at most 100 columns whatever the console's width).
 After an intended change, regenerate them with the other goldens and review the diff:
 
     HAL_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_golden.py tests/unit/test_plan.py
@@ -306,12 +307,13 @@ def test_the_plan_prints_the_order(in_tmp) -> None:
     result = run("new.yml", "--from", "old.yml")
     assert result.exit_code == 2, result.output
     text = " ".join(result.stdout.split())
-    assert "backup controller, first" in text and "once `scontrol ping` shows tg-mgmt2 UP" in text, result.stdout
+    assert "backup controller, first" in text and "once `scontrol ping` shows" in text, result.stdout
     assert text.index("tg-mgmt2") < text.index("tg-mgmt1")
     doc = json.loads(run("new.yml", "--from", "old.yml", "--json").stdout)
     [slurm] = [c for c in doc["components"] if c["name"] == "slurm"]
     assert [(q["action"], q["hosts"]) for q in slurm["consequences"]][:2] == [
         ("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1")]
+    assert slurm["consequences"][1]["detail"].startswith("primary controller, once `scontrol ping` shows tg-mgmt2 UP")
 
 
 def test_the_role_finds_the_controllers_the_plan_orders(backup_tree, tmp_path) -> None:
@@ -599,6 +601,29 @@ def test_blocking_plans_name_the_job_and_what_to_do() -> None:
     assert [(j["job_id"], j["user"], j["blocking"]) for j in lowered["jobs"]] == [(2, "rsmith", True)]
 
 
+def test_every_printed_plan_fits_100_columns() -> None:
+    """Every golden plan (test_plan_compose.py's too), printed at 120 columns: the tables, the
+    summary and the advice within 100."""
+    printed = sorted(GOLDEN.glob("*.txt"))
+    assert len(printed) >= 10
+    wide = [f"{path.name}:{n}: {len(line)}" for path in printed
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > 100]
+    assert not wide, wide
+
+
+def test_a_long_command_is_broken_only_between_words_with_a_backslash() -> None:
+    from hal_provision.plan.advice import Line
+    from hal_provision.plan.report import wrap
+
+    command = "ansible-playbook -i rendered/a-long-cluster-name/inventory playbooks/site.yml --limit 'all:!deploy_pull'"
+    lines = wrap(Line(f"push the control plane (every service): {command} (then publish)", [command]), 70, "  ", "    ")
+    assert lines == ["  push the control plane (every service):",
+                     "    ansible-playbook -i rendered/a-long-cluster-name/inventory \\",
+                     "        playbooks/site.yml --limit 'all:!deploy_pull'",
+                     "    (then publish)"]
+    assert wrap("a plain line of words", 12, "  ", "    ") == ["  a plain", "    line of", "    words"]
+
+
 INVENTORY_64 = yaml.safe_dump({"all": {"children": {
     "nodes_compute": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))},
     "nodes_login": {"hosts": {"hal-login": None}},
@@ -755,25 +780,24 @@ ADD_TWO_NODES = [
 ]
 
 
-def cells(line: str) -> list[str]:
-    """The cells of one table line, stripped."""
-    return [cell.strip() for cell in line.rstrip()[1:-1].split("│")]
-
-
 def test_new_hosts_get_their_first_deployment_not_a_restart(in_tmp) -> None:
     (in_tmp / "new.yml").write_text(edit(ADD_TWO_NODES))
     result = run("new.yml", "--from", "old.yml")
     assert result.exit_code == 2, result.output
-    rows = [cells(line) for line in result.stdout.splitlines() if line.startswith("│")]
-    assert ["new hosts", "first deployment", "hal[17-18]"] in [row[:3] for row in rows]
+    doc = json.loads(run("new.yml", "--from", "old.yml", "--json").stdout)
+    rows = [[c["name"], q["action"], q["hosts"]] for c in doc["components"] for q in c["consequences"]]
+    assert ["new hosts", "first deployment", "hal[17-18]"] in rows
     [restart_slurmd] = [row for row in rows if row[1] == "restart slurmd"]
     assert restart_slurmd[2] == "hal[01-16]"
-    assert [row[:3] for row in rows if "hal17" in row[2] or "hal[17-18]" in row[2]] == \
+    assert [row for row in rows if "hal17" in row[2] or "hal[17-18]" in row[2]] == \
         [["new hosts", "first deployment", "hal[17-18]"]]
-    # Ansible's --limit: names with commas (a folded hal[17-18] is a pattern of one character)
-    hint = "  first deployment: ansible-playbook -i rendered/hal/inventory playbooks/site.yml --limit hal17,hal18 "
-    assert [line for line in result.stdout.splitlines() if line.startswith(hint)], result.stdout
-    assert "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in result.stdout
+    # Ansible's --limit: names with commas (Ansible reads hal[17-18] as a subscript), the command on a line
+    # of its own (it does not fit beside its label within 100 columns), whole
+    command = "ansible-playbook -i rendered/hal/inventory playbooks/site.yml --limit hal17,hal18"
+    lines = result.stdout.splitlines()
+    assert lines[lines.index("  first deployment:") + 1].startswith(f"    {command} (the new hosts"), result.stdout
+    assert f"first deployment: {command} (the new hosts alone; the whole-cluster converge includes them)" in doc["advice"]
+    assert "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in doc["summary"]
 
 
 def test_each_warning_is_printed_once(in_tmp) -> None:
@@ -807,18 +831,18 @@ def test_the_apply_commands_name_the_tree_that_was_rendered(in_tmp) -> None:
     (in_tmp / "new.yml").write_text(edit(ADD_NODE))
     rendered = CliRunner().invoke(app, ["render", "new.yml", "-o", "site/next"])
     assert rendered.exit_code == 0, rendered.output
-    result = run("new.yml", "--from", "old.yml", "--rendered", "site/next")
+    result = run("new.yml", "--from", "old.yml", "--rendered", "site/next", "--json")
     assert result.exit_code == 2, result.output
-    advice = [line for line in result.stdout.splitlines() if line.startswith("  ")]
-    assert advice[0] == "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml", advice
-    assert advice[1].startswith("  first deployment: ansible-playbook -i site/next/inventory playbooks/site.yml "
+    advice = json.loads(result.stdout)["advice"]
+    assert advice[0] == "apply: ansible-playbook -i site/next/inventory playbooks/site.yml", advice
+    assert advice[1].startswith("first deployment: ansible-playbook -i site/next/inventory playbooks/site.yml "
                                 "--limit hal17 "), advice
     assert "rendered/" not in result.stdout and "render first" not in result.stdout
 
     (in_tmp / "new.yml").write_text(edit(RAISE_LIMIT))  # site/next now holds another description
     stale = run("new.yml", "--from", "old.yml", "--rendered", "site/next").stdout.splitlines()
-    assert "  render first: hal-provision render new.yml -o site/next (site/next/inventory does not hold NEW yet, " \
-           "and the commands below converge what it holds)" in stale
+    assert ["  render first: hal-provision render new.yml -o site/next (site/next/inventory does not hold NEW",
+            "    yet, and the commands below converge what it holds)"] == stale[-4:-2], stale
     assert "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml" in stale
     unrendered = run("new.yml", "--from", "old.yml").stdout.splitlines()
     assert [line for line in unrendered if line.startswith("  render first: hal-provision render new.yml -o rendered/hal ")]
