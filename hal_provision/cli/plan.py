@@ -66,10 +66,12 @@ def plan(
             node_map = parse_nodes(read_file(nodes, "--nodes"), f"--nodes {nodes}") if nodes is not None else None
         tree_dir = _tree_dir(rendered, new_model)
         new_tree = render_all(new_model)
-        render = None if holds(tree_dir, new_tree) else \
-            shlex.join(["hal-provision", "render", *([str(file)] if file is not None else []), "-o", str(tree_dir)])
+        named = [str(file)] if file is not None else []
+        render = None if holds(tree_dir, new_tree) else shlex.join(["hal-provision", "render", *named, "-o", str(tree_dir)])
+        bundle_dir = Path("bundles") / new_model.cluster.name  # pull mode: where `bundle` writes, publish.yml reads
         result = build(old_tree, new_tree, jobs=job_list, nodes=node_map, with_diff=diff,
-                       inventory=str(tree_dir / "inventory"), render=render)
+                       inventory=str(tree_dir / "inventory"), render=render, bundle_dir=str(bundle_dir),
+                       bundle=shlex.join(["hal-provision", "bundle", *named, "--out", str(bundle_dir)]))
     except PlanError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(EXIT_ERROR) from None

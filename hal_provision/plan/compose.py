@@ -191,11 +191,13 @@ def impacts(recompose: Recomposition, jobs: list[Job]) -> list[Impact]:
     return out
 
 
-def advice(recompose: Recomposition, blocking: list[Impact], inventory: str) -> list[str]:
-    """The command that applies it, or, with blocking jobs, what to wait for."""
+def advice(recompose: Recomposition, blocking: list[Impact], inventory: str, pull: bool = False) -> list[str]:
+    """The command that applies it, or, with blocking jobs, what to wait for. On a pull cluster
+    compose.yml reaches the pull nodes over SSH too, as their enrolment did: the pool's driver and
+    the drain are the controller's, and no converge of a node's own can move GPUs."""
     command = COMPOSE.format(inventory=inventory, layout=recompose.layout)
     does = (f"drains {fold_or_dash(recompose.hosts)}, waits for their jobs without cancelling any, detaches, attaches, "
-            "restarts, checks, resumes")
+            "restarts, checks, resumes" + ("; it pushes to the pull nodes too, over SSH" if pull else ""))
     if blocking:
         out = [f"job {i.job.job_id} ({i.job.user}) {i.why}: wait until it ends, or ask {i.job.user} to end it"
                for i in blocking]

@@ -11,17 +11,17 @@ import difflib
 from dataclasses import dataclass, field
 
 from .. import update_policy
-from . import compose
+from . import compose, pull
 from .advice import Line
 from .effects import (AT_UPGRADE, NOTHING, ROLLING, ROLLING_DOES, UPGRADE_TAKES, Consequence, Effect, FileChange, Sides,
                       SlurmEffect, effect)
 from .impact import Impact, assess
 from ..hostlist import expand, fold_or_dash
 from .jobs import Job, NodeState
+from .pull import SITE
 from .sources import compared
 
 EXIT_NO_CHANGES, EXIT_BLOCKING, EXIT_CHANGES = 0, 1, 2
-SITE = "ansible-playbook -i {inventory} playbooks/site.yml"
 FIRST_DEPLOYMENT = "first deployment"
 NEW_HOSTS = "new hosts"  # the plan's entry for them: no update-policy component owns a host
 
@@ -85,10 +85,11 @@ class Plan:
 
 def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = None,
           nodes: dict[str, NodeState] | None = None, with_diff: bool = False, inventory: str = "INVENTORY",
-          render: str | None = None) -> Plan:
+          render: str | None = None, bundle_dir: str = "BUNDLE_DIR", bundle: str | None = None) -> Plan:
     """The plan for converging NEW onto a cluster that runs OLD (both rendered trees);
     `inventory` is the Ansible inventory the advice's commands name, `render` the command that
-    puts NEW's tree there when it is not there yet."""
+    puts NEW's tree there when it is not there yet; on a pull cluster `bundle` the command that
+    builds NEW's bundle into `bundle_dir`, which publish.yml publishes."""
     policy = update_policy.load()
     old, new = compared(old), compared(new)
     recompose = compose.find(old, new)
@@ -134,7 +135,8 @@ def build(old: dict[str, str], new: dict[str, str], *, jobs: list[Job] | None = 
             impacts = compose.impacts(recompose, jobs) + impacts
     plan = Plan(components, impacts)
     plan.node_states = _node_states(nodes, slurm)
-    plan.advice = _advice(plan, slurm, sides, recompose)
+    plan.advice = _advice(plan, slurm, sides, recompose, bundle or f"hal-provision bundle NEW --out {bundle_dir}",
+                          bundle_dir)
     if render and plan.advice and not plan.blocked:
         plan.advice.insert(0, Line(f"render first: {render} ({inventory} does not hold NEW yet, and the commands below "
                                    "converge what it holds)", [render]))
@@ -169,29 +171,38 @@ def _node_states(nodes: dict[str, NodeState] | None, slurm: SlurmEffect | None) 
             for h in affected if h in nodes]
 
 
-def _advice(plan: Plan, slurm: SlurmEffect | None, sides: Sides, recompose: compose.Recomposition | None) -> list[str]:
+def _advice(plan: Plan, slurm: SlurmEffect | None, sides: Sides, recompose: compose.Recomposition | None,
+            bundle: str, bundle_dir: str) -> list[str]:
     """What to do: drain and wait (or roll) for blocking running jobs, per stranded job its way
     out, otherwise how to apply; a recomposition first, with compose.yml, site.yml after it only
-    for what changes on the nodes beyond the layout."""
+    for what changes on the nodes beyond the layout. On a pull cluster the bundle, the control
+    plane and the publish instead of site.yml and rolling.yml (plan/pull.py)."""
     if not plan.changed:
         return []
     out = [line for c in plan.components for line in c.advice]
     if plan.blocked:  # nothing of NEW can be applied as it stands
         return out
     inventory = sides.inventory
+    pulling = pull.is_pull(sides)
     if recompose:
         held = [i for i in plan.blocking if i.kind == "recomposition"]
         others = [c for c in plan.components if c.name != compose.COMPONENT
                   and any(q.action != NOTHING for q in c.consequences)]
-        out += compose.advice(recompose, held, inventory)  # first; the lines below follow it
-        if len(held) == len(plan.blocking) and not others:
+        out += compose.advice(recompose, held, inventory, pulling)  # first; the lines below follow it
+        if len(held) == len(plan.blocking) and not others and not pulling:  # (pulling: the bundle must follow)
             if plan.impacts is None:
                 out.append("jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY")
             return out
     removed = sorted(slurm.removed) if slurm else []
     lost = sorted({h for i in plan.blocking for h in i.hosts if h in removed})
     redefined = sorted({h for i in plan.blocking for h in i.hosts if h not in lost})
-    out += _push(plan, sides, removed, lost, redefined, _job_lines(plan.blocking))
+    jobs = _job_lines(plan.blocking)
+    if pulling:
+        out += pull.advice(plan.components, sides, bundle=bundle, bundle_dir=bundle_dir, removed=removed,
+                           redefined=redefined, jobs=jobs, blocking=bool(plan.blocking), recompose=bool(recompose),
+                           skip=(compose.COMPONENT, NEW_HOSTS))
+    else:
+        out += _push(plan, sides, removed, lost, redefined, jobs)
     if plan.impacts is None:
         out.append("jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY")
     elif not plan.blocking and slurm and slurm.restart:

@@ -18,6 +18,7 @@ from ..update_policy import Component, json_key
 from .accounting import sacctmgr_changes
 from ..hostlist import fold_or_dash
 from .inventory import Inventory
+from ..render.deploy import PULL_GROUP
 from .slurm import SlurmConf, changed_keys, definition_changes, restart_required
 from .tuning import tuning_changes
 
@@ -83,6 +84,12 @@ class Sides:
         if all(self.old.get(p) == self.new.get(p) for p in inventories):
             return set()  # a host can only arrive through a changed inventory
         return self.new_inventory.all_hosts() - self.old_inventory.all_hosts()
+
+    @cached_property
+    def pull_nodes(self) -> set[str]:
+        """NEW's pull nodes (deploy.mode pull) that run already: they converge themselves from the
+        published bundle; every other host is the control plane, pushed. Empty in push mode."""
+        return self.new_inventory.hosts(PULL_GROUP) - self.new_hosts
 
     @cached_property
     def old_inventory(self) -> Inventory:
@@ -267,7 +274,17 @@ def _upgrade_steps(component: Component, sides: Sides, old: str, new: str) -> li
     else:
         backup = Consequence("back up", fold_or_dash(dbd), "the accounting database, by hand: no backup section "
                                                            "backs it up (mariadb-dump of slurm.accounting_database)")
-    rolling = ROLLING.format(inventory=sides.inventory, hosts=fold_or_dash(computes))
+    pushed, pulled = computes - sides.pull_nodes, computes & sides.pull_nodes
+    rolling = ROLLING.format(inventory=sides.inventory, hosts=fold_or_dash(pushed))
+    slurmd = []
+    if pushed or not pulled:
+        slurmd.append(Consequence("upgrade slurmd", fold_or_dash(pushed),
+                                  f"then rolling, a part of the nodes per run ({ROLLING_DOES}): running jobs are "
+                                  "never cancelled", (rolling,)))
+    if pulled:  # rolling.yml would push to them: their own converge takes the bundle instead
+        slurmd.append(Consequence("upgrade slurmd", fold_or_dash(pulled),
+                                  "then pull nodes, at their own converge once the bundle of NEW is published: each "
+                                  "drains itself, waits for its jobs without cancelling any, converges, resumes"))
     return [
         backup,
         Consequence("upgrade slurmdbd", fold_or_dash(dbd),
@@ -278,9 +295,7 @@ def _upgrade_steps(component: Component, sides: Sides, old: str, new: str) -> li
                              f"then, once slurmdbd answers: slurmctld {new} converts the saved state of {old} at "
                              "its first start; jobs keep running",
                              slurm["backup_ready"], action="upgrade slurmctld"),
-        Consequence("upgrade slurmd", fold_or_dash(computes),
-                    f"then rolling, a part of the nodes per run ({ROLLING_DOES}): running jobs are never cancelled",
-                    (rolling,)),
+        *slurmd,
         *([Consequence("upgrade Slurm clients", fold_or_dash(clients),
                        f"last: {old}'s commands talk to slurmctld {new}; {new}'s would not talk to {old}'s")]
           if clients else []),

@@ -566,6 +566,23 @@ def run(*args: str, columns: int = 120):
     return CliRunner().invoke(app, ["plan", *args], env={"COLUMNS": str(columns), "NO_COLOR": "1"})
 
 
+def plan_golden(case: str, output: str, old: str, new: str, jobs: str | None, exit_code: int) -> None:
+    """`plan new.yml --from old.yml` in the current directory (the outputs name relative paths),
+    with `jobs` (squeue --json) when given, against the golden CASE.OUTPUT (txt or json)."""
+    Path("old.yml").write_text(old)
+    Path("new.yml").write_text(new)
+    args = ["new.yml", "--from", "old.yml"]
+    if jobs is not None:
+        Path("squeue.json").write_text(jobs)
+        args += ["--jobs", "squeue.json"]
+    result = run(*args, *(["--json"] if output == "json" else []))
+    assert result.exit_code == exit_code, result.output
+    assert "Traceback" not in result.output
+    if output == "json":
+        assert json.loads(result.stdout)["exit_code"] == exit_code
+    compare_golden(GOLDEN / f"{case}.{output}", result.stdout)
+
+
 def compare_golden(path: Path, actual: str) -> None:
     if UPDATE:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -602,10 +619,10 @@ def test_blocking_plans_name_the_job_and_what_to_do() -> None:
 
 
 def test_every_printed_plan_fits_100_columns() -> None:
-    """Every golden plan (test_plan_compose.py's too), printed at 120 columns: the tables, the
-    summary and the advice within 100."""
+    """Every golden plan, push and pull (test_plan_compose.py's and test_plan_pull.py's too),
+    printed at 120 columns: the tables, the summary and the advice within 100."""
     printed = sorted(GOLDEN.glob("*.txt"))
-    assert len(printed) >= 10
+    assert len(printed) >= 15
     wide = [f"{path.name}:{n}: {len(line)}" for path in printed
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > 100]
     assert not wide, wide

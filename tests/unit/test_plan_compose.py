@@ -17,7 +17,7 @@ import yaml
 from hal_provision.plan import build
 from hal_provision.plan.jobs import parse_jobs
 
-from test_plan import GOLDEN, SQUEUE, compare_golden, run, tree
+from test_plan import GOLDEN, SQUEUE, plan_golden, tree
 
 CLUSTERS = Path(__file__).resolve().parents[1] / "data" / "clusters"
 EVEN = (CLUSTERS / "x86-composable.yml").read_text(encoding="utf-8")
@@ -133,16 +133,7 @@ CASES = {  # case -> (OLD, NEW, jobs given, exit code)
 def test_plan_golden(tmp_path, monkeypatch, case, output) -> None:
     old, new, with_jobs, exit_code = CASES[case]
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "old.yml").write_text(old)
-    (tmp_path / "new.yml").write_text(new)
-    (tmp_path / "squeue.json").write_text(recorded_jobs())
-    args = ["new.yml", "--from", "old.yml"] + (["--jobs", "squeue.json"] if with_jobs else [])
-    result = run(*args, *(["--json"] if output == "json" else []))
-    assert result.exit_code == exit_code, result.output
-    assert "Traceback" not in result.output
-    if output == "json":
-        assert json.loads(result.stdout)["exit_code"] == exit_code
-    compare_golden(GOLDEN / f"{case}.{output}", result.stdout)
+    plan_golden(case, output, old, new, recorded_jobs() if with_jobs else None, exit_code)
 
 
 def test_the_blocking_golden_names_the_job_and_the_command() -> None:
