@@ -74,10 +74,16 @@ done < <(sed 's/#.*//' molecule/ci-scenarios)
 for scenario in "${scenarios[@]}"; do
   [ -f "molecule/$scenario/molecule.yml" ] || { echo "no scenario molecule/$scenario"; failed=$((failed + 1)); }
 done
-# A scenario whose nodes run Debian 13 (its create.yml names trixie) waits for that image too.
+# A scenario whose nodes run Debian 13 waits for that image too: its create.yml names trixie,
+# or the description it brings up (a tests/data/clusters file its create.yml names) says
+# `os: debian13`.
 images_for() {  # SCENARIO: the rc files of the images it needs
   echo "$logs/images.rc"
-  if grep -qs trixie "molecule/$1/create.yml"; then echo "$logs/trixie.rc"; fi
+  local described
+  described=$(grep -o 'tests/data/clusters/[A-Za-z0-9_.-]*\.yml' "molecule/$1/create.yml" 2>/dev/null)
+  if grep -qs trixie "molecule/$1/create.yml" || grep -qsE '^ +os: +debian13\b' $described /dev/null; then
+    echo "$logs/trixie.rc"
+  fi
 }
 lane_pids=()
 for lane in "${lane_names[@]}"; do
