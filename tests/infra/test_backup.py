@@ -44,10 +44,25 @@ def root(host: str, command: str, timeout: int = 120):
     return out.stdout
 
 
+SACCT_ALL = "sacct -a -X -n -P -S 2000-01-01T00:00:00 -E now -o JobID"
+
+
 def job_ids() -> set[str]:
     """Every job the accounting database holds, as the controller's sacct reads it."""
-    out = root(D.controller, "sacct -a -X -n -P -S 2000-01-01T00:00:00 -E now -o JobID")
+    out = root(D.controller, SACCT_ALL)
     return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def job_ids_once_answered(timeout: int = 120) -> set[str]:
+    """job_ids once sacct answers again: a restarted slurmdbd refuses connections until it has
+    made its tables (seconds on a quiet machine, longer on a loaded one)."""
+    def answered():
+        out = D.host(D.controller).run("timeout 60 bash -c %s", SACCT_ALL)
+        return (out.stdout,) if out.rc == 0 else None
+
+    got = retry(answered, timeout, 3)
+    assert got, f"sacct does not answer {timeout} s after slurmdbd's restart\n{D.journal(D.controller, 'slurmdbd')}"
+    return {line.strip() for line in got[0].splitlines() if line.strip()}
 
 
 def user_dn(name: str) -> str:
@@ -91,6 +106,7 @@ def test_a_destroyed_management_node_state_comes_back_from_the_backup():
     assert user, "the accounting plan has no user to give a password"
     password = secrets.token_urlsafe(18)
     set_password(user, password)
+    restored = taken_backup = False
     try:
         # What there is before the backup.
         if not job_ids():
@@ -107,6 +123,7 @@ def test_a_destroyed_management_node_state_comes_back_from_the_backup():
             root(host, "hal-backup verify")
         listed = root(hosts[0], "hal-backup list")
         assert all(job["name"] in listed for job in CONFIG["jobs"] if job["host"] == hosts[0]), listed
+        taken_backup = True
 
         # The management node loses its databases.
         db = KINDS["mariadb"]
@@ -120,12 +137,13 @@ def test_a_destroyed_management_node_state_comes_back_from_the_backup():
 
             query(f'DROP DATABASE "{KINDS["influxdb"]["databases"][0]}"', "admin")
         assert not binds(user, password), "the directory still knows the user after its database was removed"
-        assert not (before_jobs & job_ids()), "the accounting database still holds the jobs"
+        assert not (before_jobs & job_ids_once_answered()), "the accounting database still holds the jobs"
 
         # restore.yml brings everything back; a second run changes nothing.
+        restored = True
         restore()
-        assert before_jobs <= retry(lambda: (lambda ids: ids if before_jobs <= ids else None)(job_ids()), 120, 3), (
-            f"sacct after the restore lacks jobs {sorted(before_jobs - job_ids())}")
+        after_jobs = retry(lambda: (lambda ids: ids if before_jobs <= ids else None)(job_ids_once_answered()), 120, 3)
+        assert after_jobs, f"sacct after the restore lacks jobs {sorted(before_jobs - job_ids_once_answered())}"
         assert retry(lambda: binds(user, password), 60, 2), f"{user} cannot bind with the same password"
         if before_points is not None:
             assert panel_points(taken) == before_points, "the panel's points before the backup differ after it"
@@ -133,6 +151,11 @@ def test_a_destroyed_management_node_state_comes_back_from_the_backup():
         changed = {h: r["changed"] for h, r in parse_recap(again).items() if r["changed"]}
         assert not changed, f"a second restore changed {changed}\n{tail(again)}"
     finally:
+        if not restored and taken_backup:  # stopped after the state was destroyed: bring it back for
+            try:                           # the tests after this one, whatever failed here
+                restore()
+            except AssertionError:
+                pass
         set_password(user, None)
 
 
