@@ -1,4 +1,4 @@
-"""Deploy in pull mode (issue 34): what the compute nodes need to converge themselves and what
+"""Deploy in pull mode: what the compute nodes need to converge themselves and what
 the distribution points need to serve them the bundle.
 
 - ``files/etc/hal-provision/deploy.json`` (every host; pure data): the mode, the points (host,

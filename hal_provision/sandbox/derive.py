@@ -185,7 +185,7 @@ def without_module_packages(cluster: Cluster, modules: set[str]) -> Cluster:
 
 
 def _cpu_only(data: dict, compute: str) -> None:
-    """The sandbox's compute group as a CPU-only one (issue 30): its profile without GPUs, the
+    """The sandbox's compute group as a CPU-only one: its profile without GPUs, the
     GPU virtual partitions gone and whatever named them narrowed to the cpu ones."""
     group = next(g for g in data["nodes"] if g["name"] == compute)
     data["hardware"][group["hardware"]].pop("gpus", None)
