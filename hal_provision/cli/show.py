@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..hostlist import fold, nodeset, union
+from ..hostlist import nodeset, union
 from ..model import Cluster, Role
 
 
@@ -24,18 +24,15 @@ def _gpus_per_node(c: Cluster, g) -> str:
 
 def _pool_table(c: Cluster) -> Table:
     comp = c.composable
-    layout = comp.active_layout
     table = Table(title=f"Composable GPU pools (layout {comp.active} active)")
     for col in ("pool", "GPUs", "cabled hosts", "slots/host", "attached now", "free"):
         table.add_column(col, justify="right" if col in ("GPUs", "slots/host", "free") else "left")
     for pool in comp.pools:
-        held = {h: n for h, n in (comp.counts(layout).items() if layout else []) if h in pool.host_names and n}
-        by_count: dict[int, list[str]] = {}
-        for host, n in held.items():
-            by_count.setdefault(n, []).append(host)
-        attached = ", ".join(f"{fold(hosts)}: {n}" for n, hosts in sorted(by_count.items())) or "none"
+        held = comp.attached(pool)
+        attached = ", ".join(f"{hosts}: {n}" for n, hosts in held) or "none"
+        used = sum(n * len(nodeset(hosts)) for n, hosts in held)
         table.add_row(pool.name, f"{pool.gpus.count}x {pool.gpus.type} {pool.gpus.memory_gib} GiB", pool.hosts,
-                      str(pool.slots_per_host), attached, str(pool.gpus.count - sum(held.values())))
+                      str(pool.slots_per_host), attached, str(pool.gpus.count - used))
     return table
 
 

@@ -110,6 +110,18 @@ class Composable(Strict):
         written = layout.per_host
         return {host: written.get(host, 0) for host in self.cabled_hosts}
 
+    def attached(self, pool: GpuPool) -> list[tuple[int, str]]:
+        """The active layout's attachment of `pool`: (GPUs per host, the hosts holding that many,
+        folded), fewest first; hosts holding none left out."""
+        from ..hostlist import fold
+
+        layout = self.active_layout
+        by_count: dict[int, list[str]] = {}
+        for host, n in (self.pool_counts(layout, pool).items() if layout is not None else []):
+            if n:
+                by_count.setdefault(n, []).append(host)
+        return [(n, fold(hosts)) for n, hosts in sorted(by_count.items())]
+
     def pool_counts(self, layout: Layout, pool: GpuPool) -> dict[str, int]:
         """The pool's hosts -> the GPUs each holds from it in `layout` (a host takes from its first pool)."""
         written = layout.per_host

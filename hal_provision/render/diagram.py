@@ -149,14 +149,8 @@ def _pools(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes: 
     comp = cluster.composable
     if comp is None:
         return
-    layout = comp.active_layout
-    counts = comp.counts(layout) if layout is not None else {}
     for pool in comp.pools:
-        held = {h: n for h, n in counts.items() if h in pool.host_names and n}
-        by_count: dict[int, list[str]] = {}
-        for host, n in held.items():
-            by_count.setdefault(n, []).append(host)
-        attached = "; ".join(f"{fold_hostlists([','.join(hosts)])}: {n}" for n, hosts in sorted(by_count.items()))
+        attached = "; ".join(f"{hosts}: {n}" for n, hosts in comp.attached(pool))
         sub.node(f"pool-{pool.name}", _html([
             _row(f"GPU pool {pool.name}", bold=True, size=14),
             _row(f"{pool.gpus.count} x {pool.gpus.model}"),
