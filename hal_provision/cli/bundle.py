@@ -23,6 +23,11 @@ def _fail(message: str) -> None:
     raise typer.Exit(EXIT_UNUSABLE)
 
 
+def require_pull(model) -> None:
+    if not model.deploy_pull:
+        _fail(f"deploy.mode is {model.deploy.mode!r}: a bundle is built for pull mode only (deploy: {{mode: pull}})")
+
+
 def write_outputs(outputs: dict[str, bytes], directory: Path) -> None:
     """Every output into a temporary file beside its target, then renamed into place, the
     bundle and manifest first and current.json last: a reader never sees half a file, and
@@ -58,16 +63,22 @@ def bundle(
     """Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its manifest
     <version>.json and current.json (the release, signed with the cluster's key), for playbooks/publish.yml to
     publish on the distribution points."""
-    from .. import bundle as lib
-    from .. import release
     from ..render import render_all
 
     _loaded, model = checked(file)
-    if not model.deploy_pull:
-        _fail(f"deploy.mode is {model.deploy.mode!r}: a bundle is built for pull mode only (deploy: {{mode: pull}})")
+    require_pull(model)
+    write_bundle(model, render_all(model), out_dir, valid_days, keys)
+
+
+def write_bundle(model, files: dict[str, str], out_dir: Path, valid_days: int, keys: Optional[Path]) -> None:
+    """The bundle of `model`'s rendered tree FILES and its signed release written into OUT_DIR,
+    and a line saying what was written (`bundle`, and `sandbox bundle` with the sandbox's tree)."""
+    from .. import bundle as lib
+    from .. import release
+
     if out_dir.exists() and not out_dir.is_dir():
         _fail(f"{out_dir} exists and is not a directory")
-    built = lib.build(model, render_all(model))
+    built = lib.build(model, files)
     try:
         outputs = release.sign_outputs(built.outputs(), model.cluster.name, valid_days, keys)
     except (release.ReleaseError, OSError) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -33,7 +34,9 @@ def plan(
     rendered: Optional[Path] = typer.Option(None, "--rendered", metavar="DIR",
                                             help="Where NEW is rendered (`hal-provision render NEW -o DIR`): the "
                                             "commands to apply name DIR/inventory; without --from, DIR.deployed "
-                                            "is OLD. Default: rendered/NAME, NAME being NEW's cluster name."),
+                                            "is OLD. A sandbox's tree (WORKDIR/rendered): both sides as the "
+                                            "sandbox renders them, and its own render and bundle commands. "
+                                            "Default: rendered/NAME, NAME being NEW's cluster name."),
     jobs: Optional[Path] = typer.Option(None, "--jobs", metavar="FILE", help="Saved `squeue --json` output."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="Saved `sinfo --json` output."),
     live: Optional[Path] = typer.Option(None, "--live", metavar="INVENTORY",
@@ -54,7 +57,10 @@ def plan(
 
     try:
         new_loaded, new_model = _checked(_load(file), "NEW")
-        old_tree, old_label = _old_side(old, rendered, new_model)
+        tree_dir = _tree_dir(rendered, new_model)
+        sandbox = _sandbox_of(tree_dir)
+        render_tree = sandbox.render if sandbox else render_all
+        old_tree, old_label = _old_side(old, rendered, new_model, render_tree)
         if live is not None and (jobs is not None or nodes is not None):
             raise PlanError("--live reads the jobs and nodes itself: give it without --jobs and --nodes")
         if live is not None:
@@ -64,14 +70,20 @@ def plan(
         else:
             job_list = parse_jobs(read_file(jobs, "--jobs"), f"--jobs {jobs}") if jobs is not None else None
             node_map = parse_nodes(read_file(nodes, "--nodes"), f"--nodes {nodes}") if nodes is not None else None
-        tree_dir = _tree_dir(rendered, new_model)
-        new_tree = render_all(new_model)
+        new_tree = render_tree(new_model)
         named = [str(file)] if file is not None else []
-        render = None if holds(tree_dir, new_tree) else shlex.join(["hal-provision", "render", *named, "-o", str(tree_dir)])
-        bundle_dir = Path("bundles") / new_model.cluster.name  # pull mode: where `bundle` writes, publish.yml reads
+        if sandbox:  # its own render (derived model, harness changes) and bundle, in its work directory
+            render = shlex.join(["hal-provision", "sandbox", "up", *named, *sandbox.up_options(new_model), "--no-converge"])
+            bundle_dir = sandbox.workdir / "bundles"
+            bundle = shlex.join(["hal-provision", "sandbox", "bundle", "--workdir", str(sandbox.workdir),
+                                 "--out", str(bundle_dir)])
+        else:
+            render = shlex.join(["hal-provision", "render", *named, "-o", str(tree_dir)])
+            bundle_dir = Path("bundles") / new_model.cluster.name  # pull mode: where `bundle` writes, publish.yml reads
+            bundle = shlex.join(["hal-provision", "bundle", *named, "--out", str(bundle_dir)])
         result = build(old_tree, new_tree, jobs=job_list, nodes=node_map, with_diff=diff,
-                       inventory=str(tree_dir / "inventory"), render=render, bundle_dir=str(bundle_dir),
-                       bundle=shlex.join(["hal-provision", "bundle", *named, "--out", str(bundle_dir)]))
+                       inventory=str(tree_dir / "inventory"), render=None if holds(tree_dir, new_tree) else render,
+                       bundle_dir=str(bundle_dir), bundle=bundle)
     except PlanError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(EXIT_ERROR) from None
@@ -86,6 +98,40 @@ def plan(
         for text in diffs(result):
             out.print(text, markup=False, highlight=False, end="")
     raise typer.Exit(result.exit_code)
+
+
+@dataclass(frozen=True)
+class _Sandbox:
+    """A sandbox's rendered tree as the place the plan applies to (`--rendered WORKDIR/rendered`):
+    both sides are rendered as `sandbox up` renders them there, from the model it derives with
+    the options it was made with, and the render and bundle commands are the sandbox's."""
+
+    workdir: Path
+
+    def render(self, model: Cluster) -> dict[str, str]:
+        from ..plan import PlanError
+        from ..sandbox import lifecycle
+        from ..sandbox.derive import SandboxError
+        from ..sandbox.overlay import SANDBOX_INVENTORY
+
+        try:
+            files = lifecycle.rendered_files(lifecycle.made_again(self.workdir, model))
+        except SandboxError as exc:
+            raise PlanError(f"the sandbox at {self.workdir} cannot be made of it: {exc}") from None
+        files.pop(SANDBOX_INVENTORY)  # its connection settings, which no converge records
+        return files
+
+    def up_options(self, model: Cluster) -> list[str]:
+        from ..sandbox import lifecycle
+
+        return lifecycle.up_options(self.workdir, model)
+
+
+def _sandbox_of(tree_dir: Path) -> Optional[_Sandbox]:
+    from ..sandbox import lifecycle
+
+    workdir = lifecycle.workdir_of(tree_dir)
+    return _Sandbox(workdir) if workdir is not None else None
 
 
 def _tree_dir(rendered: Optional[Path], new_model: Cluster) -> Path:
@@ -112,11 +158,12 @@ def _checked(loaded: Loaded, side: str, *, findings: bool = True) -> tuple[Loade
     return loaded, loaded.model
 
 
-def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster) -> tuple[dict[str, str], str]:
-    """OLD's rendered tree and where it came from: --from FILE, --from REV:PATH, or the record."""
+def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster,
+              render_tree) -> tuple[dict[str, str], str]:
+    """OLD's rendered tree (by `render_tree`) and where it came from: --from FILE, --from REV:PATH,
+    or the record."""
     from ..plan import PlanError
     from ..plan.sources import git_show, is_git_spec, read_record, record_dir
-    from ..render import render_all
     from .validate import validate_text
 
     if spec is None:
@@ -131,4 +178,4 @@ def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster)
     # OLD's warnings are those of what runs already, mostly NEW's again: printed, they doubled
     # every warning; NEW's are the ones this converge is about.
     _loaded, model = _checked(loaded, "OLD", findings=False)
-    return render_all(model), spec
+    return render_tree(model), spec

@@ -147,3 +147,26 @@ def status(file: Optional[Path] = typer.Argument(None, show_default=False), work
         raise typer.Exit(1)
     for c in cs:
         out.print(f"{c['Names'][0]}\t{c['State']}", markup=False)
+
+
+@app.command()
+def bundle(
+    workdir: Path = WORKDIR,
+    out_dir: Path = typer.Option(..., "--out", help="Directory to write the bundle, its manifest and current.json "
+                                 "into (created; other files there are kept).", show_default=False),
+    valid_days: int = typer.Option(30, "--valid-days", min=1, max=3650, help="Days until the release expires."),
+    keys: Optional[Path] = typer.Option(None, "--keys", help="The release-key directory (as `hal-provision bundle`'s).",
+                                        show_default=False),
+) -> None:
+    """Build the node bundle of the sandbox's model as it renders it (its own connection settings and harness
+    changes in the tree, as `sandbox up` rendered it last) into DIR, its release signed with the cluster's key:
+    `hal-provision bundle` for the sandbox of a pull-mode cluster, which `plan` names on it."""
+    from .bundle import require_pull, write_bundle
+
+    if not (workdir / lifecycle.MODEL).is_file():
+        err.print(f"error: no sandbox at {workdir} (no {lifecycle.MODEL}): `hal-provision sandbox up` makes one",
+                  style="bold red", markup=False)
+        raise typer.Exit(2)
+    sb = lifecycle.load(workdir)
+    require_pull(sb.cluster)
+    write_bundle(sb.cluster, lifecycle.rendered_files(sb), out_dir, valid_days, keys)

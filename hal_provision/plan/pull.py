@@ -29,8 +29,8 @@ from .effects import NOTHING, Consequence, Sides
 SITE = "ansible-playbook -i {inventory} playbooks/site.yml"
 CONTROL_PLANE = shlex.quote(f"all:!{PULL_GROUP}")  # every host but the pull nodes
 # publish.yml reads bundle_dir with Ansible's file lookup and copy, which look for a relative
-# path beside the playbook, not in the directory it is run from: the directory as $PWD gives it.
-PUBLISH = 'ansible-playbook -i {inventory} playbooks/publish.yml -e "bundle_dir=$PWD/{bundle_dir}"'
+# path beside the playbook, not in the directory it is run from: a relative one as $PWD gives it.
+PUBLISH = 'ansible-playbook -i {inventory} playbooks/publish.yml -e "bundle_dir={bundle_dir}"'
 STATUS = "hal-provision fleet status {inventory}"
 CONVERGE = "hal-provision fleet converge {hosts} -i {inventory} --wait"
 STOP_CONVERGE = f"systemctl disable --now {PurePosixPath(TIMER).name}"
@@ -113,7 +113,8 @@ def _apply(components, sides: Sides, bundle: str, bundle_dir: str, removed: list
                         "now)", [STOP_SLURMD]))
     if not publish:
         return out
-    command = PUBLISH.format(inventory=inventory, bundle_dir=bundle_dir)
+    where = bundle_dir if PurePosixPath(bundle_dir).is_absolute() else f"$PWD/{bundle_dir}"
+    command = PUBLISH.format(inventory=inventory, bundle_dir=where)
     out.append(Line(f"publish (on every point, current.json last): {command}", [command]))
     if enrol:
         first = f"{site} --limit {sides.new_inventory.limit(enrol)}"

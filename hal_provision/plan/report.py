@@ -47,6 +47,8 @@ def to_json(plan: Plan) -> dict:
         "node_states": plan.node_states,
         "summary": plan.summary,
         "advice": plan.advice,
+        # Per line of advice, the commands in it (none for plain text), as they are to be run.
+        "advice_commands": [list(commands_of(line)) for line in plan.advice],
     }
 
 

@@ -67,6 +67,9 @@ class Sandbox:
     caches: bool = True
     # The nodes' Debian release (image.RELEASE_SLURM): its OS and Slurm major are the derived model's.
     release: str = image_mod.DEFAULT_RELEASE
+    # The module environments whose Python packages this machine's pip could not find when the
+    # sandbox was made: written without packages (create).
+    without_packages: tuple[str, ...] = ()
 
     @property
     def rendered(self) -> Path:
@@ -138,8 +141,51 @@ def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str, cp
     out and back run `sandbox up` again with the same description and one more compute node."""
     doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet,
            "caches": sb.caches, "cpu_only": cpu_only, "release": sb.release,
-           "shared": [[m.name, m.mount_point, list(m.hosts)] for m in sb.shared]}
+           "shared": [[m.name, m.mount_point, list(m.hosts)] for m in sb.shared],
+           "without_packages": list(sb.without_packages)}
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def workdir_of(rendered: Path) -> Path | None:
+    """The work directory of the sandbox whose rendered tree RENDERED is (WORKDIR/rendered, with
+    the derived model and sandbox.json beside it); None when it is no sandbox's."""
+    rendered = Path(rendered)
+    workdir = rendered.parent
+    if rendered.name == "rendered" and (workdir / SOURCE).is_file() and (workdir / MODEL).is_file():
+        return workdir
+    return None
+
+
+def _source(workdir: Path) -> dict:
+    return json.loads((workdir / SOURCE).read_text())
+
+
+def made_again(workdir: Path, full: Cluster) -> Sandbox:
+    """The sandbox `sandbox up FULL` makes at WORKDIR with the options it was made with there
+    (sandbox.json): what it would render, for `plan` on the sandbox."""
+    source = _source(workdir)
+    sb = plan(full, workdir, computes=source.get("computes", 2), subnet=source.get("subnet", DEFAULT_SUBNET),
+              caches=source.get("caches", True), cpu_only=source.get("cpu_only", False), release=source.get("release"))
+    missing = tuple(source.get("without_packages", []))
+    if missing:
+        sb = replace(sb, cluster=without_module_packages(sb.cluster, set(missing)), without_packages=missing)
+    return sb
+
+
+def up_options(workdir: Path, full: Cluster) -> list[str]:
+    """The options of `sandbox up FULL` that make the sandbox at WORKDIR again as it was made."""
+    source = _source(workdir)
+    args = ["--workdir", str(workdir), "--computes", str(source.get("computes", 2))]
+    if source.get("subnet", DEFAULT_SUBNET) != DEFAULT_SUBNET:
+        args += ["--subnet", source["subnet"]]
+    if source.get("cpu_only"):
+        args.append("--cpu-only")
+    release = source.get("release") or image_mod.DEFAULT_RELEASE
+    if release != operating_system(full.cluster.os).release:
+        args += ["--release", release]
+    if not source.get("caches", True) and release == image_mod.DEFAULT_RELEASE:
+        args.append("--no-caches")
+    return args
 
 
 def strays(sb: Sandbox) -> list[str]:
@@ -202,7 +248,8 @@ def load(workdir: Path) -> Sandbox:
     source = json.loads((workdir / SOURCE).read_text()) if (workdir / SOURCE).is_file() else {}
     shared = tuple(SharedMount(name, mount_point, tuple(hosts)) for name, mount_point, hosts in source.get("shared", []))
     return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster, shared=shared,
-                   caches=source.get("caches", True), release=source.get("release", image_mod.DEFAULT_RELEASE))
+                   caches=source.get("caches", True), release=source.get("release", image_mod.DEFAULT_RELEASE),
+                   without_packages=tuple(source.get("without_packages", [])))
 
 
 def _keygen(key: Path, comment: str, log=print) -> None:
@@ -287,7 +334,8 @@ def create(sb: Sandbox, log=print) -> Sandbox:
             log(f"module {module}: its packages are in none of this machine's pip sources ({why}); the sandbox "
                 "writes its modulefile and installs nothing for it, and the tests that need it skip")
         if missing:
-            sb = replace(sb, cluster=without_module_packages(sb.cluster, set(missing)))
+            sb = replace(sb, cluster=without_module_packages(sb.cluster, set(missing)),
+                         without_packages=tuple(sorted(missing)))
             render(sb)
     net = sb.name
     primary = sb.cluster.cluster.primary_network

@@ -11,8 +11,11 @@ playbooks/publish.yml and lets the nodes take it:
 
 1. the bundle of the model as pushed (so nothing for the control plane either): every node's
    converge changes nothing;
-2. a change of the partition's MaxTime: every node takes it (its slurm.conf), drains itself
-   around it and resumes, and `fleet status` shows each at the new version;
+2. a change of the partition's MaxTime in a copy of the description, applied as `hal-provision
+   plan` on the sandbox's tree advises, each command as printed (the sandbox's render and
+   bundle, the control plane's push, the publish, the nodes' converge now, `fleet status`):
+   the controller has it, every node takes it (its slurm.conf), drains itself around it and
+   resumes, and `fleet status` shows each at the new version;
    Then forged releases put straight on the point (as whoever is root there could): the bundle
    of another change with a current.json that has its valid sha256 but no signature, then one
    signed with another key, then the genuine release of step 1 again (an older serial): every
@@ -30,12 +33,15 @@ Marked `pull` (and `changes`: it changes the cluster); the `fleet` scenario runs
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deployed import deployed, retry, run_playbook, sandbox_render
 from hal_provision import tools
@@ -48,6 +54,7 @@ NODES = sorted(DEPLOY.get("nodes", {}))
 CONTROL_PLANE_TIERS = ("slurm-controller.yml", "slurm-login.yml")
 CONVERGE_TIMEOUT = 900  # one node's converge (check, drain, converge, resume), generously
 POINT = DEPLOY["points"][0]["host"] if DEPLOY.get("points") else None
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.pull, pytest.mark.changes,
               pytest.mark.skipif(DEPLOY.get("mode") != "pull", reason="the model's compute nodes are pushed "
@@ -182,9 +189,44 @@ def test_the_bundle_of_the_pushed_model_changes_nothing(tmp):
     assert {n: d["version"] for n, d in doc["nodes"].items()} == {n: version for n in NODES}
 
 
-def test_a_model_change_reaches_every_node_through_its_bundle(tmp):
-    version = publish(with_max_time(load_model(), "2-00:00:00"), tmp)
-    converge(NODES)
+def test_a_model_change_applied_as_the_plan_advises_reaches_every_node(tmp):
+    """The admin's way: a changed description, `hal-provision plan` on the sandbox's tree, and
+    every command of its advice run as printed, in order, from the checkout (the follow command
+    last: it exits 0 once every node runs the new version). The control plane takes the change
+    from the push, every node from its bundle, drained around it and resumed."""
+    from hal_provision import release
+
+    source = json.loads((WORKDIR / "sandbox.json").read_text())
+    description = yaml.safe_load(Path(source["file"]).read_text())
+    description["slurm"]["partitions"][0]["max_time"] = "2-00:00:00"
+    new = tmp / "new.yml"
+    new.write_text(yaml.safe_dump(description, sort_keys=False))
+    rendered = os.path.relpath(WORKDIR / "rendered", REPO)
+    proc = shell(f"hal-provision plan {new} --rendered {rendered} --json")
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # changes, none blocking
+    plan = json.loads(proc.stdout)
+    steps = [(line, command) for line, commands in zip(plan["advice"], plan["advice_commands"])
+             for command in commands]
+    print("\n".join(command for _line, command in steps))
+    assert [line.split(":")[0] for line, _c in steps] == \
+        ["render first", "bundle (NEW's, its release signed with the cluster's key; nothing changes yet)",
+         "push the control plane (the change reaches fl-mgmt there)", "publish (on every point, current.json last)",
+         "follow", "or hurry (their converge now, not at the timer)"], plan["advice"]
+    follow = None
+    for line, command in steps:
+        if line.startswith("follow:"):  # exits 1 until every node runs the new version: run last
+            follow = command
+            continue
+        proc = shell(command)
+        assert proc.returncode == 0, f"{command}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    proc = shell(follow)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    bundles = WORKDIR / "bundles"
+    version = release.open_envelope((bundles / "current.json").read_bytes())["version"]
+    shutil.copytree(bundles, tmp / version / "bundle")  # for the forged releases' test
+    partition = D.host(D.controller).check_output("scontrol show partition")
+    assert "MaxTime=2-00:00:00" in partition, partition  # the control plane's push
     for host in NODES:
         run = last(host)
         assert (run.get("version"), run.get("state"), run.get("drained_for_change"), run.get("drained")) == \
@@ -194,6 +236,15 @@ def test_a_model_change_reaches_every_node_through_its_bundle(tmp):
         assert retry(lambda h=host: slurm_state(h)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(host)
     code, doc = status()
     assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
+    assert {n: d["version"] for n, d in doc["nodes"].items()} == {n: version for n in NODES}
+
+
+def shell(command: str) -> subprocess.CompletedProcess:
+    """COMMAND as an admin's shell runs it in the checkout (the venv's commands on PATH)."""
+    proc = subprocess.run(["bash", "-c", command], cwd=REPO, env=tools.child_env(), capture_output=True, text=True,
+                          timeout=CONVERGE_TIMEOUT, check=False)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
 
 
 def put_on_point(tmp: Path, files: dict[str, bytes]) -> None:
