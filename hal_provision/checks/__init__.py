@@ -24,7 +24,7 @@ def check(fn: CheckFn) -> CheckFn:
 
 
 def run_all(cluster: Cluster) -> list[Finding]:
-    from . import accounts, backup, composable, deploy, fabric, hardware, health, monitoring, network, nodes, portal, recipes, services, slurm, slurm_version, software, storage, swsuite  # noqa: F401  (registers)
+    from . import accounts, backup, composable, deploy, fabric, hardware, health, monitoring, network, nodes, portal, recipes, services, sharing, slurm, slurm_version, software, storage, swsuite  # noqa: F401  (registers)
 
     findings: list[Finding] = []
     for name, fn in REGISTRY.items():

@@ -86,6 +86,18 @@ def virtual_partitions_fit(c: Cluster):
                 f"{shape.count * per_node} on identical nodes ({built} x {per_node} GPUs): "
                 f"ask for {shape.count * per_node} or fewer",
             )
+        elif vp.kind == "shard" and not (per_gpu := c.partition_shards(part.name, shape.name)):
+            yield error(
+                (*path, "partition"),
+                f"{vp.name!r} asks for GPU shards, but the {shape.name!r} nodes of partition {part.name!r} offer "
+                "none: set gpu_sharing.shards_per_gpu on their node group",
+            )
+        elif vp.kind == "shard" and vp.shards > per_gpu * per_node:
+            yield error(
+                (*path, "shards"),
+                f"{vp.name!r} asks for {vp.shards} shards; a {shape.name!r} node offers {per_gpu * per_node} "
+                f"({per_node} GPUs x {per_gpu})",
+            )
         elif vp.kind == "cpu" and vp.nodes > shape.count:
             yield error(
                 (*path, "nodes"),

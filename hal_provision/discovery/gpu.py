@@ -49,6 +49,7 @@ class GpuReport:
     nvlink: list[list[int]] | None = None  # None: not known (no topo -m, no NVML)
     affinity_source: str = ""
     nvlink_source: str = ""
+    nic_gpus: dict[str, list[int]] = field(default_factory=dict)  # NIC device -> nearest GPUs (topo -m)
 
 
 def gres_type(model_name: str) -> str:
@@ -136,6 +137,7 @@ class TopoMatrix:
     links: dict[str, list[str]] = field(default_factory=dict)  # row -> cells, in `devices` order
     cpu_affinity: dict[str, frozenset[int]] = field(default_factory=dict)
     numa_affinity: dict[str, int] = field(default_factory=dict)
+    nic_names: dict[str, str] = field(default_factory=dict)  # NIC0 -> mlx5_0, from the NIC legend
 
     @property
     def gpus(self) -> list[str]:
@@ -150,6 +152,18 @@ class TopoMatrix:
             cells = self.links.get(row, [])
             matrix.append([_nv(cells[c]) if c < len(cells) else 0 for c in columns])
         return matrix
+
+    def nearest_gpus(self) -> dict[str, list[int]]:
+        """NIC device (mlx5_0) -> the GPUs behind the same PCIe switch (PIX or PXB: the path
+        between them crosses no host bridge), by index."""
+        out: dict[str, list[int]] = {}
+        for column, nic in enumerate(self.devices):
+            if not nic.startswith(("NIC", "mlx")):
+                continue
+            name = self.nic_names.get(nic, nic)
+            out[name] = [int(g[3:]) for g in self.gpus
+                         if column < len(self.links.get(g, [])) and self.links[g][column] in ("PIX", "PXB")]
+        return out
 
 
 def _nv(cell: str) -> int:
@@ -183,6 +197,7 @@ def parse_topo_m(text: str) -> TopoMatrix:
         numa = _number(values.get("NUMA Affinity"))
         if numa is not None:
             topo.numa_affinity[row] = numa
+    topo.nic_names = dict(re.findall(r"^\s*(NIC\d+):\s*(\S+)\s*$", "\n".join(lines), re.M))
     missing = [g for g in topo.gpus if g not in topo.links]
     if missing:
         raise ValueError(f"nvidia-smi topo -m output without rows for {', '.join(missing)}")
@@ -197,6 +212,7 @@ def apply_topology(report: GpuReport, topo: TopoMatrix, source: str) -> None:
             gpu.cpu_affinity = topo.cpu_affinity[row]
         if row in topo.numa_affinity:
             gpu.numa_node = topo.numa_affinity[row]
+    report.nic_gpus = topo.nearest_gpus()
     report.affinity_source = source
     if len(topo.gpus) == len(report.gpus):
         report.nvlink = topo.nvlink()

@@ -61,6 +61,7 @@ class IbDevice:
     board_id: str = ""
     sys_image_guid: str = ""
     ports: list[IbPort] = field(default_factory=list)
+    numa_node: int | None = None  # device/numa_node; None where the kernel does not know (-1)
 
     @property
     def family(self) -> str:
@@ -72,6 +73,12 @@ class IbAdapterFound:
     family: str
     devices: list[str]
     ports: list[IbPort]
+    numa_node: int | None = None
+
+    @property
+    def port_names(self) -> list[str]:
+        """Each port as the model's ib_adapters[].devices names it: DEVICE for port 1, DEVICE:PORT."""
+        return [p.device if p.number == 1 else f"{p.device}:{p.number}" for p in self.ports]
 
     @property
     def rate_gbps(self) -> int | None:
@@ -101,8 +108,10 @@ def read_tree(root: Path) -> list[IbDevice]:
     for entry in sorted(root.iterdir(), key=lambda p: p.name):
         if not entry.is_dir():
             continue
+        numa = _read(entry / "device" / "numa_node")
         device = IbDevice(entry.name, _read(entry / "hca_type"), _read(entry / "board_id"),
-                          _read(entry / "sys_image_guid"))
+                          _read(entry / "sys_image_guid"),
+                          numa_node=int(numa) if re.fullmatch(r"\d+", numa) else None)
         ports_dir = entry / "ports"
         numbers = sorted(int(p.name) for p in ports_dir.iterdir() if p.name.isdigit()) if ports_dir.is_dir() else []
         for n in numbers:
@@ -124,5 +133,6 @@ def adapters(devices: list[IbDevice]) -> list[IbAdapterFound]:
     for members in groups.values():
         ports = [p for d in members for p in d.ports if p.link_layer.lower() == "infiniband"]
         if ports:
-            found.append(IbAdapterFound(members[0].family, [d.name for d in members], ports))
+            found.append(IbAdapterFound(members[0].family, [d.name for d in members], ports,
+                                        next((d.numa_node for d in members if d.numa_node is not None), None)))
     return found

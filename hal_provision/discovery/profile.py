@@ -44,6 +44,16 @@ class Discovery:
         matrix = self.gpus.nvlink
         return matrix if any(any(row) for row in matrix) else []
 
+    def _adapter(self, a: IbAdapterFound) -> dict:
+        """An ib_adapters entry: its ports' devices, NUMA node and nearest GPUs where known."""
+        doc = {"model": a.model, "ports": len(a.ports), "rate_gbps": a.rate_gbps, "devices": a.port_names}
+        if a.numa_node is not None:
+            doc["numa_node"] = a.numa_node
+        near = sorted({g for d in a.devices for g in (self.gpus.nic_gpus.get(d, []) if self.gpus else [])})
+        if near:
+            doc["gpus"] = near
+        return doc
+
     def profile(self) -> dict:
         """hardware.<name> of the model, with None for what was not discovered."""
         c = self.cpu or CpuTopology(source="none")
@@ -56,7 +66,7 @@ class Discovery:
             "threads_per_core": c.threads_per_core,
             "memory_gib": self.memory.memory_gib if self.memory else None,
             "gpus": None,
-            "ib_adapters": [{"model": a.model, "ports": len(a.ports), "rate_gbps": a.rate_gbps} for a in self.ib],
+            "ib_adapters": [self._adapter(a) for a in self.ib],
             "features": [],
         }
         if self.gpus and self.gpus.gpus:
@@ -161,7 +171,13 @@ def _scalar(value) -> str:
 
 
 def _flow(mapping: dict) -> str:
-    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in mapping.items()) + "}"
+    return "{" + ", ".join(f"{k}: {_flow_value(v)}" for k, v in mapping.items()) + "}"
+
+
+def _flow_value(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_scalar(v) for v in value) + "]"
+    return _scalar(value)
 
 
 def profile_name(host: str) -> str:

@@ -20,6 +20,7 @@ from .hardware import GpuDevice, Gpus, HardwareProfile, IbAdapter
 from .health import Health
 from .network import Fabric, FabricLink, Network, Switch
 from .nodes import NodeGroup, Role
+from .sharing import GpuSharing, MigInstances
 from .placement import NodeGroups, Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
@@ -417,7 +418,19 @@ class Cluster(Strict):
             "gpu_type": p.gpus.type if p.gpus else None,
             "gpu_sockets": [d.socket for d in p.gpus.devices] if p.gpus else [],
             "count": build.count,
+            **({"shards_per_gpu": shards} if (shards := self.partition_shards(partition, build.name)) else {}),
         }
+
+    def partition_shards(self, partition: str, hardware: str) -> int | None:
+        """Shards per GPU the partition's compute nodes of profile `hardware` offer: the fewest
+        among their groups; None when any of those groups offers none (gpu_sharing)."""
+        part = next((p for p in self.slurm.partitions if p.name == partition), None)
+        if part is None:
+            return None
+        groups = [g for g in self.groups_with_role(Role.compute)
+                  if g.hardware == hardware and overlaps(nodeset(g.hosts), nodeset(part.nodes))]
+        counts = [g.gpu_sharing.shards_per_gpu if g.gpu_sharing else None for g in groups]
+        return min(counts) if counts and None not in counts else None
 
     def job_shape(self, vp: VirtualPartition) -> JobShape | None:
         """The shape of a job of virtual partition `vp` with the defaults (swsuite's
@@ -427,7 +440,7 @@ class Cluster(Strict):
         if node is None:
             return None
         try:
-            return job_shape(vp.name, vp.model_dump(include={"kind", "gpus", "nodes", "partition"}), node)
+            return job_shape(vp.name, vp.model_dump(include={"kind", "gpus", "nodes", "shards", "partition"}), node)
         except SwError:
             return None
 
@@ -631,7 +644,7 @@ class Cluster(Strict):
 
 __all__ = [
     "Accounts", "Backup", "Deploy", "DeployPoint", "DistributionPoint", "Composable", "GpuPool", "Layout", "NodeBuild", "PoolGpus", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
-    "ApplianceServer", "GpuDevice", "Gpus", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
+    "ApplianceServer", "GpuDevice", "GpuSharing", "Gpus", "MigInstances", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
     "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
     "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
     "Gpfs", "GpfsFilesystem", "GpfsTuning", "MountedFilesystem", "PartitionBuild", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, NamedTuple
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from .base import AbsolutePath, Name, Strict, absolute_path
 
@@ -35,12 +35,54 @@ class Gpus(Strict):
         description="Square matrix: NVLink connection counts between GPUs i and j (0: none; "
         "the diagonal is ignored). Empty when GPUs have no NVLink.",
     )
+    pcie_generation: int | None = Field(
+        None, ge=1, le=6, description="PCIe generation each GPU's link trains to at most (the health check's "
+        "gpu_faults compares it with nvidia-smi's max_link_gen). None: not checked.")
+    pcie_width: int | None = Field(
+        None, ge=1, le=32, description="PCIe lanes of each GPU's link, e.g. 16 (gpu_faults compares it with "
+        "nvidia-smi's max and current link width). None: not checked.")
+
+
+# An InfiniBand device port as the driver shows it: DEVICE (its port 1) or DEVICE:PORT.
+IbDevicePort = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,31}(:[1-9])?$")]
+
+
+class IbPort(NamedTuple):
+    """One InfiniBand port of a node: the device and port the driver shows (/sys/class/infiniband/
+    DEVICE/ports/PORT, NCCL_IB_HCA's DEVICE:PORT), its rate, and the GPUs nearest to its adapter."""
+
+    device: str
+    port: int
+    rate_gbps: int
+    gpus: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.device}:{self.port}"
 
 
 class IbAdapter(Strict):
     model: str = Field(description="Adapter model, e.g. Mellanox ConnectX-5.")
     ports: int = Field(ge=1, le=8, description="Number of ports.")
     rate_gbps: int = Field(gt=0, description="Per-port rate in Gb/s.")
+    devices: list[IbDevicePort] = Field(
+        default_factory=list,
+        description="Each port's device as the driver shows it (/sys/class/infiniband, ibstat), DEVICE or "
+        "DEVICE:PORT, e.g. [mlx5_4] or [mlx5_0:1, mlx5_0:2]; one entry per port. Empty: the mlx5 driver's "
+        "naming (ConnectX-4 and later), where every port is a device of its own, numbered over the profile's "
+        "adapters in order: mlx5_0, mlx5_1, ..., each its port 1. `hal-provision discover` writes them.")
+    numa_node: int | None = Field(None, ge=0, description="NUMA node the adapter hangs off (discover fills it).")
+    gpus: list[int] = Field(
+        default_factory=list,
+        description="Indices of the GPUs nearest to the adapter (behind the same PCIe switch); on a "
+        "rail-optimised node, each GPU's own adapter. NCCL_IB_HCA lists the adapters in the order of their "
+        "nearest GPUs.")
+
+    @model_validator(mode="after")
+    def _a_device_per_port(self) -> "IbAdapter":
+        if self.devices and len(self.devices) != self.ports:
+            raise ValueError(f"devices lists {len(self.devices)} device ports for an adapter of {self.ports} "
+                             f"port{'s' if self.ports != 1 else ''}: one each")
+        return self
 
 
 class LocalDisk(Strict):
@@ -96,6 +138,29 @@ class HardwareProfile(Strict):
     @property
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
+
+    @model_validator(mode="after")
+    def _ib_ports_apart(self) -> "HardwareProfile":
+        names = [str(p) for p in self.ib_ports()]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"ib_adapters name {', '.join(twice)} more than once: each device port is one "
+                             "adapter's (give each adapter its `devices`)")
+        return self
+
+    def ib_ports(self) -> list[IbPort]:
+        """The node's InfiniBand ports in the order fabric.links numbers them (port 1 is the first
+        adapter's first port): each adapter's `devices`, else the mlx5 naming (mlx5_<i>:1 for
+        the node's i-th port, counted from 0)."""
+        out: list[IbPort] = []
+        for adapter in self.ib_adapters:
+            for k in range(adapter.ports):
+                if adapter.devices:
+                    device, _sep, port = adapter.devices[k].partition(":")
+                else:
+                    device, port = f"mlx5_{len(out)}", "1"
+                out.append(IbPort(device, int(port or 1), adapter.rate_gbps, tuple(adapter.gpus)))
+        return out
 
     @property
     def cpus(self) -> int:

@@ -9,6 +9,7 @@ from ipaddress import IPv4Address
 from pydantic import Field, model_validator
 
 from .base import AbsolutePath, Hostlist, Name, Strict
+from .sharing import GpuSharing
 
 
 class Role(str, Enum):
@@ -57,6 +58,9 @@ class NodeGroup(Strict):
         description="Where Slurm makes each job's private /tmp and /dev/shm on these nodes (job_container/tmpfs "
         "BasePath; removed when the job ends). Put it on the profile's local scratch (hardware.*.scratch); "
         "None: jobs share the node's /tmp.")
+    gpu_sharing: GpuSharing | None = Field(
+        None, description="How small jobs share these compute nodes' GPUs: Slurm shards of whole GPUs "
+        "(shards_per_gpu) or MIG instances as GPU types (mig). None: a job takes whole GPUs.")
     description: str = Field("", description="Free text.")
 
     @model_validator(mode="after")

@@ -45,9 +45,10 @@ class Recipes(Strict):
     time_hours: float = Field(1.0, gt=0, description="Time limit of one benchmark job, in hours.")
     nccl_ib_hca: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+:[0-9]+$")]] | None = Field(
         None,
-        description="NCCL_IB_HCA entries (DEVICE:PORT, e.g. mlx5_0:1); None: derived from the fabric (adapter "
-        "i of a node is mlx5_i, the mlx5 driver's naming for ConnectX-4 and later; the cabled ports of the "
-        "fabric's links). Without a fabric NCCL uses TCP sockets (NCCL_IB_DISABLE=1).")
+        description="NCCL_IB_HCA entries (DEVICE:PORT, e.g. mlx5_0:1); None: derived from the fabric: the "
+        "cabled ports of the compute nodes, each as its hardware profile's ib_adapters name it (`devices`, "
+        "else the mlx5 driver's naming for ConnectX-4 and later: the node's i-th port is mlx5_<i-1>:1). "
+        "Without a fabric NCCL uses TCP sockets (NCCL_IB_DISABLE=1).")
 
 
 def gpu_partitions(swsuite) -> dict[str, int]:
@@ -67,17 +68,28 @@ def scaling_partitions(recipes: Recipes, swsuite) -> list[str]:
     return sorted((n for n, g in gpus.items() if g & (g - 1) == 0), key=lambda n: (gpus[n], n))
 
 
-def nccl_ib_hca(recipes: Recipes, fabric, compute_hosts) -> list[str]:
-    """NCCL_IB_HCA for the compute nodes: the model's list, else mlx5_0:PORT for each port
-    the fabric cables on compute nodes (none without a fabric)."""
+def nccl_ib_hca(recipes: Recipes, fabric, compute_groups) -> list[str]:
+    """NCCL_IB_HCA for the compute nodes: the model's list, else the DEVICE:PORT of every port
+    the fabric cables on compute nodes (HardwareProfile.ib_ports: the profile's devices, or
+    the mlx5 naming), adapters with nearest GPUs in the order of those GPUs, the others after
+    them in port order; none without a fabric. `compute_groups`: (hosts, hardware profile or
+    None) of each compute group."""
     if recipes.nccl_ib_hca is not None:
         return list(recipes.nccl_ib_hca)
     if fabric is None:
         return []
-    from ..hostlist import overlaps
+    from ..hostlist import nodeset, overlaps
 
-    ports = sorted(port for port, cabled in fabric.hosts_by_port().items() if overlaps(cabled, compute_hosts))
-    return [f"mlx5_0:{port}" for port in ports]
+    cabled = fabric.hosts_by_port()
+    found: dict[str, tuple[float, int]] = {}
+    for hosts, profile in compute_groups:
+        ports = profile.ib_ports() if profile is not None else []
+        for number, on in cabled.items():
+            if not overlaps(on, nodeset(hosts)) or number > len(ports):
+                continue  # a port the profile lacks: a check reports it
+            port = ports[number - 1]
+            found.setdefault(str(port), (min(port.gpus) if port.gpus else float("inf"), number))
+    return sorted(found, key=found.__getitem__)
 
 
 def cpu_scaling_partitions(swsuite) -> list[str]:

@@ -155,6 +155,10 @@ class Slurm(Strict):
         "cgroup.conf, topology.conf, the job namespace file) to slurmd, started with --conf-server naming the "
         "controllers, primary first; `scontrol reconfigure` sends them a changed configuration. Controllers, login, "
         "development and portal nodes keep the pushed files (users' commands read slurm.conf there).")
+    nvml: bool = Field(
+        False, description="The site's slurmd is built with NVIDIA's NVML (the gpu/nvml plugin): gres.conf may "
+        "then say AutoDetect=nvml, which MIG instances need. Debian's slurm-wlm packages (Debian 12's 22.05, "
+        "Debian 13's 24.11) ship no gpu/nvml plugin, so theirs is without it; sites that build their own Slurm against CUDA have it.")
     controller_port: int = Field(6817, ge=1, le=65535, description="SlurmctldPort.")
     slurmd_port: int = Field(6818, ge=1, le=65535, description="SlurmdPort.")
     dbd_port: int = Field(6819, ge=1, le=65535, description="DbdPort of slurmdbd.")
@@ -214,12 +218,15 @@ class Slurm(Strict):
 
 class VirtualPartition(Strict):
     name: Name = Field(description="What users type: swrun -p <name>, e.g. gpux4 or cpun2.")
-    kind: Literal["gpu", "cpu"] = Field(
-        description="gpu: a number of GPUs with their share of the node; cpu: whole nodes."
+    kind: Literal["gpu", "cpu", "shard"] = Field(
+        description="gpu: a number of GPUs with their share of the node; cpu: whole nodes; shard: shares of "
+        "one GPU that other jobs use at the same time (Slurm's shard GRES: the partition's nodes set "
+        "gpu_sharing.shards_per_gpu), with the CPUs of that share."
     )
     partition: Name = Field(description="Real Slurm partition the job goes to.")
     gpus: int | None = Field(None, ge=1, description="GPUs in all (kind gpu).")
     nodes: int | None = Field(None, ge=1, description="Whole nodes (kind cpu).")
+    shards: int | None = Field(None, ge=1, description="Shards on one node (kind shard): --gres=shard:N.")
     mem_per_cpu_mib: int = Field(gt=0, description="--mem-per-cpu given to every job.")
     max_time_hours: int = Field(gt=0, description="Longest time a user may ask for, in hours.")
     default_time_hours: int = Field(1, gt=0, description="Time when the user gives none.")
@@ -227,10 +234,12 @@ class VirtualPartition(Strict):
 
     @model_validator(mode="after")
     def _kind_fields(self):
-        if self.kind == "gpu" and (self.gpus is None or self.nodes is not None):
-            raise ValueError("a gpu virtual partition sets `gpus` and not `nodes`")
-        if self.kind == "cpu" and (self.nodes is None or self.gpus is not None):
-            raise ValueError("a cpu virtual partition sets `nodes` and not `gpus`")
+        sizes = {"gpu": "gpus", "cpu": "nodes", "shard": "shards"}
+        own = sizes[self.kind]
+        others = [name for name in sizes.values() if name != own and getattr(self, name) is not None]
+        if getattr(self, own) is None or others:
+            raise ValueError(f"a {self.kind} virtual partition sets `{own}` and not "
+                             + " or ".join(f"`{n}`" for n in sizes.values() if n != own))
         return self
 
 

@@ -217,7 +217,8 @@ def _hardware(profile: HardwareProfile) -> list[str]:
     if profile.gpus is not None:
         nvlink = any(any(row) for row in profile.gpus.nvlink)
         lines.append(f"{profile.gpu_count} x {profile.gpus.model}" + (" (NVLink)" if nvlink else ""))
-    lines += [f"{a.model}, {a.ports} x {a.rate_gbps} Gb/s" for a in profile.ib_adapters]
+    alike = Counter((a.model, a.ports, a.rate_gbps) for a in profile.ib_adapters)  # 8 rails: one line
+    lines += [f"{f'{n} x ' if n > 1 else ''}{model}, {ports} x {gbps} Gb/s" for (model, ports, gbps), n in alike.items()]
     return lines
 
 
@@ -354,12 +355,18 @@ def _fabric(cluster: Cluster, g: graphviz.Digraph, boxes: Boxes) -> None:
             if switch in nodes:
                 cabled[(nodes[switch][0], link.port)].update(nodeset(hosts))
     cables: Counter[tuple[int, str]] = Counter()  # (box index, switch node) -> cables
-    for (switch_id, _port), hosts in cabled.items():
+    ports: defaultdict[tuple[int, str], set[int]] = defaultdict(set)  # the adapter ports those cables leave
+    for (switch_id, port), hosts in cabled.items():
         for index, box in enumerate(boxes):
-            cables[(index, switch_id)] += common_count(hosts, box.hosts)
+            n = common_count(hosts, box.hosts)
+            cables[(index, switch_id)] += n
+            if n:
+                ports[(index, switch_id)].add(port)
     for (index, switch_id), n in sorted(cables.items()):
         box = boxes[index]
         label = f"{n:,} x {fabric.rate_gbps} Gb/s"
+        if len({p for (i, _s), ps in ports.items() if i == index for p in ps}) > 1:  # rails: which port goes where
+            label += f", port {'/'.join(map(str, sorted(ports[(index, switch_id)])))}"
         if not n:
             continue
         if box.role is Role.storage:  # storage hangs below the fabric

@@ -2,7 +2,8 @@
 
 * ``files/etc/hal-provision/health/<group>.json``: what the nodes of one compute group must
   have, check by check (only the checks `health.checks` names): CPU topology, memory with its
-  tolerance, GPU device files, GPU count/model/memory, the shared file systems and the local
+  tolerance, GPU device files, GPU count/model/memory, the GPU fault thresholds (with the
+  profile's NVLink links and PCIe link), the shared file systems and the local
   scratch mounted there, the services every node runs, the cabled InfiniBand ports. The
   healthcheck role installs the node's group file as /etc/hal-provision/health.json;
   hal-healthcheck (hal_provision/node/health) reads it; the testinfra hardware tests read the
@@ -19,7 +20,8 @@ from __future__ import annotations
 import json
 
 from ..hostlist import nodeset, overlaps
-from ..model import Cluster, NodeBuild, NodeGroup, Role
+from ..model import Cluster, Gpus, NodeBuild, NodeGroup, Role
+from ..model.health import GpuFaults
 from .common import header, json_comment
 
 HEALTH_DIR = "files/etc/hal-provision/health"
@@ -56,6 +58,21 @@ def _ib_ports(port_hosts: dict, hosts) -> list[int]:
     return sorted(port for port, cabled in port_hosts.items() if overlaps(hosts, cabled))
 
 
+def _port_states(profile, numbers: list[int], fabric_gbps: int) -> list[dict]:
+    """Each cabled port as the check looks for it: its device and port, and the rate it must run
+    at (the adapter's, or the fabric's where that is slower). A port the profile does not have
+    (a check reports it) is looked for by number on any device, at the fabric's rate."""
+    ports = profile.ib_ports() if profile is not None else []
+    out = []
+    for number in numbers:
+        if number <= len(ports):
+            port = ports[number - 1]
+            out.append({"device": port.device, "port": port.port, "rate_gbps": min(port.rate_gbps, fabric_gbps)})
+        else:
+            out.append({"device": None, "port": number, "rate_gbps": fabric_gbps})
+    return out
+
+
 def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = None,
                 build: NodeBuild | None = None) -> dict:
     """The checks of one compute group, each with what it compares against; with `build`, of
@@ -84,6 +101,8 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
                             "major": GPU_MAJOR}
         elif name == "gpu_model" and p.gpus:
             checks[name] = {"count": p.gpu_count, "model": p.gpus.model, "memory_gib": p.gpus.memory_gib}
+        elif name == "gpu_faults" and p.gpus:
+            checks[name] = _gpu_faults(h.gpu_faults, p.gpus, p.gpu_count)
         elif name == "mounts":
             # The shared file systems, and the profile's local scratch (job /tmp lives there).
             points = cluster.mount_points_on(hosts) + ([p.scratch.mount_point] if p.scratch is not None else [])
@@ -95,7 +114,8 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
         elif name == "infiniband":
             ports = _ib_ports(port_hosts, hosts)
             if ports:
-                checks[name] = {"ports": ports, "rate_gbps": cluster.fabric.rate_gbps}
+                checks[name] = {"ports": _port_states(p, ports, cluster.fabric.rate_gbps),
+                                "rate_gbps": cluster.fabric.rate_gbps}
     return {
         "_comment": json_comment(cluster),
         "group": group.name,
@@ -104,6 +124,21 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
         "reason_prefix": h.reason_prefix,
         "checks": checks,
     }
+
+
+def _gpu_faults(faults: GpuFaults, gpus: Gpus, count: int) -> dict:
+    """The gpu_faults thresholds, and what the profile says of the GPUs' links: NVLink links
+    per GPU (its row of the nvlink matrix; a GPU with more, e.g. to the CPU, passes) and the
+    PCIe generation and width, where the profile names them."""
+    want: dict = {"count": count, "max_uncorrectable_ecc": faults.max_uncorrectable_ecc,
+                  "xids": sorted(set(faults.xids)), "throttle_reasons": list(faults.throttle_reasons)}
+    if gpus.nvlink:
+        want["nvlink_links"] = [sum(n for j, n in enumerate(row) if j != i) for i, row in enumerate(gpus.nvlink)]
+    if faults.check_pcie and gpus.pcie_generation is not None:
+        want["pcie_generation"] = gpus.pcie_generation
+    if faults.check_pcie and gpus.pcie_width is not None:
+        want["pcie_width"] = gpus.pcie_width
+    return want
 
 
 def compute_groups(cluster: Cluster) -> list[NodeGroup]:
@@ -131,7 +166,7 @@ def _expectations(cluster: Cluster) -> dict[str, dict]:
 
 def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> str:
     """NHC checks for the same expectations (`expectations`: _expectations', when the caller
-    has them). gpu_model has no stock NHC check: left out."""
+    has them). gpu_model and gpu_faults have no stock NHC check: left out."""
     if expectations is None:
         expectations = _expectations(cluster)
     out = [header(cluster),
@@ -158,9 +193,11 @@ def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> s
             process, user = daemons[unit]
             out.append(f"{match} || check_ps_service -u {user} {process}\n")
         if "infiniband" in checks:
-            ib = checks["infiniband"]
-            # check_hw_ib passes when an active port runs at the rate: one line per group.
-            out.append(f"{match} || check_hw_ib {ib['rate_gbps']}\n")
+            # check_hw_ib RATE DEVICE passes when a port of DEVICE is active at RATE: one line
+            # per cabled device (a port the profile lacks: any device at the fabric's rate).
+            for port in checks["infiniband"]["ports"]:
+                device = f" {port['device']}" if port["device"] else ""
+                out.append(f"{match} || check_hw_ib {port['rate_gbps']}{device}\n")
     return "".join(out)
 
 

@@ -139,6 +139,8 @@ def catalogue(cluster: Cluster) -> dict:
 
 
 def _describe(vp) -> str:
+    if vp.kind == "shard":
+        return f"{vp.shards} shard{'s' if vp.shards > 1 else ''} of a GPU that other jobs share"
     if vp.kind == "gpu":
         return f"{vp.gpus} GPU{'s with their' if vp.gpus > 1 else ' with its'} share of a node"
     return f"{vp.nodes} whole node{'s' if vp.nodes > 1 else ''}, no GPU"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..model import Cluster
+from ..model import Cluster, Role
 from ..model.recipes import CpuLayout, cpu_layouts, cpu_scaling_partitions, gpu_partitions, nccl_ib_hca, \
     scaling_partitions
 from ..node.recipes.slurmenv import DEVICE_VAR
@@ -177,7 +177,8 @@ def _cpu_branch(layouts: list[CpuLayout]) -> list[str]:
 
 def recipe_env(cluster: Cluster) -> str:
     r = cluster.recipes
-    hca = nccl_ib_hca(r, cluster.fabric, cluster.slurm_nodes)
+    hca = nccl_ib_hca(r, cluster.fabric,
+                      [(g.hosts, cluster.profile_of(g)) for g in cluster.groups_with_role(Role.compute)])
     lines = [header(cluster), f"# Sourced by {RECIPE}.swbatch: NCCL's settings for this cluster's fabric, then the\n",
              "# framework module.\n"]
     if hca:

@@ -8,8 +8,8 @@ from typing import get_args
 
 import yaml
 
-from ..hostlist import fold, fold_hostlists, nodeset, union
-from ..model import Cluster, HardwareProfile, Role
+from ..hostlist import NodeSet, fold, fold_hostlists, nodeset, overlaps, union
+from ..model import Cluster, GpuSharing, HardwareProfile, Role
 from ..model.configless import SLURMD_RETRIES_FETCH_FROM, served_to_slurmd
 from ..model.slurm import WeightedTres
 from ..model.slurm_versions import name_for
@@ -138,22 +138,39 @@ def job_container_conf(cluster: Cluster) -> str:
     return "".join(out)
 
 
-def hardware_groups(cluster: Cluster) -> list[tuple[str, HardwareProfile, tuple[str, ...], list[str]]]:
-    """Slurm nodes grouped by identical hardware and features, in model order.
+def hardware_groups(
+    cluster: Cluster,
+) -> list[tuple[str, HardwareProfile, tuple[str, ...], GpuSharing | None, list[str]]]:
+    """Slurm nodes grouped by identical hardware, features and GPU sharing, in model order.
 
-    Returns (profile name, profile, features, the groups' hostlists) for each distinct
-    combination; hostlist.fold_hostlists writes the hostlists as one. Composed hosts (a pool's)
-    group by the GPUs the active layout gives them: 6+2 makes two lines, 4+4 one.
+    Returns (profile name, profile, features, GPU sharing, the groups' hostlists) for each
+    distinct combination; hostlist.fold_hostlists writes the hostlists as one. Composed hosts (a
+    pool's) group by the GPUs the active layout gives them: 6+2 makes two lines, 4+4 one.
     """
-    groups: dict[tuple, tuple[HardwareProfile, list[str]]] = {}
+    groups: dict[tuple, tuple[HardwareProfile, GpuSharing | None, list[str]]] = {}
     for group in cluster.groups_with_role(Role.compute):
         profile = cluster.hardware[group.hardware]
         for build in cluster.node_builds(group):
             features = tuple(dict.fromkeys([*profile.features, *group.features, *build.features]))
             gpus = build.profile.gpus.model_dump_json() if build.profile.gpus else ""
-            key = (group.hardware, features, gpus)
-            groups.setdefault(key, (build.profile, []))[1].append(build.hosts)
-    return [(name, p, feats, hosts) for (name, feats, _gpus), (p, hosts) in groups.items()]
+            sharing = group.gpu_sharing.model_dump_json() if group.gpu_sharing else ""
+            key = (group.hardware, features, gpus, sharing)
+            groups.setdefault(key, (build.profile, group.gpu_sharing, []))[2].append(build.hosts)
+    return [(name, p, feats, sharing, hosts) for (name, feats, _g, _s), (p, sharing, hosts) in groups.items()]
+
+
+def node_gres(profile: HardwareProfile, sharing: GpuSharing | None) -> list[str]:
+    """slurm.conf's Gres entries of a node: its GPUs, as shards or MIG instances where shared."""
+    if not profile.gpus:
+        return []
+    if sharing is None:
+        return [f"gpu:{profile.gpus.type}:{profile.gpu_count}"]
+    return sharing.gres(profile.gpus.type, profile.gpu_count)
+
+
+def shard_nodes(cluster: Cluster) -> bool:
+    """Whether some compute node offers shards (GresTypes and AccountingStorageTRES name them)."""
+    return any(s is not None and s.shards_per_gpu and p.gpus for _n, p, _f, s, _h in hardware_groups(cluster))
 
 
 def _first_host(expr: str) -> str:
@@ -191,7 +208,7 @@ def slurm_conf(cluster: Cluster) -> str:
         "SchedulerType=sched/backfill\n"
         "SelectType=select/cons_tres\n"
         "SelectTypeParameters=CR_Core_Memory\n"
-        "GresTypes=gpu\n"
+        f"GresTypes={'gpu,shard' if shard_nodes(cluster) else 'gpu'}\n"
         f"DefMemPerCPU={cluster.def_mem_per_cpu_mib}\n"
         "\n# Jobs live in cgroups; PrologFlags=Contain lets pam_slurm_adopt adopt ssh sessions.\n"
         "ProctrackType=proctrack/cgroup\n"
@@ -220,7 +237,7 @@ def slurm_conf(cluster: Cluster) -> str:
         "AccountingStorageType=accounting_storage/slurmdbd\n"
         f"AccountingStorageHost={_first_host(svc.slurmdbd)}\n"
         f"AccountingStoragePort={s.dbd_port}\n"
-        "AccountingStorageTRES=gres/gpu\n"
+        f"AccountingStorageTRES={'gres/gpu,gres/shard' if shard_nodes(cluster) else 'gres/gpu'}\n"
         + (
             "# Only users with an association run jobs, and their QOS limits bite.\n"
             f"AccountingStorageEnforce={','.join(s.accounting_enforce)}\n"
@@ -235,8 +252,8 @@ def slurm_conf(cluster: Cluster) -> str:
         f"# slurm.memory_reserve_mib ({s.memory_reserve_mib} MiB) kept for the OS and daemons.\n"
     )
     hw = hardware_groups(cluster)
-    for name, p, feats, hosts in hw:
-        gres = f" Gres=gpu:{p.gpus.type}:{p.gpu_count}" if p.gpus else ""
+    for name, p, feats, sharing, hosts in hw:
+        gres = f" Gres={','.join(node_gres(p, sharing))}" if p.gpus else ""
         feat = f" Features={','.join(feats)}" if feats else ""
         tmp = f" TmpDisk={p.tmp_disk_mib()}" if p.scratch is not None else ""
         out.append(
@@ -246,7 +263,7 @@ def slurm_conf(cluster: Cluster) -> str:
         )
     out.append("\n# Node sets: one per hardware profile.\n")
     by_profile: dict[str, list[str]] = defaultdict(list)
-    for name, _p, _f, hosts in hw:
+    for name, _p, _f, _s, hosts in hw:
         by_profile[name].extend(hosts)
     for name, hosts in by_profile.items():
         out.append(f"NodeSet={name} Nodes={fold_hostlists(hosts)}\n")
@@ -326,15 +343,24 @@ def priority_lines(cluster: Cluster) -> str:
 def gres_conf(cluster: Cluster) -> str:
     out = [
         header(cluster),
-        "# Debian's Slurm is built without NVML, so GPUs are declared, not detected.\n"
-        "# Cores= are Slurm's logical core indices of the GPU's socket (not CPU thread ids).\n"
+        ("# slurmd is built with NVML (slurm.nvml), yet GPUs are declared, not detected, except MIG\n"
+         "# instances, which only NVML finds (AutoDetect=nvml on their nodes' lines).\n"
+         if cluster.slurm.nvml else
+         "# Debian's Slurm is built without NVML, so GPUs are declared, not detected.\n")
+        + "# Cores= are Slurm's logical core indices of the GPU's socket (not CPU thread ids).\n"
         "AutoDetect=off\n",
     ]
-    for _name, p, _feats, hosts in hardware_groups(cluster):
+    for _name, p, _feats, sharing, hosts in hardware_groups(cluster):
         if not p.gpus:
             continue
-        matrix = p.gpus.nvlink
         folded = fold_hostlists(hosts)
+        if sharing is not None and sharing.mig_instances:
+            # Each instance's files are /dev/nvidia-caps minors of GPU and compute instance ids the
+            # driver picks when the instances are made: NVML reads them on the node (checks
+            # refuse MIG without slurm.nvml). Gres= in slurm.conf names the profiles.
+            out.append(f"NodeName={folded} AutoDetect=nvml\n")
+            continue
+        matrix = p.gpus.nvlink
         for i, dev in enumerate(p.gpus.devices):
             first = dev.socket * p.cores_per_socket
             cores = f"{first}-{first + p.cores_per_socket - 1}"
@@ -344,6 +370,9 @@ def gres_conf(cluster: Cluster) -> str:
                 links = ",".join("-1" if i == j else str(n) for j, n in enumerate(matrix[i]))
                 line += f" Links={links}"
             out.append(line + "\n")
+        if sharing is not None and sharing.shards_per_gpu:
+            # Name and Count only: Slurm spreads the shards evenly over the node's GPUs above.
+            out.append(f"NodeName={folded} Name=shard Count={sharing.shards_per_gpu * p.gpu_count}\n")
     return "".join(out)
 
 
@@ -375,6 +404,9 @@ def topology_conf(cluster: Cluster) -> str:
     # those: slurmctld refuses to start on a child it was not given ("fatal: Switch
     # configuration <parent> has invalid child (<child>)"), e.g. a storage-only leaf.
     written = _switches_above_nodes(leaf_nodes, children)
+    slurm_nodes = cluster.slurm_nodes
+    other_rails = {switch for link in fabric.links for switch, run in link.runs()
+                   if switch not in leaf_nodes and overlaps(nodeset(run), slurm_nodes)}
     out.append(f"# Fabric {fabric.name}: {fabric.rate_gbps} Gb/s. Only Slurm nodes are listed.\n")
     for _i, name, _sw in every:
         parts = []
@@ -385,6 +417,8 @@ def topology_conf(cluster: Cluster) -> str:
             parts.append(f"Switches={fold(kids)}")
         if parts:
             out.append(f"SwitchName={name} {' '.join(parts)}\n")
+        elif name in other_rails:
+            out.append(f"# {name}: its Slurm nodes are listed under the switch of their lowest cabled port\n")
         else:
             out.append(f"# {name}: no Slurm nodes below it\n")
     return "".join(out)
@@ -392,6 +426,10 @@ def topology_conf(cluster: Cluster) -> str:
 
 def _slurm_nodes_per_switch(cluster: Cluster) -> dict[str, str]:
     """Switch name -> the Slurm nodes cabled to it, folded; switches without any are left out.
+    A node cabled on several ports (one adapter per rail, each to its rail's leaf) is listed
+    under the switch of its lowest port only: Slurm's topology/tree places a node under one
+    leaf ("Multiple leaf switches contain nodes" otherwise), and on a rail-optimised fabric the
+    nodes under one rail's leaf share a leaf on every rail.
 
     A link whose hosts are all Slurm nodes (nearly every one) gives each switch its share by
     arithmetic on the hostlist (hostlist.chunks); only a link that mixes in other hosts, or a
@@ -399,9 +437,19 @@ def _slurm_nodes_per_switch(cluster: Cluster) -> dict[str, str]:
     """
     slurm_nodes = cluster.slurm_nodes
     shares: dict[str, list[str]] = {}  # switch -> folded hostlists of its Slurm nodes
-    for link in cluster.fabric.links:
+    links = cluster.fabric.links
+    first = min((link.port for link in links), default=1)
+    placed = None  # with several ports cabled: the nodes a lower port placed already
+    if any(link.port != first for link in links):
+        links, placed = sorted(links, key=lambda link: link.port), NodeSet()
+    for link in links:
         runs = link.runs()
-        if not nodeset(link.hosts).issubset(slurm_nodes):
+        if placed is not None:  # a node on several rails: under the leaf of its lowest port only
+            runs = [(switch, nodeset(run).intersection(slurm_nodes).difference(placed)) for switch, run in runs]
+            for _switch, run in runs:
+                placed.update(run)
+            runs = [(switch, fold(run)) for switch, run in runs]
+        elif not nodeset(link.hosts).issubset(slurm_nodes):
             runs = [(switch, fold(nodeset(run).intersection(slurm_nodes))) for switch, run in runs]
         for switch, run in runs:
             if run:

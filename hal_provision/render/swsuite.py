@@ -29,6 +29,7 @@ def table(cluster: Cluster) -> dict:
             "partition": vp.partition,
             "gpus": vp.gpus,
             "nodes": vp.nodes,
+            **({"shards": vp.shards} if vp.shards is not None else {}),
             "mem_per_cpu_mib": vp.mem_per_cpu_mib,
             "max_time_hours": vp.max_time_hours,
             "default_time_hours": vp.default_time_hours,

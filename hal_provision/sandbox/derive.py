@@ -295,10 +295,13 @@ def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:
 # Health-check interval in the sandbox: short, so the tests see a drain and a resume within a
 # minute. The checks a container cannot pass are left out: its CPUs and memory are the host's
 # (slurm.conf's config_overrides, above), the fake nvidia-smi answers with a recorded H100,
-# not the model's GPU, and containers have no InfiniBand adapters. gpus (the fake device
-# files), mounts (the bound shared file systems) and services stay: the tests break them.
+# not the model's GPU, and is installed only with monitoring (the telegraf role), so a
+# sandbox without it has no nvidia-smi for gpu_model and gpu_faults (tests/unit/
+# test_health_gpu_faults.py runs gpu_faults on that fake instead); containers have no
+# InfiniBand adapters. gpus (the fake device files), mounts (the bound shared file systems)
+# and services stay: the tests break them.
 SANDBOX_HEALTH_INTERVAL_SECONDS = 10
-SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "infiniband")
+SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "gpu_faults", "infiniband")
 
 
 # PriorityCalcPeriod of the sandbox, in minutes: the least Slurm takes. An account the accounts

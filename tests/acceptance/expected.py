@@ -82,9 +82,13 @@ def switches(cluster: Cluster) -> dict[str, SwitchExpectation]:
     slurm_nodes = cluster.slurm_nodes
     every = fabric.every_switch()  # explicit and compact entries alike
     direct = {name: NodeSet() for _i, name, _sw in every}
-    for link in fabric.links:
+    placed = NodeSet()  # a node cabled on several ports (rails): under its lowest port's switch alone
+    for link in sorted(fabric.links, key=lambda link: link.port):
         for switch, hosts in link.runs():
-            direct[switch].update(nodeset(hosts).intersection(slurm_nodes))
+            mine = nodeset(hosts).intersection(slurm_nodes).difference(placed)
+            direct[switch].update(mine)
+        for _switch, hosts in link.runs():
+            placed.update(nodeset(hosts).intersection(slurm_nodes))
     kids = {name: [] for _i, name, _sw in every}
     for _i, name, sw in every:
         for up in sw.uplinks:

@@ -212,6 +212,25 @@ def test_compact_fabric_is_loaded_as_cabled(extra_controller):
     assert NodeSet(got["ib-spine"]["Switches"]) == NodeSet("ib-leaf[1-2]")
 
 
+def test_multi_rail_nodes_sit_under_one_leaf_which_slurmctld_requires(extra_controller, controllers):
+    """examples/ailab.yml's GPU nodes have eight adapters, each cabled to its rail's leaf; the
+    rendered topology.conf lists them under the rail-1 leaf alone, and slurmctld loads it without
+    complaint (test_log_has_no_unexpected_errors, on the same case). The negative control: the
+    same file with the nodes under every rail's leaf, which slurmctld reports."""
+    case = controllers.get("example-ailab")
+    got = _topology(case.controller)
+    assert got["ib-rail1"]["Nodes"] == "gpu[01-48]" and not any(f"ib-rail{r}" in got for r in range(2, 9)), got
+
+    def every_rail(scratch) -> None:
+        path = scratch.conf_dir / "topology.conf"
+        text = re.sub(r"^# (ib-rail[2-8]): .*$", r"SwitchName=\1 Nodes=gpu[01-48]", path.read_text(), flags=re.M)
+        path.write_text(text.replace("Switches=ib-leaf4,ib-rail1", "Switches=ib-leaf4,ib-rail[1-8]"))
+
+    controller = extra_controller(case.cluster, every_rail)
+    assert NodeSet(_topology(controller)["ib-spine1"]["Switches"]) == NodeSet("ib-leaf4,ib-rail[1-8]")
+    assert re.search(r"Multiple leaf switches contain nodes", controller.log()), controller.log()
+
+
 def test_cluster_without_fabric_gets_flat_topology(extra_controller):
     """No fabric described: slurm.conf says the flat topology and slurmctld starts with it, showing
     no switch. 22.05 calls it topology/none (topology/default is fatal to it: that name is Slurm

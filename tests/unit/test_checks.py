@@ -290,6 +290,18 @@ ROWS = [
      E, "swsuite.virtual_partitions[0].partition", "partition 'dev' of 'gpux1' has no compute nodes"),
     ("virtual-gpus-no-gpu-nodes", CPU_PARTITION,
      E, "swsuite.virtual_partitions[10].partition", "'gpuxc' asks for GPUs, but partition 'cpu' has no GPU nodes"),
+    ("virtual-shards-none-offered",
+     [(vp("gpux1", "1"), "{name: gpux1, kind: shard, partition: gpu, shards: 1, mem_per_cpu_mib: 1200, "
+                         "max_time_hours: 24}")],
+     E, "swsuite.virtual_partitions[0].partition",
+     "'gpux1' asks for GPU shards, but the 'ac922' nodes of partition 'gpu' offer none: set "
+     "gpu_sharing.shards_per_gpu on their node group"),
+    ("virtual-too-many-shards",
+     [("    hardware: ac922\n    addresses: {mgmt: 172.22.1.1,",
+       "    hardware: ac922\n    gpu_sharing: {shards_per_gpu: 2}\n    addresses: {mgmt: 172.22.1.1,"),
+      (vp("gpux1", "1"), "{name: gpux1, kind: shard, partition: gpu, shards: 9, mem_per_cpu_mib: 1200, "
+                         "max_time_hours: 24}")],
+     E, "swsuite.virtual_partitions[0].shards", "'gpux1' asks for 9 shards; a 'ac922' node offers 8 (4 GPUs x 2)"),
     ("virtual-too-many-nodes", [(vp("cpun4", "4", kind="cpu"), vp("cpun4", "17", kind="cpu"))],
      E, "swsuite.virtual_partitions[9].nodes", "partition 'gpu' has 16 ac922 nodes (jobs are shaped for its largest "
      "node build): ask for 16 or fewer"),

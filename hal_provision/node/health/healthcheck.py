@@ -18,9 +18,11 @@ and an admin's manual run use. --root reads /proc, /sys and /dev under DIR (test
 
 Checks: cpus (sockets, cores per socket, threads per core from sysfs), memory (MemTotal at
 least min_kib), gpus (each device file a character device of the NVIDIA major), gpu_model
-(nvidia-smi: count, model name, memory per GPU), mounts (the mount point of each shared file
-system and of the local scratch in /proc/self/mounts), services (systemctl is-active), infiniband (each cabled port number
-ACTIVE at the fabric's rate on some adapter). The last result is kept in
+(nvidia-smi: count, model name, memory per GPU), gpu_faults (nvidia-smi -q -x, nvidia-smi nvlink
+--status and the kernel log: lost GPUs, uncorrectable ECC errors, row remapping, pages pending
+retirement, PCIe link, hardware slowdown, inactive NVLink links, XIDs), mounts (the mount point of each shared file
+system and of the local scratch in /proc/self/mounts), services (systemctl is-active), infiniband (each cabled port ACTIVE at
+its rate on its device, as the model names them). The last result is kept in
 /run/hal-healthcheck/last.json. Standard library only.
 """
 
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 
 EXPECTATION = "/etc/hal-provision/health.json"
 STATE_DIR = "/run/hal-healthcheck"
@@ -118,6 +121,134 @@ def check_gpu_model(want: dict, root: str) -> list[str]:
     return problems
 
 
+# What the default XIDs of gpu_faults mean (the model's health.gpu_faults.xids says why these).
+XID_MEANING = {48: "double-bit ECC error", 63: "row remap or page retirement recorded",
+               64: "row remap or page retirement failed", 74: "NVLink error", 79: "fallen off the bus",
+               92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
+               119: "GSP RPC timeout", 120: "GSP error"}
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.\d+)?\): (\d+)\b")
+GPU_LOST = re.compile(r"^.*(?:GPU is lost|Unable to determine the device handle for GPU).*$", re.M | re.I)
+
+
+def check_gpu_faults(want: dict, root: str) -> list[str]:
+    """One line per fault: a lost or missing GPU, volatile uncorrectable ECC errors above the
+    threshold, a pending or failed row remap, pages pending retirement, a PCIe link below the
+    profile's, an active hardware slowdown, fewer NVLink links active than the profile has, and
+    the listed XIDs in the kernel log since boot."""
+    rc, text = _run(["nvidia-smi", "-q", "-x"])
+    problems = [f"GPU lost: {line.strip()[:100]}" for line in GPU_LOST.findall(text)]
+    start, end = text.find("<nvidia_smi_log"), text.rfind("</nvidia_smi_log>")
+    if start < 0 or end < 0:  # on failure, _run adds stderr after the XML: cut the XML out
+        return problems or [f"nvidia-smi -q -x failed (exit {rc}): {text.strip()[:80]}"]
+    try:
+        gpus = ET.fromstring(text[start:end + len("</nvidia_smi_log>")]).findall("gpu")
+    except ET.ParseError as exc:
+        return problems + [f"nvidia-smi -q -x unreadable: {exc}"]
+    if len(gpus) < want["count"]:
+        problems.append(f"{len(gpus)} GPUs answer nvidia-smi, expected {want['count']}")
+    names = []
+    for i, gpu in enumerate(gpus):
+        name = f"GPU {i} ({gpu.get('id', '?')})"
+        names.append(name)
+        problems += [f"{name} {p}" for p in _gpu_xml_faults(gpu, want)]
+    if want.get("nvlink_links"):
+        problems += _nvlink_faults(want["nvlink_links"], names)
+    if want.get("xids"):
+        problems += _xid_faults(set(want["xids"]), gpus, names)
+    return problems
+
+
+def _gpu_xml_faults(gpu, want: dict) -> list[str]:
+    """The faults one <gpu> of nvidia-smi -q -x shows. Values a GPU does not report (N/A: ECC
+    off, page retirement on GPUs that remap rows instead) are not faults."""
+    problems = []
+    uncorrectable = sum(int(v.text) for v in gpu.findall("ecc_errors/volatile/*")  # sram_uncorrectable_parity, ...
+                        if "uncorrectable" in v.tag and (v.text or "").strip().isdigit())
+    uncorrectable += sum(int(v.text) for v in gpu.findall("ecc_errors/volatile/double_bit/total")  # older drivers
+                         if (v.text or "").strip().isdigit())
+    if uncorrectable > want["max_uncorrectable_ecc"]:
+        problems.append(f"has {uncorrectable} volatile uncorrectable ECC errors (at most {want['max_uncorrectable_ecc']})")
+    if gpu.findtext("remapped_rows/remapped_row_pending", "").strip() == "Yes":
+        problems.append("has a row remap pending (a GPU reset applies it)")
+    if gpu.findtext("remapped_rows/remapped_row_failure", "").strip() == "Yes":
+        problems.append("failed to remap a row")
+    if gpu.findtext("retired_pages/pending_retirement", "").strip() == "Yes":
+        problems.append("has pages pending retirement (a GPU reset retires them)")
+    # Idle GPUs train their link down to a lower generation to save power: the generation is
+    # compared at its max (what the link can reach), the width as it is now as well (a link
+    # does not narrow to save power; a narrower one is a bad seat, riser or slot).
+    link = "pci/pci_gpu_link_info/"
+    gen = _number(gpu.findtext(link + "pcie_gen/max_link_gen"))
+    widths = [_number(gpu.findtext(link + f"link_widths/{w}_link_width")) for w in ("max", "current")]
+    if want.get("pcie_generation") and gen and gen < want["pcie_generation"]:
+        problems.append(f"PCIe link reaches gen {gen}, expected gen {want['pcie_generation']}")
+    if want.get("pcie_width") and any(w and w < want["pcie_width"] for w in widths):
+        problems.append(f"PCIe link is x{widths[1] or '?'} (at most x{widths[0] or '?'}), expected x{want['pcie_width']}")
+    for reason in want.get("throttle_reasons", []):
+        for group in ("clocks_event_reasons/clocks_event_reason_", "clocks_throttle_reasons/clocks_throttle_reason_"):
+            if gpu.findtext(group + reason, "").strip() == "Active":  # the second: drivers before 535
+                problems.append(f"clocks slowed down: {reason} active")
+    return problems
+
+
+def _number(text: str | None) -> int | None:
+    m = re.match(r"\s*(\d+)", text or "")  # "5", "16x"; None for N/A
+    return int(m.group(1)) if m else None
+
+
+def _nvlink_faults(links: list[int], names: list[str]) -> list[str]:
+    """GPUs with fewer NVLink links active than the profile's matrix gives them (nvidia-smi
+    nvlink --status: 'Link 0: 26.562 GB/s', 'Link 1: <inactive>')."""
+    rc, text = _run(["nvidia-smi", "nvlink", "--status"])
+    if rc != 0:
+        return [f"nvidia-smi nvlink --status failed (exit {rc}): {text.strip()[:80]}"]
+    active: dict[int, int] = {}
+    inactive: dict[int, list[str]] = {}
+    gpu = None
+    for line in text.splitlines():
+        if m := re.match(r"GPU (\d+):", line):
+            gpu = int(m.group(1))
+            active.setdefault(gpu, 0)
+        elif (m := re.match(r"\s*Link (\d+): (.*)", line)) and gpu is not None:
+            if "inactive" in m.group(2):
+                inactive.setdefault(gpu, []).append(m.group(1))
+            else:
+                active[gpu] += 1
+    problems = []
+    for i, wanted in enumerate(links):
+        have = active.get(i, 0)
+        if wanted and have < wanted:
+            down = f" (inactive: link {', '.join(inactive[i])})" if inactive.get(i) else ""
+            name = names[i] if i < len(names) else f"GPU {i}"
+            problems.append(f"{name} has {have} NVLink links active, expected {wanted}{down}")
+    return problems
+
+
+def _xid_faults(xids: set[int], gpus: list, names: list[str]) -> list[str]:
+    """The listed XIDs in the kernel log since boot ('NVRM: Xid (PCI:0000:9a:00): 79, ...'),
+    one line per GPU and XID, naming the GPU by its PCI bus id. A GPU reset does not clear
+    them; a reboot does."""
+    rc, text = _run(["journalctl", "-k", "-b", "--no-pager", "-o", "cat"])
+    if rc != 0:
+        return [f"kernel log unreadable (journalctl exit {rc}): {text.strip()[:80]}"]
+    by_bus = {}
+    for gpu, name in zip(gpus, names):
+        parts = re.split(r"[:.]", gpu.get("id", ""))  # 00000000:9A:00.0
+        if len(parts) == 4:
+            by_bus[tuple(int(p, 16) for p in parts[:3])] = name
+    counts: dict[tuple, int] = {}
+    for m in XID_LINE.finditer(text):
+        bus, xid = tuple(int(p, 16) for p in m.group(1, 2, 3)), int(m.group(4))
+        if xid in xids:
+            counts[(bus, xid)] = counts.get((bus, xid), 0) + 1
+    problems = []
+    for (bus, xid), n in counts.items():
+        name = by_bus.get(bus, "GPU at PCI {:04x}:{:02x}:{:02x}".format(*bus))
+        meaning = f" ({XID_MEANING[xid]})" if xid in XID_MEANING else ""
+        problems.append(f"{name} had Xid {xid}{meaning} {n} time{'s' if n > 1 else ''} since boot")
+    return problems
+
+
 def check_mounts(want: dict, root: str) -> list[str]:
     text = _read(os.path.join(root, "proc/self/mounts"))
     points = {_unescape(line.split()[1]) for line in text.splitlines() if len(line.split()) > 2}
@@ -135,28 +266,40 @@ def check_services(want: dict, root: str) -> list[str]:
 
 
 def check_infiniband(want: dict, root: str) -> list[str]:
+    """Each cabled port: {device, port, rate_gbps} ACTIVE at its rate on that device (a port
+    without a device, or a bare port number from an older expectation: on any device)."""
     problems = []
-    for port in want["ports"]:
+    for entry in want["ports"]:
+        if not isinstance(entry, dict):
+            entry = {"device": None, "port": entry, "rate_gbps": want["rate_gbps"]}
+        device, port, gbps = entry.get("device"), entry["port"], entry.get("rate_gbps", want["rate_gbps"])
+        pattern = f"sys/class/infiniband/{device or '*'}/ports/{port}"
         seen = []
-        for port_dir in sorted(glob.glob(os.path.join(root, f"sys/class/infiniband/*/ports/{port}"))):
-            device = port_dir.split(os.sep)[-3]
+        for port_dir in sorted(glob.glob(os.path.join(root, pattern))):
+            name = port_dir.split(os.sep)[-3]
             try:
                 state = _read(os.path.join(port_dir, "state"))  # "4: ACTIVE"
                 rate = _read(os.path.join(port_dir, "rate"))    # "100 Gb/sec (4X EDR)"
             except OSError:
                 continue
-            gbps = float(rate.split()[0]) if rate.split() else 0.0
-            seen.append(f"{device}/{port} {state.split(':')[-1].strip()} {rate.split(' (')[0]}")
-            if "ACTIVE" in state and gbps >= want["rate_gbps"]:
+            have = float(rate.split()[0]) if rate.split() else 0.0
+            seen.append(f"{state.split(':')[-1].strip()} at {rate.split(' (')[0]}")
+            if "ACTIVE" in state and have >= gbps:
                 break
         else:
-            problems.append(f"no port {port} ACTIVE at {want['rate_gbps']} Gb/s"
-                            + (f" ({', '.join(seen)})" if seen else " (no InfiniBand adapter)"))
+            where = f"{device} port {port}" if device else f"no port {port}"
+            if device and not seen:
+                problems.append(f"{where} missing (no /sys/class/infiniband/{device}/ports/{port})")
+            elif device:
+                problems.append(f"{where} {seen[0]}, expected ACTIVE at {gbps:g} Gb/s")
+            else:
+                problems.append(f"no port {port} ACTIVE at {gbps:g} Gb/s"
+                                + (f" ({', '.join(seen)})" if seen else " (no InfiniBand adapter)"))
     return problems
 
 
 CHECKS = {"cpus": check_cpus, "memory": check_memory, "gpus": check_gpus, "gpu_model": check_gpu_model,
-          "mounts": check_mounts, "services": check_services, "infiniband": check_infiniband}
+          "gpu_faults": check_gpu_faults, "mounts": check_mounts, "services": check_services, "infiniband": check_infiniband}
 
 
 def run_checks(expectation: dict, root: str = "/") -> dict[str, list[str]]:

@@ -9,6 +9,8 @@ The rule (also in `swrun --help` and docs/users-guide.md):
   N up to one node's GPUs: one node. N beyond that: whole nodes, N must be a multiple of the
   GPUs per node, every node with all its GPUs.
 * cpunN, N whole nodes, all hardware threads, no GPU.
+* a shard partition (kind shard), N shards of a GPU on one node (--gres=shard:N), shared with
+  other jobs: the hardware threads of N shards' part of one GPU's share, at least one core.
 * Every job: --ntasks-per-node = its hardware threads per node (for a command given to
   swrun: one task per node, --ntasks = the nodes, --cpus-per-task = those threads, so it runs
   once per node), --threads-per-core = the node's SMT, --mem-per-cpu from the table, --time
@@ -89,7 +91,8 @@ class JobShape:
     tasks_per_node: int  # hardware threads (CPUs) on each node
     sockets_per_node: int
     cores_per_socket: int
-    gpus_per_node: int  # 0 for cpu kinds
+    gpus_per_node: int  # 0 for cpu and shard kinds
+    shards_per_node: int = 0  # shard kinds: --gres=shard:N
 
 
 def job_shape(name: str, vp: dict, node: dict, cpus_per_gpu: int | None = None) -> JobShape:
@@ -104,6 +107,8 @@ def job_shape(name: str, vp: dict, node: dict, cpus_per_gpu: int | None = None) 
     """
     threads = node["threads_per_core"]
     node_threads = node["sockets"] * node["cores_per_socket"] * threads
+    if vp["kind"] == "shard":
+        return _shard_shape(name, vp, node, cpus_per_gpu, node_threads)
     if vp["kind"] != "gpu":
         if cpus_per_gpu is not None:
             raise SwError(f"{name} has no GPUs: -c/--cpus-per-gpu applies to gpux partitions")
@@ -127,6 +132,21 @@ def job_shape(name: str, vp: dict, node: dict, cpus_per_gpu: int | None = None) 
     sockets = len(set(sorted(node["gpu_sockets"])[:on_node]))
     tasks = on_node * cpg
     return JobShape(nodes, tasks, sockets, math.ceil(tasks / threads / sockets), on_node)
+
+
+def _shard_shape(name: str, vp: dict, node: dict, cpus_per_gpu: int | None, node_threads: int) -> JobShape:
+    """A shard partition: N shards of the node's GPUs on one node, with their share of one GPU's
+    hardware threads (at least one core), on one socket."""
+    if cpus_per_gpu is not None:
+        raise SwError(f"{name} shares a GPU: -c/--cpus-per-gpu applies to gpux partitions")
+    per_gpu, per_node = node.get("shards_per_gpu"), len(node["gpu_sockets"])
+    if not per_gpu or not per_node:
+        raise SwError(f"partition {vp['partition']} offers no GPU shards")
+    if vp["shards"] > per_gpu * per_node:
+        raise SwError(f"{name}: {vp['shards']} shards, more than a node's {per_gpu * per_node}")
+    threads = node["threads_per_core"]
+    cpus = max(threads, node_threads // per_node * vp["shards"] // per_gpu // threads * threads)
+    return JobShape(1, cpus, 1, math.ceil(cpus / threads), 0, vp["shards"])
 
 
 def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[str]:
@@ -172,6 +192,8 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
     ]
     if shape.gpus_per_node:
         args.append(f"--gres=gpu:{node['gpu_type']}:{shape.gpus_per_node}")
+    if shape.shards_per_node:
+        args.append(f"--gres=shard:{shape.shards_per_node}")
     return args + list(req.slurm_args)
 
 

@@ -1,0 +1,117 @@
+"""GPU sharing on real Slurm of each major: a cluster whose a100 group offers shards and one
+whose h100 group is split into MIG instances are loaded by slurmctld as slurm.conf declares
+them, and slurmd -G registers the GRES the rendered gres.conf gives (shards spread over the
+GPUs; MIG profiles as GPU types).
+
+Debian's slurmd has no NVML, so the MIG node's AutoDetect=nvml finds nothing here: what is
+proven is that both daemons accept the files and type the instances as the model says, not
+NVML's detection of real instances (that needs a GPU)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hal_provision.model import Cluster
+from hal_provision.render.slurm import node_gres
+
+from . import expected
+from .conftest import load_cluster
+from .slurm_harness import fields, records, run_slurmd, show_config
+
+pytestmark = pytest.mark.acceptance
+
+CASE = "x86-twogen"
+SHARDS_PER_GPU = 4
+MIG = [{"profile": "3g.40gb", "count": 1}, {"profile": "1g.10gb", "count": 4}]
+# What Debian's slurmd (no gpu/nvml plugin) says of AutoDetect=nvml; not a failure of the files.
+NO_NVML = re.compile(r"configured (with|to autodetect) nvml functionality")
+
+
+def shared_cluster(major: str, group: str, sharing: dict) -> Cluster:
+    """x86-twogen with `group`'s GPUs shared as `sharing` says, for a Slurm with NVML."""
+    data = load_cluster(CASE, major).model_dump(mode="json", exclude_none=True)
+    next(g for g in data["nodes"] if g["name"] == group)["gpu_sharing"] = sharing
+    data["slurm"]["nvml"] = True
+    return Cluster.model_validate(data)
+
+
+def _gres_records(stderr: str) -> list[dict[str, str]]:
+    """slurmd -G's 'slurmd: Gres Name=... Type=... Count=...' lines."""
+    return [fields(line) for line in stderr.splitlines() if " Gres Name=" in line]
+
+
+@pytest.fixture
+def sharded(slurm, extra_controller):
+    cluster = shared_cluster(slurm.major, "a100", {"shards_per_gpu": SHARDS_PER_GPU})
+    return cluster, extra_controller(cluster)
+
+
+@pytest.fixture
+def mig(slurm, extra_controller):
+    cluster = shared_cluster(slurm.major, "h100", {"mig": MIG})
+    return cluster, extra_controller(cluster)
+
+
+def _node_gres(controller, cluster: Cluster, host: str) -> tuple[set[str], set[str]]:
+    """(the node's Gres as slurmctld loaded it, as the model says it), as sets of entries."""
+    nodes = records(controller.scontrol("-o", "show", "node"), "NodeName")
+    exp = expected.compute_nodes(cluster)[host]
+    group = next(g for g in cluster.nodes if g.name == exp.group.name)
+    return set(nodes[host]["Gres"].split(",")), set(node_gres(exp.profile, group.gpu_sharing))
+
+
+def test_slurmctld_loads_the_shards(sharded):
+    cluster, controller = sharded
+    config = show_config(controller.scontrol("show", "config"))
+    assert config["GresTypes"].split(",") == ["gpu", "shard"], config["GresTypes"]
+    loaded, model = _node_gres(controller, cluster, "tg01")
+    p = expected.compute_nodes(cluster)["tg01"].profile
+    assert loaded == model == {f"gpu:{p.gpus.type}:{p.gpu_count}", f"shard:{SHARDS_PER_GPU * p.gpu_count}"}
+    # The other group shares nothing.
+    loaded, _model = _node_gres(controller, cluster, "tg05")
+    assert not any(entry.startswith("shard") for entry in loaded), loaded
+
+
+def test_slurmctld_loads_the_mig_types(mig):
+    cluster, controller = mig
+    config = show_config(controller.scontrol("show", "config"))
+    assert config["GresTypes"] == "gpu", config["GresTypes"]
+    loaded, model = _node_gres(controller, cluster, "tg05")
+    p = expected.compute_nodes(cluster)["tg05"].profile
+    assert loaded == model == {f"gpu:3g.40gb:{p.gpu_count}", f"gpu:1g.10gb:{4 * p.gpu_count}"}
+
+
+def test_slurmd_spreads_the_shards_over_the_gpus(sharded):
+    cluster, controller = sharded
+    exp = expected.compute_nodes(cluster)["tg01"]
+    p = exp.profile
+    devices = [expected.gpu_file(p, i) for i in range(p.gpu_count)]
+    result = run_slurmd(controller.scratch, p, devices, "-G", "-N", "tg01")
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"error|fatal", result.stderr, re.IGNORECASE), result.stderr
+    gres = _gres_records(result.stderr)
+    gpus = [g for g in gres if g["Name"] == "gpu"]
+    shards = [g for g in gres if g["Name"] == "shard"]
+    assert sorted(g["File"] for g in gpus) == sorted(devices), result.stderr
+    # One shard record per GPU, each bound to that GPU's device file, the counts adding up.
+    assert sorted(g["File"] for g in shards) == sorted(devices), result.stderr
+    assert sum(int(g["Count"]) for g in shards) == SHARDS_PER_GPU * p.gpu_count, result.stderr
+
+
+def test_slurmd_accepts_the_mig_nodes_gres_conf(mig):
+    """The MIG node's gres.conf line (AutoDetect=nvml) is accepted. Without NVML (Debian's
+    slurmd) it detects nothing, so slurmd -G lists no device records: the instances' types reach
+    Slurm through slurm.conf's Gres= (the test above); their files only through NVML on a GPU."""
+    cluster, controller = mig
+    p = expected.compute_nodes(cluster)["tg05"].profile
+    gres_conf = controller.scratch.rendered_text("gres.conf")
+    assert "NodeName=tg[05-08] AutoDetect=nvml\n" in gres_conf, gres_conf
+    assert "NodeName=tg[05-08] Name=gpu" not in gres_conf, gres_conf  # NVML's to find, not declared
+    result = run_slurmd(controller.scratch, p, [], "-G", "-N", "tg05")
+    assert result.returncode == 0, result.stderr
+    unexpected = [line for line in result.stderr.splitlines()
+                  if re.search(r"error|fatal", line, re.IGNORECASE) and not NO_NVML.search(line)]
+    assert not unexpected, result.stderr
+    assert not [g for g in _gres_records(result.stderr) if g["Name"] == "gpu"], result.stderr
