@@ -23,8 +23,16 @@ class NodeExpectation:
 
     @property
     def gres(self) -> str:
-        gpus = self.profile.gpus
-        return f"gpu:{gpus.type}:{len(gpus.devices)}" if gpus else "(null)"
+        """As scontrol shows it: the GPUs by type, then shards (GPUs x shards per GPU), or the
+        MIG instances as GPU types (the group's gpu_sharing)."""
+        gpus, sharing = self.profile.gpus, self.group.gpu_sharing
+        if not gpus:
+            return "(null)"
+        n = len(gpus.devices)
+        if sharing is not None and sharing.mig:
+            return ",".join(f"gpu:{m.profile}:{m.count * n}" for m in sharing.mig)
+        shards = f",shard:{sharing.shards_per_gpu * n}" if sharing is not None and sharing.shards_per_gpu else ""
+        return f"gpu:{gpus.type}:{n}{shards}"
 
     @property
     def features(self) -> set[str]:
