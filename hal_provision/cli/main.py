@@ -57,6 +57,9 @@ LAZY: dict[str, tuple[str, str, str]] = {
                "playbooks/publish.yml to publish on the distribution points."),
     "backup": ("hal_provision.cli.backup", "app",
                "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums."),
+    "health": ("hal_provision.cli.health", "app",
+               "Node health beyond the periodic check: NVIDIA DCGM's active diagnostic on nodes taken out of "
+               "service (deep)."),
     "fleet": ("hal_provision.cli.fleet", "app",
               "The pull-mode compute nodes: what each runs against what is published (status), and converging "
               "them now (converge)."),

@@ -17,8 +17,8 @@ from pydantic import Field
 from .base import Strict
 
 # Every check the program knows, in the order it runs them.
-CHECKS = ("cpus", "memory", "gpus", "gpu_model", "gpu_faults", "mounts", "services", "infiniband")
-Check = Literal["cpus", "memory", "gpus", "gpu_model", "gpu_faults", "mounts", "services", "infiniband"]
+CHECKS = ("cpus", "memory", "gpus", "gpu_model", "gpu_faults", "dcgm", "mounts", "services", "infiniband")
+Check = Literal["cpus", "memory", "gpus", "gpu_model", "gpu_faults", "dcgm", "mounts", "services", "infiniband"]
 NodeState = Literal["any", "idle", "alloc", "mixed", "nondrained_idle"]
 
 # The XIDs (NVIDIA's driver error codes in the kernel log) that mean the GPU itself is bad, not
@@ -71,7 +71,9 @@ class Health(Strict):
         description="Which checks run: cpus (sockets, cores, threads), memory (installed, within the tolerance), "
         "gpus (the GPU device files), gpu_model (nvidia-smi: count, model, memory), gpu_faults (GPU lost, "
         "uncorrectable ECC errors, row remapping, pages pending retirement, XIDs, inactive NVLink links, a "
-        "PCIe link below the profile's, hardware clock slowdown), mounts (the shared file "
+        "PCIe link below the profile's, hardware clock slowdown), dcgm (where DCGM is installed: each GPU's "
+        "Warning or Failure incident from `dcgmi health --check`, the watches set when none are; passes on a "
+        "node without dcgmi), mounts (the shared file "
         "systems the node mounts), services (munge, and sssd with a directory), infiniband (the cabled ports "
         "ACTIVE at the fabric's rate).")
     gpu_faults: GpuFaults = Field(

@@ -152,25 +152,38 @@ CONTROLLER = "service_slurmctld[0]"
 def run_on_controller(inventory: Path, command: str) -> str:
     """The stdout of `command` on the first slurmctld host of `inventory`, through Ansible's
     command module (read-only); the json stdout callback keeps the output apart from Ansible's."""
-    ansible = tools.find("ansible")  # beside this Python (the virtualenv), else on PATH
-    if ansible is None:
-        raise PlanError("--live needs Ansible: no `ansible` beside this Python or on PATH")
-    argv = [ansible, CONTROLLER, "-i", str(inventory), "-m", "ansible.builtin.command", "-a", command]
-    env = {**os.environ, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PlanError(f"--live: `{command}` through {ansible} failed: {exc}") from None
-    try:
-        doc = _json_document(done.stdout)
-        [result] = [r for play in doc["plays"] for task in play["tasks"] for r in task["hosts"].values()]
-    except (ValueError, KeyError, TypeError):
-        reason = (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").splitlines()[-1]
-        raise PlanError(f"--live: `{command}` on {CONTROLLER} of {inventory} failed: {reason}") from None
+    [result] = run_ad_hoc(inventory, CONTROLLER, command).values()
     if result.get("failed") or result.get("unreachable") or result.get("rc", 0) != 0:
         reason = (result.get("stderr") or result.get("msg") or "failed").strip().splitlines()[-1]
         raise PlanError(f"--live: `{command}` on {CONTROLLER} of {inventory} failed (rc {result.get('rc', '?')}): {reason}")
     return result.get("stdout", "")
+
+
+def run_ad_hoc(inventory: Path, pattern: str, command: str, timeout: int = 300, what: str = "--live",
+               forks: int | None = None) -> dict[str, dict]:
+    """Host -> Ansible's result of `command` (its command module) on the hosts of `pattern` in
+    `inventory`: rc, stdout, stderr, failed, unreachable. Used by `plan --live` and `health deep`
+    (`what`: the command or option named in errors)."""
+    ansible = tools.find("ansible")  # beside this Python (the virtualenv), else on PATH
+    if ansible is None:
+        raise PlanError(f"{what} needs Ansible: no `ansible` beside this Python or on PATH")
+    argv = [ansible, pattern, "-i", str(inventory), "-m", "ansible.builtin.command", "-a", command]
+    if forks:
+        argv += ["-f", str(forks)]  # every host at once, not Ansible's default of 5 at a time
+    env = {**os.environ, "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "json"}
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PlanError(f"{what}: `{command}` through {ansible} failed: {exc}") from None
+    try:
+        doc = _json_document(done.stdout)
+        results = {host: r for play in doc["plays"] for task in play["tasks"] for host, r in task["hosts"].items()}
+        if not results:
+            raise ValueError("no host answered")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        reason = (done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}").splitlines()[-1]
+        raise PlanError(f"{what}: `{command}` on {pattern} of {inventory} failed: {reason}") from None
+    return results
 
 
 def _json_document(stdout: str) -> dict:

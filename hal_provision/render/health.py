@@ -3,7 +3,7 @@
 * ``files/etc/hal-provision/health/<group>.json``: what the nodes of one compute group must
   have, check by check (only the checks `health.checks` names): CPU topology, memory with its
   tolerance, GPU device files, GPU count/model/memory, the GPU fault thresholds (with the
-  profile's NVLink links and PCIe link), the shared file systems and the local
+  profile's NVLink links and PCIe link), DCGM's health watches to set, the shared file systems and the local
   scratch mounted there, the services every node runs, the cabled InfiniBand ports. The
   healthcheck role installs the node's group file as /etc/hal-provision/health.json;
   hal-healthcheck (hal_provision/node/health) reads it; the testinfra hardware tests read the
@@ -31,6 +31,7 @@ PROGRAM = {"hal": "/usr/local/sbin/hal-healthcheck", "nhc": "/usr/sbin/nhc"}
 NODE_EXPECTATION = "/etc/hal-provision/health.json"  # where the role puts a node's group file
 HOST_FILES = "hosts"  # under HEALTH_DIR: composed hosts' own expectations, <host>.json
 GPU_MAJOR = 195  # the NVIDIA driver's character-device major number
+DCGM_WATCHES = "a"  # `dcgmi health --set a`: every health system DCGM watches
 
 
 def program_path(cluster: Cluster) -> str:
@@ -103,6 +104,8 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
             checks[name] = {"count": p.gpu_count, "model": p.gpus.model, "memory_gib": p.gpus.memory_gib}
         elif name == "gpu_faults" and p.gpus:
             checks[name] = _gpu_faults(h.gpu_faults, p.gpus, p.gpu_count)
+        elif name == "dcgm" and p.gpus:
+            checks[name] = {"watches": DCGM_WATCHES}
         elif name == "mounts":
             # The shared file systems, and the profile's local scratch (job /tmp lives there).
             points = cluster.mount_points_on(hosts) + ([p.scratch.mount_point] if p.scratch is not None else [])
@@ -166,7 +169,7 @@ def _expectations(cluster: Cluster) -> dict[str, dict]:
 
 def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> str:
     """NHC checks for the same expectations (`expectations`: _expectations', when the caller
-    has them). gpu_model and gpu_faults have no stock NHC check: left out."""
+    has them). gpu_model, gpu_faults and dcgm have no stock NHC check: left out."""
     if expectations is None:
         expectations = _expectations(cluster)
     out = [header(cluster),

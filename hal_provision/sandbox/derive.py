@@ -298,10 +298,11 @@ def _sandbox_recipes(recipes: dict, vps: list[dict]) -> dict:
 # not the model's GPU, and is installed only with monitoring (the telegraf role), so a
 # sandbox without it has no nvidia-smi for gpu_model and gpu_faults (tests/unit/
 # test_health_gpu_faults.py runs gpu_faults on that fake instead); containers have no
-# InfiniBand adapters. gpus (the fake device files), mounts (the bound shared file systems)
-# and services stay: the tests break them.
+# InfiniBand adapters; the node image has no DCGM, so dcgm would pass without looking at
+# anything. gpus (the fake device files), mounts (the bound shared file systems) and services
+# stay: the tests break them.
 SANDBOX_HEALTH_INTERVAL_SECONDS = 10
-SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "gpu_faults", "infiniband")
+SANDBOX_HEALTH_UNCHECKABLE = ("cpus", "memory", "gpu_model", "gpu_faults", "dcgm", "infiniband")
 
 
 # PriorityCalcPeriod of the sandbox, in minutes: the least Slurm takes. An account the accounts

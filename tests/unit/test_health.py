@@ -176,6 +176,7 @@ def node(tmp_path, monkeypatch):
 
     exp = health.expectation(load().model, load().model.nodes[-1])
     del exp["checks"]["gpu_faults"]  # nvidia-smi -q -x and the kernel log: test_health_gpu_faults.py
+    del exp["checks"]["dcgm"]  # dcgmi: test_health_dcgm.py
     return root, exp, bin_dir
 
 

@@ -20,7 +20,8 @@ Checks: cpus (sockets, cores per socket, threads per core from sysfs), memory (M
 least min_kib), gpus (each device file a character device of the NVIDIA major), gpu_model
 (nvidia-smi: count, model name, memory per GPU), gpu_faults (nvidia-smi -q -x, nvidia-smi nvlink
 --status and the kernel log: lost GPUs, uncorrectable ECC errors, row remapping, pages pending
-retirement, PCIe link, hardware slowdown, inactive NVLink links, XIDs), mounts (the mount point of each shared file
+retirement, PCIe link, hardware slowdown, inactive NVLink links, XIDs), dcgm (dcgmi health --check
+where DCGM is installed: each GPU's Warning or Failure incident; watches set when none are), mounts (the mount point of each shared file
 system and of the local scratch in /proc/self/mounts), services (systemctl is-active), infiniband (each cabled port ACTIVE at
 its rate on its device, as the model names them). The last result is kept in
 /run/hal-healthcheck/last.json. Standard library only.
@@ -249,6 +250,52 @@ def _xid_faults(xids: set[int], gpus: list, names: list[str]) -> list[str]:
     return problems
 
 
+DCGM_WATCHES_OFF = "watches not enabled"  # dcgmi's answer to --check before any watch is set
+
+
+def check_dcgm(want: dict, root: str) -> list[str]:
+    """One line per GPU and system DCGM's health watches find in Warning or Failure (`dcgmi
+    health --check --json`). No dcgmi on the node (a site without DCGM): nothing to say.
+    Watches live in nv-hostengine's memory, so they are gone after it restarts: when --check
+    answers that none is set, the check sets them (`dcgmi health --set <watches>`, all systems
+    by default) and checks again, so no role has to run once at DCGM's start."""
+    if shutil.which("dcgmi") is None:
+        return []
+    rc, text = _run(["dcgmi", "health", "--check", "--json"])
+    if DCGM_WATCHES_OFF in text.lower():
+        set_rc, set_text = _run(["dcgmi", "health", "--set", want.get("watches", "a")])
+        if set_rc != 0:
+            return [f"dcgmi health --set {want.get('watches', 'a')} failed (exit {set_rc}): {set_text.strip()[:80]}"]
+        rc, text = _run(["dcgmi", "health", "--check", "--json"])
+    start = text.find("{")
+    try:
+        doc = json.JSONDecoder().raw_decode(text, start)[0] if start >= 0 else None
+    except ValueError:
+        doc = None
+    if rc != 0 or not isinstance(doc, dict):
+        return [f"dcgmi health --check failed (exit {rc}): {text.strip()[:100]}"]
+    return dcgm_incidents(doc)
+
+
+def dcgm_incidents(doc: dict) -> list[str]:
+    """The incidents of dcgmi's health JSON: body.<entity group>.children.<id> with
+    children.Errors.children.<system> {value: Warning|Failure, overflow: the message in pieces
+    of at most 54 characters, split at spaces}."""
+    problems = []
+    for group, entities in sorted(doc.get("body", {}).items()):
+        if not isinstance(entities, dict) or "children" not in entities:
+            continue  # "Overall Health": {"value": ...}
+        for entity, node in sorted(entities["children"].items(), key=lambda kv: (len(kv[0]), kv[0])):
+            systems = node.get("children", {}).get("Errors", {}).get("children", {})
+            for system, incident in systems.items():
+                health = incident.get("value", "?")
+                if health == "Healthy":
+                    continue
+                message = " ".join(incident.get("overflow", [])) or "no message"
+                problems.append(f"{group} {entity} {system}: {health}: {message}")
+    return problems
+
+
 def check_mounts(want: dict, root: str) -> list[str]:
     text = _read(os.path.join(root, "proc/self/mounts"))
     points = {_unescape(line.split()[1]) for line in text.splitlines() if len(line.split()) > 2}
@@ -299,7 +346,7 @@ def check_infiniband(want: dict, root: str) -> list[str]:
 
 
 CHECKS = {"cpus": check_cpus, "memory": check_memory, "gpus": check_gpus, "gpu_model": check_gpu_model,
-          "gpu_faults": check_gpu_faults, "mounts": check_mounts, "services": check_services, "infiniband": check_infiniband}
+          "gpu_faults": check_gpu_faults, "dcgm": check_dcgm, "mounts": check_mounts, "services": check_services, "infiniband": check_infiniband}
 
 
 def run_checks(expectation: dict, root: str = "/") -> dict[str, list[str]]:
