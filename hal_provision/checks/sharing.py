@@ -1,9 +1,10 @@
-"""Checks: GPU sharing of node groups (shards, MIG instances) against their GPUs and Slurm."""
+"""Checks: GPU sharing of node groups (shards, mps, MIG instances) against their GPUs and Slurm."""
 
 from __future__ import annotations
 
 from ..findings import error, warning
 from ..model import Cluster, Role
+from ..model.sharing import MPS_PERCENT
 from . import check
 
 
@@ -49,3 +50,16 @@ def mig_mode_without_instances(c: Cluster):
                 "detection exits (fatal: MIG mode is enabled, but no MIG devices were found) and, without NVML, "
                 "jobs get GPUs CUDA cannot use. Make the instances and list them, or turn MIG mode off and drop "
                 "mig")
+
+
+@check
+def mps_count_is_percentage(c: Cluster):
+    for group, sharing, path in _sharing_groups(c):
+        per_gpu = sharing.mps_per_gpu
+        if per_gpu is not None and per_gpu % MPS_PERCENT:
+            yield warning(
+                (*path, "mps_per_gpu"),
+                f"node group {group.name!r} offers {per_gpu} mps per GPU, not a multiple of {MPS_PERCENT}: Slurm "
+                "gives a job CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its mps * 100 / the GPU's count, rounded down "
+                f"and at least 1, so --gres=mps:N is not N percent of the GPU. Use {MPS_PERCENT} (or a multiple "
+                "of it)")

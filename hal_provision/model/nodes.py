@@ -60,7 +60,8 @@ class NodeGroup(Strict):
         "None: jobs share the node's /tmp.")
     gpu_sharing: GpuSharing | None = Field(
         None, description="How small jobs share these compute nodes' GPUs: Slurm shards of whole GPUs "
-        "(shards_per_gpu) or MIG instances as GPU types (mig). None: a job takes whole GPUs.")
+        "(shards_per_gpu), CUDA MPS shares of whole GPUs (mps_per_gpu) or MIG instances as GPU types (mig). "
+        "None: a job takes whole GPUs.")
     description: str = Field("", description="Free text.")
 
     @model_validator(mode="after")

@@ -104,9 +104,9 @@ RENDERED_KEYS = frozenset(k.lower() for k in """
     JobAcctGatherType JobContainerType MpiDefault NamespaceType NodeName NodeSet PartitionName PriorityCalcPeriod
     PriorityDecayHalfLife PriorityFavorSmall PriorityMaxAge PriorityType PriorityUsageResetPeriod PriorityWeightAge
     PriorityWeightFairshare PriorityWeightJobSize PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES
-    ProctrackType PrologFlags ReturnToService SchedulerType SelectType SelectTypeParameters SlurmUser SlurmctldHost
+    Epilog ProctrackType Prolog PrologFlags ReturnToService SchedulerType SelectType SelectTypeParameters SlurmUser SlurmctldHost
     SlurmctldLogFile SlurmctldParameters SlurmctldPidFile SlurmctldPort SlurmctldTimeout SlurmdLogFile SlurmdPidFile SlurmdPort
-    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TmpFS TopologyPlugin""".split())
+    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin""".split())
 
 
 def versioned(key: str, value: str | None = None) -> Versioned | None:

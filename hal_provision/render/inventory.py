@@ -13,7 +13,7 @@ import json
 from ..hostlist import ansible_name, expand
 from ..model import Cluster, HardwareProfile
 from .common import group_addresses, header
-from .slurm import withheld_files
+from .slurm import MPS_PROGRAM, mps_nodes, withheld_files
 
 PATH = "inventory/hosts.yml"
 
@@ -102,7 +102,11 @@ def render(cluster: Cluster) -> dict[str, str]:
     if cluster.monitoring is not None and cluster.monitoring.grafana is not None:
         _member_block(out, "service_grafana", expand(cluster.monitoring.grafana.host))
     out.extend(_pool_blocks(cluster))
-    out.append("    slurm_nodes:\n      children:\n")
+    out.append("    slurm_nodes:\n")
+    if mps_nodes(cluster):
+        # slurm.conf names hal-mps as every node's Prolog, Epilog and TaskProlog: the slurm role installs it.
+        out.append(f"      vars:\n        hal_slurm_mps_program: {_q(MPS_PROGRAM)}\n")
+    out.append("      children:\n")
     out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.groups_with_role(*_slurm_roles()))
     if cluster.slurm.configless:
         # The slurm role gives these nodes slurmd's --conf-server instead of the files it withholds.

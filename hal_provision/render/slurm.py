@@ -26,6 +26,9 @@ SLURMD_DROPIN = "files/etc/systemd/system/slurmd.service.d/hal-configless.conf"
 # model's, slurm.state_save_location).
 SPOOL_DIR = "/var/lib/slurm/slurmd"
 LOG_DIR = "/var/log/slurm"
+# hal_provision/node/mps.py on every slurmd host where some node shares GPUs through MPS: its
+# Prolog, Epilog and TaskProlog (slurm.conf names them for all nodes; the slurm role installs it).
+MPS_PROGRAM = "/usr/local/sbin/hal-mps"
 
 
 def render(cluster: Cluster) -> dict[str, str]:
@@ -160,7 +163,7 @@ def hardware_groups(
 
 
 def node_gres(profile: HardwareProfile, sharing: GpuSharing | None) -> list[str]:
-    """slurm.conf's Gres entries of a node: its GPUs, as shards or MIG instances where shared."""
+    """slurm.conf's Gres entries of a node: its GPUs, with shards or mps, or as MIG instances, where shared."""
     if not profile.gpus:
         return []
     if sharing is None:
@@ -171,6 +174,32 @@ def node_gres(profile: HardwareProfile, sharing: GpuSharing | None) -> list[str]
 def shard_nodes(cluster: Cluster) -> bool:
     """Whether some compute node offers shards (GresTypes and AccountingStorageTRES name them)."""
     return any(s is not None and s.shards_per_gpu and p.gpus for _n, p, _f, s, _h in hardware_groups(cluster))
+
+
+def mps_nodes(cluster: Cluster) -> bool:
+    """Whether some compute node offers mps (GresTypes, AccountingStorageTRES and hal-mps as the
+    Prolog, Epilog and TaskProlog of every node)."""
+    return any(s is not None and s.mps_per_gpu and p.gpus for _n, p, _f, s, _h in hardware_groups(cluster))
+
+
+def gres_types(cluster: Cluster) -> list[str]:
+    """slurm.conf's GresTypes: gpu, then the shared GPU GRES some node offers."""
+    return ["gpu", *(["shard"] if shard_nodes(cluster) else []), *(["mps"] if mps_nodes(cluster) else [])]
+
+
+def mps_lines(cluster: Cluster) -> str:
+    """Prolog, Epilog and TaskProlog running hal-mps, where some node offers mps."""
+    if not mps_nodes(cluster):
+        return ""
+    return (
+        "\n# CUDA MPS (gpu_sharing.mps_per_gpu): Slurm does not start it. hal-mps starts the MPS control\n"
+        "# daemon of a job's mps GPU (Prolog), points its tasks at it (TaskProlog) and stops it after\n"
+        "# the GPU's last such job (Epilog). slurm.conf is every node's: hal-mps does nothing for a job\n"
+        "# without mps, and the slurm role installs it on every compute node.\n"
+        f"Prolog={MPS_PROGRAM}\n"
+        f"Epilog={MPS_PROGRAM}\n"
+        f"TaskProlog={MPS_PROGRAM}\n"
+    )
 
 
 def _first_host(expr: str) -> str:
@@ -208,13 +237,14 @@ def slurm_conf(cluster: Cluster) -> str:
         "SchedulerType=sched/backfill\n"
         "SelectType=select/cons_tres\n"
         "SelectTypeParameters=CR_Core_Memory\n"
-        f"GresTypes={'gpu,shard' if shard_nodes(cluster) else 'gpu'}\n"
+        f"GresTypes={','.join(gres_types(cluster))}\n"
         f"DefMemPerCPU={cluster.def_mem_per_cpu_mib}\n"
         "\n# Jobs live in cgroups; PrologFlags=Contain lets pam_slurm_adopt adopt ssh sessions.\n"
         "ProctrackType=proctrack/cgroup\n"
         "TaskPlugin=task/cgroup,task/affinity\n"
         "JobAcctGatherType=jobacct_gather/cgroup\n"
         "PrologFlags=Contain\n"
+        + mps_lines(cluster)
         + (
             ("\n# Each job's private /tmp and /dev/shm on the node's local scratch (namespace.yaml).\n"
              "NamespaceType=namespace/linux\n" if cluster.slurm.namespace_yaml else
@@ -237,7 +267,7 @@ def slurm_conf(cluster: Cluster) -> str:
         "AccountingStorageType=accounting_storage/slurmdbd\n"
         f"AccountingStorageHost={_first_host(svc.slurmdbd)}\n"
         f"AccountingStoragePort={s.dbd_port}\n"
-        f"AccountingStorageTRES={'gres/gpu,gres/shard' if shard_nodes(cluster) else 'gres/gpu'}\n"
+        f"AccountingStorageTRES={','.join(f'gres/{name}' for name in gres_types(cluster))}\n"
         + (
             "# Only users with an association run jobs, and their QOS limits bite.\n"
             f"AccountingStorageEnforce={','.join(s.accounting_enforce)}\n"
@@ -373,6 +403,10 @@ def gres_conf(cluster: Cluster) -> str:
         if sharing is not None and sharing.shards_per_gpu:
             # Name and Count only: Slurm spreads the shards evenly over the node's GPUs above.
             out.append(f"NodeName={folded} Name=shard Count={sharing.shards_per_gpu * p.gpu_count}\n")
+        if sharing is not None and sharing.mps_per_gpu:
+            # As shards: Slurm spreads the count evenly, one mps record bound to each GPU above
+            # (File= per GPU is for uneven counts, and then needed on every node with mps).
+            out.append(f"NodeName={folded} Name=mps Count={sharing.mps_per_gpu * p.gpu_count}\n")
     return "".join(out)
 
 

@@ -1,7 +1,9 @@
-"""GPU sharing on real Slurm of each major: a cluster whose a100 group offers shards and one
-whose h100 group is split into MIG instances are loaded by slurmctld as slurm.conf declares
-them, and slurmd -G registers the GRES the rendered gres.conf gives (shards spread over the
-GPUs; MIG profiles as GPU types).
+"""GPU sharing on real Slurm of each major: a cluster whose a100 group offers shards, one whose
+a100 group offers mps (CUDA MPS) and one whose h100 group is split into MIG instances are
+loaded by slurmctld as slurm.conf declares them, and slurmd -G registers the GRES the rendered
+gres.conf gives (shards and mps spread over the GPUs; MIG profiles as GPU types). MPS itself
+(hal-mps starting nvidia-cuda-mps-control) needs a GPU: tests/unit/test_mps_program.py runs it
+against a stand-in.
 
 Debian's slurmd has no NVML, so the MIG node's AutoDetect=nvml finds nothing here: what is
 proven is that both daemons accept the files and type the instances as the model says, not
@@ -14,7 +16,7 @@ import re
 import pytest
 
 from hal_provision.model import Cluster
-from hal_provision.render.slurm import node_gres
+from hal_provision.render.slurm import MPS_PROGRAM, node_gres
 
 from . import expected
 from .conftest import load_cluster
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.acceptance
 
 CASE = "x86-twogen"
 SHARDS_PER_GPU = 4
+MPS_PER_GPU = 100
 MIG = [{"profile": "3g.40gb", "count": 1}, {"profile": "1g.10gb", "count": 4}]
 # What Debian's slurmd (no gpu/nvml plugin) says of AutoDetect=nvml; not a failure of the files.
 NO_NVML = re.compile(r"configured (with|to autodetect) nvml functionality")
@@ -45,6 +48,12 @@ def _gres_records(stderr: str) -> list[dict[str, str]]:
 @pytest.fixture
 def sharded(slurm, extra_controller):
     cluster = shared_cluster(slurm.major, "a100", {"shards_per_gpu": SHARDS_PER_GPU})
+    return cluster, extra_controller(cluster)
+
+
+@pytest.fixture
+def mps(slurm, extra_controller):
+    cluster = shared_cluster(slurm.major, "a100", {"mps_per_gpu": MPS_PER_GPU})
     return cluster, extra_controller(cluster)
 
 
@@ -74,6 +83,20 @@ def test_slurmctld_loads_the_shards(sharded):
     assert not any(entry.startswith("shard") for entry in loaded), loaded
 
 
+def test_slurmctld_loads_the_mps(mps):
+    cluster, controller = mps
+    config = show_config(controller.scontrol("show", "config"))
+    assert config["GresTypes"].split(",") == ["gpu", "mps"], config["GresTypes"]
+    # Slurm 22.05 shows one Prolog and Epilog; later majors take several, shown as Prolog[0], ...
+    scripts = [config.get(key, config.get(f"{key}[0]")) for key in ("Prolog", "Epilog", "TaskProlog")]
+    assert scripts == [MPS_PROGRAM] * 3, config
+    loaded, model = _node_gres(controller, cluster, "tg01")
+    p = expected.compute_nodes(cluster)["tg01"].profile
+    assert loaded == model == {f"gpu:{p.gpus.type}:{p.gpu_count}", f"mps:{MPS_PER_GPU * p.gpu_count}"}
+    loaded, _model = _node_gres(controller, cluster, "tg05")
+    assert not any(entry.startswith("mps") for entry in loaded), loaded
+
+
 def test_slurmctld_loads_the_mig_types(mig):
     cluster, controller = mig
     config = show_config(controller.scontrol("show", "config"))
@@ -98,6 +121,20 @@ def test_slurmd_spreads_the_shards_over_the_gpus(sharded):
     # One shard record per GPU, each bound to that GPU's device file, the counts adding up.
     assert sorted(g["File"] for g in shards) == sorted(devices), result.stderr
     assert sum(int(g["Count"]) for g in shards) == SHARDS_PER_GPU * p.gpu_count, result.stderr
+
+
+def test_slurmd_binds_the_mps_to_the_gpus(mps):
+    """One mps record per GPU, bound to its device file, each MPS_PER_GPU: a job's
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is its request as a percentage of one GPU."""
+    cluster, controller = mps
+    p = expected.compute_nodes(cluster)["tg01"].profile
+    devices = [expected.gpu_file(p, i) for i in range(p.gpu_count)]
+    result = run_slurmd(controller.scratch, p, devices, "-G", "-N", "tg01")
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"error|fatal", result.stderr, re.IGNORECASE), result.stderr
+    records = [g for g in _gres_records(result.stderr) if g["Name"] == "mps"]
+    assert sorted((g["File"], int(g["Count"])) for g in records) == [(d, MPS_PER_GPU) for d in sorted(devices)], \
+        result.stderr
 
 
 def test_slurmd_accepts_the_mig_nodes_gres_conf(mig):
