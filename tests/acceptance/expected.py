@@ -23,16 +23,20 @@ class NodeExpectation:
 
     @property
     def gres(self) -> str:
-        """As scontrol shows it: the GPUs by type, then shards (GPUs x shards per GPU), or the
-        MIG instances as GPU types (the group's gpu_sharing)."""
+        """As scontrol shows it: the GPUs by type, then shards or MPS shares (GPUs x per GPU), or
+        the MIG instances as GPU types (the group's gpu_sharing)."""
         gpus, sharing = self.profile.gpus, self.group.gpu_sharing
         if not gpus:
             return "(null)"
         n = len(gpus.devices)
         if sharing is not None and sharing.mig:
             return ",".join(f"gpu:{m.profile}:{m.count * n}" for m in sharing.mig)
-        shards = f",shard:{sharing.shards_per_gpu * n}" if sharing is not None and sharing.shards_per_gpu else ""
-        return f"gpu:{gpus.type}:{n}{shards}"
+        shares = ""
+        if sharing is not None and sharing.shards_per_gpu:
+            shares = f",shard:{sharing.shards_per_gpu * n}"
+        elif sharing is not None and sharing.mps_per_gpu:
+            shares = f",mps:{sharing.mps_per_gpu * n}"
+        return f"gpu:{gpus.type}:{n}{shares}"
 
     @property
     def features(self) -> set[str]:

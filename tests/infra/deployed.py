@@ -116,12 +116,26 @@ class Deployed:
         return self.hostvars[host].get("hal_hardware") or {}
 
     def gres(self, host: str) -> str:
-        """What sinfo's %G shows for the host: 'gpu:TYPE:N', or '(null)' without GPUs."""
+        """What sinfo's %G shows for the host: 'gpu:TYPE:N' (from the inventory's hardware),
+        then the GPUs' shares where its node group shares them (slurm.conf's shard:N or mps:N,
+        shown as shard:TYPE:N), or '(null)' without GPUs."""
         hw = self.hardware(host)
         n = len(hw.get("gpu_devices") or [])
         if not n:
             return "(null)"
-        return f"gpu:{hw['gpu_type']}:{n}" if hw.get("gpu_type") else f"gpu:{n}"
+        gpus = f"gpu:{hw['gpu_type']}:{n}" if hw.get("gpu_type") else f"gpu:{n}"
+        from hal_provision.hostlist import nodeset
+
+        for line in (self.rendered(SLURM_CONF) or "").splitlines():
+            names, gres = re.match(r"NodeName=(\S+)", line), re.search(r"\bGres=(\S+)", line)
+            if names and gres and names.group(1) != "DEFAULT" and host in nodeset(names.group(1)):
+                # slurmd registers each share bound to its GPU, so slurmctld shows it typed:
+                # slurm.conf's shard:4 is shard:h100:4 once the node is up.
+                shares = [g.split(":") for g in gres.group(1).split(",") if g.startswith(("shard:", "mps:"))]
+                typed = [f"{kind}:{hw['gpu_type']}:{count}" if hw.get("gpu_type") else f"{kind}:{count}"
+                         for kind, count in shares]
+                return ",".join([gpus, *typed])
+        return gpus
 
     def partitions(self) -> dict[str, list[str]]:
         """Slurm partition name -> nodes. Names come from the rendered slurm.conf (exact

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .translate import Request, SwError, resolve, shown, sorted_names
+from .translate import Request, SwError, job_shape, resolve, shown, sorted_names
 
 TABLE_ENV = "SWSUITE_TABLE"
 TABLE_DEFAULT = "/etc/swsuite/virtual-partitions.json"
@@ -36,6 +36,12 @@ def partitions_help(table: dict) -> str:
         if vp["kind"] == "gpu":
             gpus, nodes = vp["gpus"], max(1, vp["gpus"] // per_node)
             cpus = min(vp["gpus"], per_node) * threads // per_node
+        elif vp["kind"] == "shard":  # shards of one GPU, e.g. 1/4: a quarter, shared with other jobs
+            gpus, nodes = f"{vp['shards']}/{node.get('shards_per_gpu', '?')}", 1
+            try:
+                cpus = job_shape(name, vp, node).tasks_per_node
+            except SwError:
+                cpus = "?"
         else:
             gpus, nodes, cpus = 0, vp["nodes"], threads
         rows.append(f"  {name:<9} {gpus:>4}  {nodes:>5}  {cpus:>9}  {vp['mem_per_cpu_mib']:>5} MiB  {vp['max_time_hours']:>5} h  {vp['partition']}")
