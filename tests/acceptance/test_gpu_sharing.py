@@ -71,16 +71,21 @@ def _node_gres(controller, cluster: Cluster, host: str) -> tuple[set[str], set[s
     return set(nodes[host]["Gres"].split(",")), set(node_gres(exp.profile, group.gpu_sharing))
 
 
+def _assert_shares(controller, cluster, kind: str, per_gpu: int) -> None:
+    """tg01's group shares its GPUs as `kind` (per_gpu each): slurmctld loaded the GPUs and the
+    shares as the model gives them; tg05's group shares nothing."""
+    loaded, model = _node_gres(controller, cluster, "tg01")
+    p = expected.compute_nodes(cluster)["tg01"].profile
+    assert loaded == model == {f"gpu:{p.gpus.type}:{p.gpu_count}", f"{kind}:{per_gpu * p.gpu_count}"}
+    loaded, _model = _node_gres(controller, cluster, "tg05")
+    assert not any(entry.startswith(kind) for entry in loaded), loaded
+
+
 def test_slurmctld_loads_the_shards(sharded):
     cluster, controller = sharded
     config = show_config(controller.scontrol("show", "config"))
     assert config["GresTypes"].split(",") == ["gpu", "shard"], config["GresTypes"]
-    loaded, model = _node_gres(controller, cluster, "tg01")
-    p = expected.compute_nodes(cluster)["tg01"].profile
-    assert loaded == model == {f"gpu:{p.gpus.type}:{p.gpu_count}", f"shard:{SHARDS_PER_GPU * p.gpu_count}"}
-    # The other group shares nothing.
-    loaded, _model = _node_gres(controller, cluster, "tg05")
-    assert not any(entry.startswith("shard") for entry in loaded), loaded
+    _assert_shares(controller, cluster, "shard", SHARDS_PER_GPU)
 
 
 def test_slurmctld_loads_the_mps(mps):
@@ -90,11 +95,7 @@ def test_slurmctld_loads_the_mps(mps):
     # Slurm 22.05 shows one Prolog and Epilog; later majors take several, shown as Prolog[0], ...
     scripts = [config.get(key, config.get(f"{key}[0]")) for key in ("Prolog", "Epilog", "TaskProlog")]
     assert scripts == [MPS_PROGRAM] * 3, config
-    loaded, model = _node_gres(controller, cluster, "tg01")
-    p = expected.compute_nodes(cluster)["tg01"].profile
-    assert loaded == model == {f"gpu:{p.gpus.type}:{p.gpu_count}", f"mps:{MPS_PER_GPU * p.gpu_count}"}
-    loaded, _model = _node_gres(controller, cluster, "tg05")
-    assert not any(entry.startswith("mps") for entry in loaded), loaded
+    _assert_shares(controller, cluster, "mps", MPS_PER_GPU)
 
 
 def test_slurmctld_loads_the_mig_types(mig):
