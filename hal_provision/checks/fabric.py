@@ -228,6 +228,33 @@ def node_ports_wired_once(c: Cluster):
 
 
 @check
+def link_devices_known(c: Cluster):
+    """A link naming its port by device: every profile of its hosts has that port, at one number."""
+    for i, link in _links(c):
+        if link.device is None:
+            continue
+        ports = c.link_device_ports(link)
+        where = ("fabric", "links", i, "device")
+        if not ports:
+            yield error(where, f"device {link.device} of {shown(nodeset(link.hosts))}: these hosts have no hardware "
+                               "profile to name it in (give `port`, or the hosts' node group a `hardware`)")
+            continue
+        for name, number in ports.items():
+            if number is None:
+                have = ", ".join(str(p) for p in c.hardware[name].ib_ports()) or "none"
+                yield error(where, f"hardware {name!r} has no InfiniBand port {link.device} (its ports: {have})")
+        found = {name: n for name, n in ports.items() if n is not None}
+        if "port" in link.model_fields_set and set(found.values()) - {link.port}:
+            yield error(where, f"port {link.port} is not {link.device}, which is port "
+                               f"{'/'.join(str(n) for n in sorted(set(found.values())))} of the hosts' profile: give "
+                               "one of them")
+        elif len(set(found.values())) > 1:
+            shown_ports = ", ".join(f"{name!r}: port {n}" for name, n in found.items())
+            yield error(where, f"{link.device} is a different port in the hosts' profiles ({shown_ports}): cable "
+                               "the hosts of each profile in a link of their own")
+
+
+@check
 def node_ports_exist(c: Cluster):
     by_profile = hosts_by_profile(c)
     total_ports = {name: sum(a.ports for a in c.hardware[name].ib_adapters) for name in by_profile}

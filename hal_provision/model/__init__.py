@@ -151,6 +151,36 @@ class Cluster(Strict):
         return self
 
     @model_validator(mode="after")
+    def _link_devices(self) -> Cluster:
+        """A fabric link that names its port by device (mlx5_3) gets that port's number in the
+        hosts' hardware profile, the one every consumer of the fabric reads; where the profiles
+        do not have it, or disagree, the link keeps port 1 and the check link_devices_known says
+        what is wrong. A link that gives `port` as well (as a dumped model does) keeps it: the
+        check says when the two differ."""
+        if self.fabric is None:
+            return self
+        for link in self.fabric.links:
+            if link.device is not None and "port" not in link.model_fields_set:
+                numbers = set(self.link_device_ports(link).values())
+                if len(numbers) == 1 and None not in numbers:
+                    link.port = numbers.pop()
+        return self
+
+    def link_device_ports(self, link) -> dict[str, int | None]:
+        """Hardware profile -> the port number its ib_adapters give `link.device` (None: no such
+        port), for each profile of the link's hosts."""
+        want = link.device if ":" in link.device else f"{link.device}:1"
+        hosts = nodeset(link.hosts)
+        out: dict[str, int | None] = {}
+        for group in self.nodes:
+            profile = self.hardware.get(group.hardware) if group.hardware else None
+            if profile is None or not overlaps(nodeset(group.hosts), hosts):
+                continue
+            names = [str(p) for p in profile.ib_ports()]
+            out[group.hardware] = names.index(want) + 1 if want in names else None
+        return out
+
+    @model_validator(mode="after")
     def _slurm_of_the_os(self) -> Cluster:
         """slurm.version left out: the major cluster.os ships (the checks refuse another one unless
         slurm.build_own says the site provides its own packages)."""

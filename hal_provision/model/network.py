@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from ..hostlist import chunks, expand, fold, nodeset, union_shared
 from .base import Hostlist, Name, Strict, _check_name
+from .hardware import IbDevicePort
 
 
 class Network(Strict):
@@ -83,7 +84,14 @@ class Switch(Strict):
 
 class FabricLink(Strict):
     hosts: Hostlist = Field(description="Nodes cabled by this entry, in hostlist order.")
-    port: int = Field(1, ge=1, le=8, description="Adapter port on each node (1-based).")
+    port: int = Field(1, ge=1, le=8, description="The node's InfiniBand port, 1-based, counted over the "
+                      "profile's ib_adapters in order (port 3 of a node with four single-port adapters is the third "
+                      "adapter's); or give `device`.")
+    device: IbDevicePort | None = Field(
+        None, description="The port as the driver names it, DEVICE or DEVICE:PORT (mlx5_3, mlx5_0:2), instead of "
+        "`port`: the port of that name in the hosts' hardware profile (ib_adapters[].devices, else the mlx5 "
+        "naming). On a rail-optimised fabric, one link per rail: {hosts: gpu[01-48], device: mlx5_3, "
+        "switch: rail4-leaf, ...}. With `port` too, both must name the same port.")
     switch: Name | None = Field(
         None, description="Switch the nodes' port goes to (one switch; or give `switches` and `hosts_per_switch`)."
     )

@@ -142,3 +142,12 @@ def test_discover_names_each_adapter_its_numa_node_and_nearest_gpu(tmp_path):
     adapters = found.profile()["ib_adapters"]
     assert adapters == [{"model": "Mellanox ConnectX-7 single-port NDR", "ports": 1, "rate_gbps": 400,
                          "devices": [f"mlx5_{i}"], "numa_node": i // 4, "gpus": [i]} for i in range(8)], adapters
+
+
+def test_a_link_names_its_port_by_device_and_survives_a_dump(ailab):
+    """examples/ailab.yml cables each rail by device (mlx5_3 is the node's fourth port); the
+    model dumped and read again (as the sandbox's derived model is) keeps the same ports."""
+    assert [(link.device, link.port) for link in ailab.fabric.links[:8]] == [(f"mlx5_{i}", i + 1) for i in range(8)]
+    again = Cluster.model_validate(ailab.model_dump(mode="json", exclude_none=True))
+    assert [link.port for link in again.fabric.links] == [link.port for link in ailab.fabric.links]
+    assert render_all(again)["files/etc/slurm/topology.conf"] == render_all(ailab)["files/etc/slurm/topology.conf"]

@@ -143,6 +143,8 @@ ROWS = [
      E, "fabric.links[2].hosts", "port 1 of hal[01-16] (16 hosts) already cabled by fabric.links[0]"),
     ("node-port-beyond-adapter", [('{hosts: "hal[01-16]", port: 1, switches', '{hosts: "hal[01-16]", port: 3, switches')],
      E, "fabric.links[0].port", "port 3 of hal[01-16] (16 hosts): hardware 'ac922' has only 2 InfiniBand ports"),
+    ("link-device-unknown", [('{hosts: "hal[01-16]", port: 1, switches', '{hosts: "hal[01-16]", device: mlx5_2, switches')],
+     E, "fabric.links[0].device", "hardware 'ac922' has no InfiniBand port mlx5_2 (its ports: mlx5_0:1, mlx5_1:1)"),
     ("link-unknown-hosts", [('{hosts: "hal[01-16]", port: 1, switches', '{hosts: "hal[01-17]", port: 1, switches'),
                             ("hosts_per_switch: 8", "hosts_per_switch: 9")],
      E, "fabric.links[0].hosts", "hal17 not in any node group"),
