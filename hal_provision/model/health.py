@@ -72,12 +72,16 @@ class Health(Strict):
         "gpus (the GPU device files), gpu_model (nvidia-smi: count, model, memory), gpu_faults (GPU lost, "
         "uncorrectable ECC errors, row remapping, pages pending retirement, XIDs, inactive NVLink links, a "
         "PCIe link below the profile's, hardware clock slowdown), dcgm (where DCGM is installed: each GPU's "
-        "Warning or Failure incident from `dcgmi health --check`, the watches set when none are; passes on a "
+        "Failure incident from `dcgmi health --check` (Warnings as dcgm_warnings says), the watches set when none are; passes on a "
         "node without dcgmi), mounts (the shared file "
         "systems the node mounts), services (munge, and sssd with a directory), infiniband (the cabled ports "
         "ACTIVE at the fabric's rate).")
     gpu_faults: GpuFaults = Field(
         default_factory=GpuFaults, description="Thresholds of the gpu_faults check.")
+    dcgm_warnings: Literal["report", "drain"] = Field(
+        "report", description="What the dcgm check does with a GPU's Warning (a Failure always drains): report "
+        "prints it in the check's output and its last result, leaving the node in service (a PCIe replay "
+        "or a thermal violation is worth a look, not a drain); drain drains on it as on a Failure.")
     memory_tolerance_pct: float = Field(
         5.0, ge=0, le=50,
         description="How far below the profile's memory_gib the memory the kernel sees may be (firmware and "

@@ -105,7 +105,7 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
         elif name == "gpu_faults" and p.gpus:
             checks[name] = _gpu_faults(h.gpu_faults, p.gpus, p.gpu_count)
         elif name == "dcgm" and p.gpus:
-            checks[name] = {"watches": DCGM_WATCHES}
+            checks[name] = {"watches": DCGM_WATCHES, "warnings": h.dcgm_warnings}
         elif name == "mounts":
             # The shared file systems, and the profile's local scratch (job /tmp lives there).
             points = cluster.mount_points_on(hosts) + ([p.scratch.mount_point] if p.scratch is not None else [])

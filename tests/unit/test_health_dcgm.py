@@ -19,7 +19,7 @@ from hal_provision.node.health import healthcheck as hc
 from hal_provision.render import health
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm"
-WANT = {"watches": "a"}
+WANT = {"watches": "a", "warnings": "drain"}  # health.dcgm_warnings: drain; report in its own test
 
 
 @pytest.fixture
@@ -65,7 +65,17 @@ def test_healthy(dcgmi):
     assert log.read_text().splitlines() == ["health --check --json"]  # watches set: not set again
 
 
+def test_a_warning_is_reported_and_a_failure_drains(dcgmi, capsys):
+    """By default (health.dcgm_warnings: report) the PCIe warning is a note in the check's
+    output, the node stays in service; the memory failure drains it."""
+    dcgmi(DATA / "health-pcie-warning-memory-failure.json")
+    assert hc.run_checks({"checks": {"dcgm": dict(WANT, warnings="report")}}, "/")["dcgm"] == [
+        "GPU 1 Memory system: Failure: Detected 1 volatile double-bit ECC error(s) in GPU 1."]
+    assert "note dcgm: GPU 0 PCIe system: Warning: Detected more than 8 PCIe replays" in capsys.readouterr().out
+
+
 def test_pcie_warning_and_memory_failure_one_line_each(dcgmi):
+    """health.dcgm_warnings: drain: the warning drains too."""
     dcgmi(DATA / "health-pcie-warning-memory-failure.json")
     assert dcgm_problems() == [
         "GPU 0 PCIe system: Warning: Detected more than 8 PCIe replays per minute for GPU 0 : 13 Reconnect PCIe "
@@ -99,7 +109,7 @@ def test_dcgm_is_a_default_check_after_gpu_faults_for_gpu_groups(hal):
     gpu_group = next(g for g in hal.nodes if hal.node_builds(g)[0].profile.gpus)
     checks = list(health.expectation(hal, gpu_group)["checks"])
     assert checks[checks.index("gpu_faults") + 1] == "dcgm"
-    assert health.expectation(hal, gpu_group)["checks"]["dcgm"] == {"watches": "a"}
+    assert health.expectation(hal, gpu_group)["checks"]["dcgm"] == {"watches": "a", "warnings": "report"}
 
 
 def test_no_gpus_no_dcgm_entry(hal_text):

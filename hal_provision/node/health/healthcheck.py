@@ -254,8 +254,9 @@ DCGM_WATCHES_OFF = "watches not enabled"  # dcgmi's answer to --check before any
 
 
 def check_dcgm(want: dict, root: str) -> list[str]:
-    """One line per GPU and system DCGM's health watches find in Warning or Failure (`dcgmi
-    health --check --json`). No dcgmi on the node (a site without DCGM): nothing to say.
+    """One line per GPU and system DCGM's health watches find in Failure, and in Warning where
+    the expectation says to drain on them (else printed as notes) (`dcgmi health --check
+    --json`). No dcgmi on the node (a site without DCGM): nothing to say.
     Watches live in nv-hostengine's memory, so they are gone after it restarts: when --check
     answers that none is set, the check sets them (`dcgmi health --set <watches>`, all systems
     by default) and checks again, so no role has to run once at DCGM's start."""
@@ -274,7 +275,13 @@ def check_dcgm(want: dict, root: str) -> list[str]:
         doc = None
     if rc != 0 or not isinstance(doc, dict):
         return [f"dcgmi health --check failed (exit {rc}): {text.strip()[:100]}"]
-    return dcgm_incidents(doc)
+    incidents = dcgm_incidents(doc)
+    if want.get("warnings", "drain") == "drain":
+        return incidents
+    for line in incidents:  # reported, not drained on: the node stays in service
+        if ": Warning: " in line:
+            print(f"note dcgm: {line}")
+    return [line for line in incidents if ": Warning: " not in line]
 
 
 def dcgm_incidents(doc: dict) -> list[str]:
