@@ -39,7 +39,8 @@ def put(host: str, local: Path, remote: str, mode: str) -> None:
 def slurm_state(host: str) -> tuple[str, str]:
     out = D.host(D.controller).check_output(f"sinfo -h -N -n {host} -o '%T|%E'")
     state, _, reason = out.splitlines()[0].partition("|")
-    return state.strip().rstrip("*~#!%$@^-+"), reason.strip()
+    reason = reason.strip()
+    return state.strip().rstrip("*~#!%$@^-+"), "" if reason == "none" else reason  # sinfo: "none" for no reason
 
 
 def reservations() -> str:
