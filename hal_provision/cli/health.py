@@ -64,7 +64,7 @@ def deep(
     test passed; 1: a test failed or a node gave no result; 2: unusable input."""
     from .. import health_deep as lib
     from ..hostlist import HostlistError, expand, fold
-    from ..plan.jobs import CONTROLLER, run_ad_hoc
+    from ..plan.jobs import run_ad_hoc, run_on_controller
     from ..plan.sources import PlanError
 
     try:
@@ -80,11 +80,7 @@ def deep(
     what = "health deep"
 
     def controller(argv: list[str]) -> str:
-        [result] = run_ad_hoc(inv, CONTROLLER, shlex.join(argv), what=what).values()
-        if result.get("failed") or result.get("unreachable") or result.get("rc", 0) != 0:
-            reason = (result.get("stderr") or result.get("msg") or "failed").strip().splitlines()[-1]
-            raise lib.DeepError(f"`{shlex.join(argv)}` on {CONTROLLER}: {reason}")
-        return result.get("stdout", "")
+        return run_on_controller(inv, shlex.join(argv), what=what)
 
     def diag(argv: list[str], nodes: list[str]) -> dict[str, str | None]:
         timeout = lib.DIAG_MINUTES[level] * 60

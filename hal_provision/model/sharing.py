@@ -80,13 +80,22 @@ class GpuSharing(Strict):
         """The MIG instances of each GPU; empty for shards and for MIG mode without instances."""
         return list(self.mig or [])
 
+    @property
+    def shares(self) -> tuple[str, int] | None:
+        """The GRES whole GPUs are shared as and how many of it each GPU offers: ("shard", N) or
+        ("mps", N); None for MIG instances."""
+        if self.shards_per_gpu is not None:
+            return "shard", self.shards_per_gpu
+        if self.mps_per_gpu is not None:
+            return "mps", self.mps_per_gpu
+        return None
+
     def gres(self, gpu_type: str, gpus: int) -> list[str]:
         """slurm.conf's Gres entries of a node with `gpus` GPUs of `gpu_type` shared this way."""
         if self.mig_instances:
             return [f"gpu:{m.profile}:{m.count * gpus}" for m in self.mig_instances]
         entries = [f"gpu:{gpu_type}:{gpus}"]
-        if self.shards_per_gpu is not None:
-            entries.append(f"shard:{self.shards_per_gpu * gpus}")
-        if self.mps_per_gpu is not None:
-            entries.append(f"mps:{self.mps_per_gpu * gpus}")
+        if self.shares is not None:
+            kind, per_gpu = self.shares
+            entries.append(f"{kind}:{per_gpu * gpus}")
         return entries

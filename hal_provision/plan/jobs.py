@@ -149,13 +149,15 @@ CONTROLLER = "service_slurmctld[0]"
 """Ansible's pattern for the first slurmctld host."""
 
 
-def run_on_controller(inventory: Path, command: str) -> str:
+def run_on_controller(inventory: Path, command: str, what: str = "--live") -> str:
     """The stdout of `command` on the first slurmctld host of `inventory`, through Ansible's
-    command module (read-only); the json stdout callback keeps the output apart from Ansible's."""
-    [result] = run_ad_hoc(inventory, CONTROLLER, command).values()
+    command module; the json stdout callback keeps the output apart from Ansible's. PlanError,
+    naming `what` (the option or command that asked), when it fails."""
+    [result] = run_ad_hoc(inventory, CONTROLLER, command, what=what).values()
     if result.get("failed") or result.get("unreachable") or result.get("rc", 0) != 0:
         reason = (result.get("stderr") or result.get("msg") or "failed").strip().splitlines()[-1]
-        raise PlanError(f"--live: `{command}` on {CONTROLLER} of {inventory} failed (rc {result.get('rc', '?')}): {reason}")
+        raise PlanError(f"{what}: `{command}` on {CONTROLLER} of {inventory} failed (rc {result.get('rc', '?')}): "
+                        f"{reason}")
     return result.get("stdout", "")
 
 

@@ -171,15 +171,21 @@ def node_gres(profile: HardwareProfile, sharing: GpuSharing | None) -> list[str]
     return sharing.gres(profile.gpus.type, profile.gpu_count)
 
 
+def _offered(cluster: Cluster, kind: str) -> bool:
+    """Whether some compute node with GPUs shares them as `kind` (GpuSharing.shares)."""
+    return any(s is not None and s.shares and s.shares[0] == kind and p.gpus
+               for _n, p, _f, s, _h in hardware_groups(cluster))
+
+
 def shard_nodes(cluster: Cluster) -> bool:
     """Whether some compute node offers shards (GresTypes and AccountingStorageTRES name them)."""
-    return any(s is not None and s.shards_per_gpu and p.gpus for _n, p, _f, s, _h in hardware_groups(cluster))
+    return _offered(cluster, "shard")
 
 
 def mps_nodes(cluster: Cluster) -> bool:
     """Whether some compute node offers mps (GresTypes, AccountingStorageTRES and hal-mps as the
     Prolog, Epilog and TaskProlog of every node)."""
-    return any(s is not None and s.mps_per_gpu and p.gpus for _n, p, _f, s, _h in hardware_groups(cluster))
+    return _offered(cluster, "mps")
 
 
 def gres_types(cluster: Cluster) -> list[str]:
@@ -400,13 +406,12 @@ def gres_conf(cluster: Cluster) -> str:
                 links = ",".join("-1" if i == j else str(n) for j, n in enumerate(matrix[i]))
                 line += f" Links={links}"
             out.append(line + "\n")
-        if sharing is not None and sharing.shards_per_gpu:
-            # Name and Count only: Slurm spreads the shards evenly over the node's GPUs above.
-            out.append(f"NodeName={folded} Name=shard Count={sharing.shards_per_gpu * p.gpu_count}\n")
-        if sharing is not None and sharing.mps_per_gpu:
-            # As shards: Slurm spreads the count evenly, one mps record bound to each GPU above
-            # (File= per GPU is for uneven counts, and then needed on every node with mps).
-            out.append(f"NodeName={folded} Name=mps Count={sharing.mps_per_gpu * p.gpu_count}\n")
+        if sharing is not None and sharing.shares is not None:
+            # Name and Count only, shards and mps alike: Slurm spreads the count evenly over the
+            # node's GPUs above, one record bound to each (File= per GPU is for uneven counts, and
+            # then needed on every node that has the GRES).
+            kind, per_gpu = sharing.shares
+            out.append(f"NodeName={folded} Name={kind} Count={per_gpu * p.gpu_count}\n")
     return "".join(out)
 
 
