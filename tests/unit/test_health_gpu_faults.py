@@ -60,6 +60,14 @@ def test_healthy_record_passes(gpu_node):
     assert faults(dict(WANT, nvlink_links=[4])) == []  # nvlink-status.txt: 4 links up
 
 
+def test_healthy_h200_record_passes(gpu_node):
+    """The H200 recorded on a lent machine (tests/data/hardware/h200-x1), where the same check
+    passed on the real GPU; and its link checked against a wider one."""
+    gpu_node(DATA / "h200-x1" / "nvidia-smi-q.xml")
+    assert faults() == []
+    assert faults(dict(WANT, pcie_width=32)) == [f"GPU 0 ({BUS}) PCIe link is x16 (at most x16), expected x32"]
+
+
 @pytest.mark.parametrize(("fixture", "problem"), [
     ("ecc-uncorrectable.xml", f"GPU 0 ({BUS}) has 2 volatile uncorrectable ECC errors (at most 0)"),
     ("row-remap-pending.xml", f"GPU 0 ({BUS}) has a row remap pending (a GPU reset applies it)"),
@@ -131,6 +139,20 @@ def test_xids_since_boot_name_the_gpu_by_bus_id(gpu_node):
 def test_unreadable_kernel_log_is_a_problem(gpu_node, tmp_path):
     (tmp_path / "bin/journalctl").write_text("#!/bin/sh\necho 'No journal files were found.' >&2; exit 1\n")
     assert faults() == ["kernel log unreadable (journalctl exit 1): No journal files were found."]
+
+
+def test_kernel_log_from_dmesg_without_journalctl(gpu_node, tmp_path, monkeypatch):
+    """A node without journald (a minimal image, a microVM) has dmesg: the XIDs are read there."""
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "journalctl").unlink()
+    (bin_dir / "cat").symlink_to("/bin/cat")
+    monkeypatch.setenv("PATH", str(bin_dir))  # neither the host's journalctl nor its dmesg
+    dmesg = bin_dir / "dmesg"
+    dmesg.write_text(f"#!/bin/sh\n[ $# = 0 ] || exit 2\ncat {FAULTS / 'journal-xid.txt'}\n")
+    dmesg.chmod(0o755)
+    assert faults(dict(WANT, xids=[79])) == ["GPU at PCI 0000:9a:00 had Xid 79 (fallen off the bus) 1 time since boot"]
+    dmesg.write_text("#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n")
+    assert faults() == ["kernel log unreadable (dmesg exit 1): dmesg: read kernel buffer failed: Operation not permitted"]
 
 
 # ---- the expectation the model renders --------------------------------------------------------------

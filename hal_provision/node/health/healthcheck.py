@@ -226,12 +226,16 @@ def _nvlink_faults(links: list[int], names: list[str]) -> list[str]:
 
 
 def _xid_faults(xids: set[int], gpus: list, names: list[str]) -> list[str]:
-    """The listed XIDs in the kernel log since boot ('NVRM: Xid (PCI:0000:9a:00): 79, ...'),
+    """The listed XIDs in the kernel log since boot ('NVRM: Xid (PCI:0000:9a:00): 79, ...';
+    journalctl -k -b, or dmesg where the node has no journalctl),
     one line per GPU and XID, naming the GPU by its PCI bus id. A GPU reset does not clear
     them; a reboot does."""
+    source = "journalctl"
     rc, text = _run(["journalctl", "-k", "-b", "--no-pager", "-o", "cat"])
+    if rc == 127:  # no journald on the node: the kernel's ring buffer (since boot unless it wrapped)
+        source, (rc, text) = "dmesg", _run(["dmesg"])
     if rc != 0:
-        return [f"kernel log unreadable (journalctl exit {rc}): {text.strip()[:80]}"]
+        return [f"kernel log unreadable ({source} exit {rc}): {text.strip()[:80]}"]
     by_bus = {}
     for gpu, name in zip(gpus, names):
         parts = re.split(r"[:.]", gpu.get("id", ""))  # 00000000:9A:00.0
