@@ -141,6 +141,12 @@ def _gpus(found: Discovery, want: HardwareProfile, base: tuple) -> list[Finding]
         wanted_file = device.file or f"/dev/nvidia{i}"
         if gpu.device_file != wanted_file:
             out.append(error(where + ("file",), f"GPU {i} is {gpu.device_file}, the model says {wanted_file}", CHECK))
+    for key, what in (("pcie_generation", "PCIe gen {}"), ("pcie_width", "PCIe x{}")):
+        wanted = getattr(want.gpus, key)
+        low = sorted({getattr(g, key) for g in have if getattr(g, key) is not None and wanted and getattr(g, key) < wanted})
+        if low:
+            out.append(error(gpus + (key,), f"the node's GPU links reach {', '.join(what.format(v) for v in low)}, "
+                                            f"the model says {what.format(wanted)}", CHECK))
     out += _nvlink(found, want, gpus)
     return out
 

@@ -30,6 +30,8 @@ class Gpu:
     bus_id: str = ""
     cpu_affinity: frozenset[int] | None = None
     numa_node: int | None = None
+    pcie_generation: int | None = None  # the most the link trains to (nvidia-smi's max_link_gen)
+    pcie_width: int | None = None  # its lanes at most (max_link_width: "16x")
 
     @property
     def memory_gib(self) -> int | None:
@@ -90,6 +92,8 @@ def parse_nvidia_smi_xml(text: str) -> list[Gpu]:
             memory_mib=_mib(gpu.findtext("fb_memory_usage/total")),
             minor=_number(gpu.findtext("minor_number")),
             bus_id=gpu.get("id", ""),
+            pcie_generation=_number(gpu.findtext("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+            pcie_width=_number((gpu.findtext("pci/pci_gpu_link_info/link_widths/max_link_width") or "").rstrip("x ")),
         ))
     return gpus
 
@@ -273,6 +277,11 @@ def _nvml_report(pynvml) -> GpuReport:
             pass
         try:
             gpu.cpu_affinity = affinity_from_mask(pynvml.nvmlDeviceGetCpuAffinity(handle, 16)) or None
+        except pynvml.NVMLError:
+            pass
+        try:
+            gpu.pcie_generation = pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle)
+            gpu.pcie_width = pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle)
         except pynvml.NVMLError:
             pass
         gpus.append(gpu)

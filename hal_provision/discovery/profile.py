@@ -78,6 +78,9 @@ class Discovery:
                 "devices": [{"socket": s, "file": g.device_file} for g, s in zip(self.gpus.gpus, self.gpu_sockets())],
                 "nvlink": self.nvlink() or [],
             }
+            for key in ("pcie_generation", "pcie_width"):  # GPU 0's, where nvidia-smi -q -x told it
+                if getattr(first, key) is not None:
+                    doc["gpus"][key] = getattr(first, key)
         return doc
 
 
@@ -219,6 +222,9 @@ def to_yaml(found: Discovery, name: str, title: str = "") -> str:
         lines.append("    devices:" + (f"  # socket null: the CPU affinity of GPU {', '.join(unknown)} is not known"
                                          " or spans sockets" if unknown else ""))
         lines += [f"      - {_flow(d)}" for d in gpus["devices"]]
+        for key in ("pcie_generation", "pcie_width"):
+            if key in gpus:
+                put(4, key, gpus[key], "GPU 0's link at most (nvidia-smi -q -x)")
         nvlink_comment = "" if found.nvlink() is not None else "not discovered: no nvidia-smi topo -m and no NVML"
         if gpus["nvlink"]:
             lines.append("    nvlink:" + (f"  # {nvlink_comment}" if nvlink_comment else ""))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -36,6 +37,7 @@ from hal_provision.model import HardwareProfile
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "hardware"
 H100 = DATA / "h100-x1"
+H200 = DATA / "h200-x1"  # recorded on a lent H200 machine (bench/gpu_node_checks.sh)
 AC922 = DATA / "ac922-synthetic"
 LSTOPO = shutil.which("lstopo")
 needs_lstopo = pytest.mark.skipif(LSTOPO is None, reason="hwloc's lstopo is not installed")
@@ -79,10 +81,23 @@ def test_h100_records_give_the_machines_profile():
         "architecture": "x86_64", "cpu_model": "Intel(R) Xeon(R) Processor", "sockets": 1, "cores_per_socket": 16,
         "threads_per_core": 1, "memory_gib": 128}
     assert profile["gpus"] == {"type": "h100", "model": H100_NAME, "memory_gib": 80,
-                               "devices": [{"socket": 0, "file": "/dev/nvidia0"}], "nvlink": []}
+                               "devices": [{"socket": 0, "file": "/dev/nvidia0"}], "nvlink": [],
+                               "pcie_generation": 5, "pcie_width": 16}  # nvidia-smi -q -x: max_link_gen, max_link_width
     assert profile["ib_adapters"] == [] and profile["model"] is None
     assert found.gpus.source == "nvidia-smi -q -x" and found.gpus.affinity_source == "nvidia-smi topo -m"
     assert found.memory.memtotal_kib == 131981020
+
+
+def test_h200_records_give_the_machines_profile():
+    """What live discovery printed on the machine itself (NVML there, nvidia-smi -q -x here)."""
+    profile = discover(read_records(H200)).profile()
+    assert {k: profile[k] for k in ("architecture", "sockets", "cores_per_socket", "threads_per_core", "memory_gib",
+                                    "ib_adapters")} == {
+        "architecture": "x86_64", "sockets": 1, "cores_per_socket": 16, "threads_per_core": 1, "memory_gib": 128,
+        "ib_adapters": []}
+    assert profile["gpus"] == {"type": "h200", "model": "NVIDIA H200", "memory_gib": 140,
+                               "devices": [{"socket": 0, "file": "/dev/nvidia0"}], "nvlink": [],
+                               "pcie_generation": 5, "pcie_width": 16}
 
 
 def test_h100_nvidia_smi_xml():
@@ -418,6 +433,29 @@ def test_compare_h100_with_hal01_and_the_login_node(hal):
     assert ("error", "hardware.lc921.gpus") in {(f.level.value, f.dotted) for f in login}
     with pytest.raises(UnknownHost, match="'hal99' is in no node group"):
         compare(found, hal.model, "hal99", hal.locator)
+
+
+def test_compare_pcie_link_with_the_profiles():
+    """The recorded H100 (gen 5 x16) is ws01 of the workstation example; a profile asking for a
+    wider or newer link than the GPU reaches is named, one asking for less is not."""
+    from hal_provision.loader import load_text
+    text = (Path(__file__).resolve().parents[1] / "data/clusters/workstation.yml").read_text()
+    found = discover(read_records(H100))
+
+    def findings(pcie: str) -> set:
+        link = re.compile(r"      pcie_generation: 5 .*\n      pcie_width: 16 .*\n")  # the example's, discovered
+        assert link.search(text)
+        edited = link.sub(pcie, text, count=1)
+        loaded = load_text(edited, "workstation.yml")
+        return {(f.level.value, f.dotted, f.message) for f in compare(found, loaded.model, "ws01", loaded.locator)
+                if "pcie" in f.dotted}
+
+    assert findings("      pcie_generation: 5\n      pcie_width: 16\n") == set()
+    assert findings("      pcie_generation: 4\n      pcie_width: 8\n") == set()
+    assert findings("      pcie_generation: 6\n      pcie_width: 32\n") == {
+        ("error", "hardware.h100-ws.gpus.pcie_generation",
+         "the node's GPU links reach PCIe gen 5, the model says PCIe gen 6"),
+        ("error", "hardware.h100-ws.gpus.pcie_width", "the node's GPU links reach PCIe x16, the model says PCIe x32")}
 
 
 @pytest.mark.parametrize("model, found, same", [

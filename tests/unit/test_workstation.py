@@ -29,7 +29,8 @@ def test_workstation_validates_with_one_warning_about_sharing_the_node():
     loaded = validate(WS)
     assert [f.level for f in loaded.findings] == [Level.warning], [f.format() for f in loaded.findings]
     [warning] = loaded.findings
-    assert warning.dotted == "services.slurmctld" and warning.line == 55
+    line = WS.read_text().splitlines().index("  slurmctld: ws01") + 1
+    assert warning.dotted == "services.slurmctld" and warning.line == line
     assert ("slurmctld, slurmdbd and accounting_db run on node group 'ws', which also runs jobs: jobs get the "
             "nodes' memory less slurm.memory_reserve_mib") in warning.message
 
