@@ -17,7 +17,7 @@ what every command pays before it parses its options, and everything a `validate
 imports (`python -X importtime -m hal_provision.cli validate`), with the modules that cost most (cumulative time of the modules first in their import
 chain and of the modules those import directly).
 
-Issue 26's target: validate at most 0.35 s (median of 5) on HAL. The bench prints figures;
+The target: validate at most 0.35 s (median of 5) on HAL. The bench prints figures;
 nothing here asserts on them (tests/unit/test_cli.py guards what validate imports instead).
 """
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     report_imports("import hal_provision.cli", ["-c", "import hal_provision.cli"], args.runs, args.top)
     report_imports("hal-provision validate", ["-m", "hal_provision.cli", "validate"], args.runs, args.top)
     print(f"\nmedians: validate {validate[0]:.3f} s wall, {validate[1]:.3f} s CPU; --help {helped[0]:.3f} s wall, "
-          f"{helped[1]:.3f} s CPU (issue 26: validate <= 0.35 s on HAL)")
+          f"{helped[1]:.3f} s CPU (target: validate <= 0.35 s on HAL)")
     return 0
 
 

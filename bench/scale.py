@@ -21,7 +21,7 @@ bytes (tests/unit/test_scale_fabric.py).
 `hal-provision render FILE -o OUT` runs as a child process (Python start-up, loading,
 validation checks, rendering and writing included). Wall time, the child's CPU time and peak
 RSS (both from os.wait4) are the medians of the runs; CPU time is the steadier figure on a
-shared machine (the header shows the load average). The 100,000-node row is the one issue 16's
+shared machine (the header shows the load average). The 100,000-node row is the one the scale
 targets speak of (at most 1.5 s wall and 150 MiB peak RSS). The bench prints figures; nothing
 here asserts on them.
 

@@ -1,6 +1,6 @@
 """Composable GPUs: every layout's rendered slurm.conf and gres.conf (files/etc/hal-provision/
 layouts/<layout>/etc/slurm/), not only the active one's, are loaded by the real slurmctld, and
-slurmd -G on a composed host lists the pool GPUs that layout gives it (issue 33: "real
+slurmd -G on a composed host lists the pool GPUs that layout gives it ("real
 slurmctld/slurmd -G accept each")."""
 
 from __future__ import annotations

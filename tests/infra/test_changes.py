@@ -1,4 +1,4 @@
-"""Day-2 changes on the running cluster (issue 18), with a job running through each: the plan
+"""Day-2 changes on the running cluster, with a job running through each: the plan
 printed before a change says what the converge then does, and the job survives.
 
 Each change is made to the sandbox's derived model (WORKDIR/model.json), planned with

@@ -1,4 +1,4 @@
-"""Composable GPUs on the running cluster (issue 33): a pool of eight GPUs cabled to two compute
+"""Composable GPUs on the running cluster: a pool of eight GPUs cabled to two compute
 nodes, moved from four each to six and two and back by playbooks/compose.yml, never under a job.
 
 The sandbox's derived model (WORKDIR/model.json) gets a `composable` section: the two GPU nodes'

@@ -1,4 +1,4 @@
-"""The console scripts work from any shell (issue 18): `hal-provision sandbox status` and
+"""The console scripts work from any shell: `hal-provision sandbox status` and
 `hal-provision verify`, run by the virtual environment's absolute path with its bin/ absent
 from PATH, find the Ansible and pytest that are installed beside them."""
 

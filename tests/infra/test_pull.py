@@ -1,4 +1,4 @@
-"""Pull mode on the running cluster (issue 34): the compute nodes converge themselves from the
+"""Pull mode on the running cluster: the compute nodes converge themselves from the
 bundle their distribution point serves, and `hal-provision fleet status` tells which version
 each one runs and which drifted.
 

@@ -1,4 +1,4 @@
-"""The node bundle of pull mode (issue 34): deterministic (two builds byte-identical), versioned
+"""The node bundle of pull mode: deterministic (two builds byte-identical), versioned
 by the model and the code, its manifest listing every member with its sha256, no secret in it,
 the static inventory read by real Ansible as the rendered inventory is, the command's exit codes,
 and a golden of the manifest of x86-twogen (code hashes normalised, rendered ones kept)."""

@@ -1,4 +1,4 @@
-"""The host's caches (issue 26): the node image that carries the roles' packages, the wheelhouse
+"""The host's caches: the node image that carries the roles' packages, the wheelhouse
 the portal installs from, and the list of installed packages that lets an idempotent run skip
 the package manager. Each setting is rendered both ways, and the roles' own Jinja is evaluated by Ansible's
 templating for both: without a wheelhouse pip reaches for its index, as on a site without one.

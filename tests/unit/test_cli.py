@@ -182,7 +182,7 @@ def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
 
 # ---- start-up: what a command imports --------------------------------------------------------
 # `hal-provision validate` must not wait for the renderers or the libraries only other commands
-# use (issue 26; bench/cli_startup.py times it). These tests hold the imports, not the time.
+# use (bench/cli_startup.py times it). These tests hold the imports, not the time.
 
 SUB_COMMAND_LIBRARIES = ("grafana_foundation_sdk", "ldap3", "matplotlib", "graphviz", "pynvml", "ansible",
                          "hal_provision.render", "hal_provision.sandbox", "hal_provision.plan",

@@ -1,4 +1,4 @@
-"""Composable GPUs (issue 33): the model, its checks (a table, as an edit of the embedded HAL
+"""Composable GPUs: the model, its checks (a table, as an edit of the embedded HAL
 description with a pool added) and what is rendered for each layout."""
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def test_inventory_gives_each_composed_host_its_gpu_devices(case):
         assert all(v["hal_hardware"]["gpu_type"] == "v100" for v in hosts.values())
 
 
-# ---- virtual partitions follow the active layout (issue 33 item 4) ----------------------------
+# ---- virtual partitions follow the active layout ------------------------------------------------
 
 @pytest.mark.parametrize(("layout", "shown", "hidden"), [
     ("even", ["gpux1", "gpux4", "gpux8", "cpun1"],

@@ -1,4 +1,4 @@
-"""The composable pools' driver contract (issue 33 item 2): the REST driver against a real HTTP
+"""The composable pools' driver contract: the REST driver against a real HTTP
 server on 127.0.0.1 replaying tests/data/compose/rest/, the sandbox driver's podman command
 lines (a fake runner records them; podman does not run here), a site's own program, and one
 contract test that puts every built-in driver through the same sequence."""

@@ -1,4 +1,4 @@
-"""Configless compute nodes (issue 32, item 4): slurm.configless in the model, what slurmctld
+"""Configless compute nodes: slurm.configless in the model, what slurmctld
 serves per Slurm major, the rendered slurm.conf, slurmd options, unit drop-in and inventory
 group. The plan and the slurm role's variables are tested in test_plan.py."""
 

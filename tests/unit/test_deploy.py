@@ -1,4 +1,4 @@
-"""Deploy (issue 34, pull mode): the model's section and its derived views, the checks (one row
+"""Deploy (pull mode): the model's section and its derived views, the checks (one row
 per mistake, as an edit of the embedded HAL description with a pull section added), and the
 rendered deploy.json, units, the points' nginx sites and inventory groups."""
 

@@ -1,4 +1,4 @@
-"""The fleet roles and playbooks (issue 34, deploy.mode pull): fleet_node, bundle_server,
+"""The fleet roles and playbooks (deploy.mode pull): fleet_node, bundle_server,
 playbooks/fleet.yml in site.yml, and playbooks/pull.yml, what a pull node runs on itself.
 
 The munge role's pull mode runs for real (ansible-playbook -c local on this machine): the key

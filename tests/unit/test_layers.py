@@ -69,7 +69,7 @@ def test_the_plan_never_imports_the_cli_or_the_sandbox(path):
     assert not set().union(*(_under(names, m) for m in CLI_MODULES))
 
 
-# ---- the rules of the reshaped house (issue 28) ----------------------------------------------
+# ---- the rules of the reshaped house --------------------------------------------------------
 
 def _room(name: str) -> str | None:
     """The room of an imported name: the package or module directly under hal_provision."""

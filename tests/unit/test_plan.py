@@ -1,6 +1,6 @@
 """`hal-provision plan`: the update policy, the Slurm rule against the role's own, the accounting
 and GPFS consequences, job impact from real Slurm 22.05 JSON, the CLI's errors, and golden
-outputs (text and JSON) of the six cases of issue 18.
+outputs (text and JSON) of the six kinds of day-2 change.
 
 Goldens live in tests/golden/plan/<case>.txt and <case>.json (console width 120, no colour: the plan
 prints at most 100 columns whatever the console's width).

@@ -1,4 +1,4 @@
-"""`hal-provision plan` on a recomposition (issue 33): x86-composable's layout even (4 + 4) ->
+"""`hal-provision plan` on a recomposition: x86-composable's layout even (4 + 4) ->
 training (6 + 2). The steps in compose.yml's order, the Slurm and health files owned by the
 recomposition alone (no restart counted twice), and a running job holding GPUs on the host that
 loses GPUs blocking, named. Goldens: tests/golden/plan/recompose-*.{txt,json}; regenerate with

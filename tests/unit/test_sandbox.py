@@ -103,7 +103,7 @@ def test_other_cluster_derives_too(twogen):
 
 @pytest.mark.parametrize("computes", [1, 2])
 def test_cpu_only_sandbox_has_no_gpus_and_sends_the_recipe_to_cpu_partitions(hal, computes):
-    """`sandbox up --cpu-only` (issue 30): the compute group's profile without GPUs, only the
+    """`sandbox up --cpu-only`: the compute group's profile without GPUs, only the
     cpu virtual partitions, and what named a GPU one (the recipe, its benchmark, the portal's
     apps) narrowed to them; the derived model passes every check and renders without GPUs."""
     sb = derive_sandbox(hal, computes=computes, cpu_only=True)

@@ -1,4 +1,4 @@
-"""Node-local scratch (issue 29, first part): local disks and their scratch file system in a
+"""Node-local scratch: local disks and their scratch file system in a
 hardware profile, each job's private /tmp per node group, and what Slurm is told of them."""
 
 from __future__ import annotations
