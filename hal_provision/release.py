@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .files import write_atomic
+
 FORMAT = "hal-provision release 1"
 KEYS_ENV = "HAL_RELEASE_KEYS"
 DEFAULT_VALID_DAYS = 30
@@ -111,11 +113,7 @@ def next_serial(cluster: str, directory: Path | None = None, now: float | None =
 
 
 def _record_serial(cluster: str, serial: int, directory: Path) -> None:
-    path = directory / f"{cluster}.serial"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"{serial}\n")
-    tmp.chmod(0o600)
-    os.replace(tmp, path)
+    write_atomic(directory / f"{cluster}.serial", f"{serial}\n", mode=0o600)
 
 
 def _iso(moment: dt.datetime) -> str:

@@ -7,8 +7,6 @@ as it was.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import NoReturn, Optional
@@ -16,6 +14,7 @@ from typing import NoReturn, Optional
 import graphviz
 import typer
 
+from ..files import write_atomic
 from ..render.diagram import PATH, render
 from .common import EXIT_UNUSABLE, checked, err, out
 
@@ -64,7 +63,7 @@ def diagram(
         except OSError as exc:  # found but not runnable (permissions, a file still being written)
             _fail(f"error: cannot run Graphviz's dot: {exc.strerror or exc}")
     try:
-        _write_atomically(target, data)
+        write_atomic(target, data)
     except OSError as exc:
         _fail(f"error: cannot write {target}: {exc.strerror or exc}")
     out.print(f"drew cluster '{model.cluster.name}' into {target} ({fmt.value}, {len(data):,} bytes)", markup=False)
@@ -87,17 +86,3 @@ def _fail(message: str) -> NoReturn:
     """One readable line on stderr, exit 2, no traceback."""
     err.print(message, style="bold red", markup=False)
     raise typer.Exit(EXIT_UNUSABLE)
-
-
-def _write_atomically(target: Path, data: bytes) -> None:
-    """A temporary file beside the target, renamed over it: readers see the old file or the new."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as stream:
-            stream.write(data)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

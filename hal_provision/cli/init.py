@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +9,7 @@ import typer
 
 from ..discovery import DiscoveryError, discover, read_records
 from ..discovery.gpu import gres_type
+from ..files import write_atomic
 from ..hostlist import HostlistError, fold, nodeset
 from .common import EXIT_FINDINGS, EXIT_UNUSABLE, err, print_findings
 from .starter import DEFAULT_CIDR, Build, Starter, gpu_profile, starter_text
@@ -65,12 +65,9 @@ def init(
                       builds=builds, domain=domain, cidr=cidr)
     text = starter_text(starter, str(output))
     _check(text, output)
-    tmp = output.with_name(f".{output.name}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, output)
+        write_atomic(output, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         _fail(f"cannot write {output}: {exc.strerror}")
     hosts = sum(len(nodeset(h)) for h in (starter.login, starter.management, starter.compute))
     err.print(f"wrote {output}: cluster '{name}', {hosts} hosts in {len(builds) + 2} node groups; next: "
@@ -93,7 +90,7 @@ def _check(text: str, output: Path) -> None:
     """The starter must validate: options that contradict each other (hosts in two groups, a
     subnet too small) are reported as the checks word them, and nothing is written."""
     from ..findings import has_errors
-    from .validate import validate_text
+    from ..loader import validate_text
 
     loaded = validate_text(text, str(output))
     if loaded.model is None or has_errors(loaded.findings):

@@ -15,12 +15,12 @@ runner that records the argv lists.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from ..files import write_atomic
 from . import contract
 from .contract import DriverError, Pool
 
@@ -88,10 +88,8 @@ class SandboxDriver:
         return dict(self.initial)
 
     def _save(self, holding: dict[str, int]) -> None:
-        self.state.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state.with_name(self.state.name + ".tmp")
-        tmp.write_text(json.dumps({"pool": self.pool.name, "hosts": dict(sorted(holding.items()))}, indent=1) + "\n")
-        os.replace(tmp, self.state)
+        state = {"pool": self.pool.name, "hosts": dict(sorted(holding.items()))}
+        write_atomic(self.state, json.dumps(state, indent=1) + "\n")
 
     # ---- the contract ------------------------------------------------------------------------
 

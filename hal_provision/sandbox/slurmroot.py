@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..cache import cache_dir
+from ..files import cache_dir
 from .image import RELEASE_SLURM, ImageError, host_mirror
 
 SUITE = "trixie"

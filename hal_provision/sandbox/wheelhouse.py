@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..cache import cache_dir
+from ..files import cache_dir
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE = "files/etc/hal-provision/portal.json"
