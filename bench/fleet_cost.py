@@ -87,7 +87,7 @@ def measure(computes: int, workdir: Path) -> dict:
     enrol_wall, _cpu, _out = timed(up, env=tools.child_env())
     sb = lifecycle.load(workdir)
     nodes = list(sb.cluster.deploy_pull_nodes)
-    from hal_provision import bundle as lib
+    from hal_provision.pull import bundle as lib
     from hal_provision import release
     from hal_provision.cli.bundle import write_outputs
     from hal_provision.render.writer import write_tree

@@ -97,13 +97,13 @@ def run(argv: list[str]) -> tuple[float, float]:
 
 def prepare(n: int, work: Path) -> tuple[Path, Path, Path]:
     """(model, rendered inventory directory, plugin source) for n compute nodes."""
-    from hal_provision import inventory_source
+    from hal_provision.inventory.source import inventory_files
+    from hal_provision.loader import validate
     from hal_provision.render.writer import write_tree
-    from hal_provision.cli.validate import validate
 
     model = _scale().write_model(n, work)
     rendered = work / f"rendered-{n}"
-    write_tree(inventory_source.inventory_files(validate(model).model), rendered)
+    write_tree(inventory_files(validate(model).model), rendered)
     source = work / f"plugin-{n}" / "cluster.hal.yml"
     source.parent.mkdir(exist_ok=True)
     source.write_text(f"plugin: hal.provision.cluster\ncluster_file: {model}\n"

@@ -362,6 +362,29 @@ def load(path: str | FsPath | None = None) -> Loaded:
     return load_text(text, shown)
 
 
+def validate(path: str | FsPath | None = None) -> Loaded:
+    """Load + check in one call: what every command needs before it may render anything."""
+    return _checked(load(path))
+
+
+def validate_text(text: str, file: str) -> Loaded:
+    """The same for a description that is not a file (`plan --from REV:PATH` reads it from git)."""
+    return _checked(load_text(text, file))
+
+
+def _checked(loaded: Loaded) -> Loaded:
+    if loaded.model is not None:
+        # Imported here: the inventory plugin reads a cached inventory through this module and
+        # must not pay for the checks it does not run.
+        from .checks import run_all
+
+        found = run_all(loaded.model)
+        located = loaded.locator.locate_all(found) if loaded.locator else found
+        order = {Level.error: 0, Level.warning: 1, Level.info: 2}
+        loaded.findings.extend(sorted(located, key=lambda f: (order[f.level], f.line or 0, f.column or 0)))
+    return loaded
+
+
 def _schema_findings(exc: ValidationError) -> list[Finding]:
     out = []
     for err in exc.errors(include_url=False):

@@ -1,4 +1,4 @@
-"""`hal-provision bundle [FILE] --out DIR`: the node bundle of pull mode (hal_provision/bundle.py
+"""`hal-provision bundle [FILE] --out DIR`: the node bundle of pull mode (hal_provision/pull/bundle.py
 builds it, hal_provision/release.py signs its release; this command writes them). DIR gets
 <version>.tar.gz, <version>.json (the manifest) and current.json (the release, signed with the
 cluster's key, made on the first run), which is replaced last; nothing is written on an error,
@@ -6,13 +6,12 @@ and a failure while writing leaves no partial file under DIR's names."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from ..files import write_atomic
 from .common import EXIT_UNUSABLE, checked, err, out
 
 FileArg = typer.Argument(None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False)
@@ -29,25 +28,10 @@ def require_pull(model) -> None:
 
 
 def write_outputs(outputs: dict[str, bytes], directory: Path) -> None:
-    """Every output into a temporary file beside its target, then renamed into place, the
-    bundle and manifest first and current.json last: a reader never sees half a file, and
-    current.json never names a bundle that is not there."""
-    directory.mkdir(parents=True, exist_ok=True)
-    staged: list[tuple[str, Path]] = []
-    try:
-        for name, data in outputs.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-            staged.append((name, Path(tmp)))
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-        for name, tmp in sorted(staged, key=lambda s: s[0] == "current.json"):
-            os.replace(tmp, directory / name)
-    finally:
-        for _name, tmp in staged:
-            tmp.unlink(missing_ok=True)
+    """Every output written atomically, the bundle and manifest first and current.json last: a
+    reader never sees half a file, and current.json never names a bundle that is not there."""
+    for name, data in sorted(outputs.items(), key=lambda item: item[0] == "current.json"):
+        write_atomic(directory / name, data)
 
 
 def bundle(
@@ -73,7 +57,7 @@ def bundle(
 def write_bundle(model, files: dict[str, str], out_dir: Path, valid_days: int, keys: Optional[Path]) -> None:
     """The bundle of `model`'s rendered tree FILES and its signed release written into OUT_DIR,
     and a line saying what was written (`bundle`, and `sandbox bundle` with the sandbox's tree)."""
-    from .. import bundle as lib
+    from ..pull import bundle as lib
     from .. import release
 
     if out_dir.exists() and not out_dir.is_dir():

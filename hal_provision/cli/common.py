@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ..findings import Finding, Level, has_errors
-from ..loader import Loaded
+from ..loader import Loaded, validate
 from ..model import Cluster
-from .validate import validate as load_and_check
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -43,7 +42,9 @@ def rendered_inventory(inventory: Path) -> Path:
 
 def list_inventory(inventory: Path) -> dict:
     """`ansible-inventory --list` of a rendered inventory directory (every source in it merged:
-    hosts.yml, then sandbox.yml's or a site's SSH settings); InventoryDirError when it fails."""
+    hosts.yml, then sandbox.yml's or a site's SSH settings); InventoryDirError when it fails.
+    Real Ansible, because a site's own sources (a plugin, a script) count here; the rendered
+    files alone list the same in-process through hal_provision.inventory.groups."""
     import json
     import subprocess
 
@@ -89,7 +90,7 @@ def print_findings(findings: list[Finding]) -> None:
 
 
 def checked(file: Optional[Path]) -> tuple[Loaded, Cluster]:
-    loaded = load_and_check(file)
+    loaded = validate(file)
     print_findings(loaded.findings)
     if loaded.model is None:
         raise typer.Exit(EXIT_UNUSABLE)

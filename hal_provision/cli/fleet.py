@@ -9,7 +9,7 @@ node is current, 1 on drift, 2 on unusable input.
 
 The nodes are reached as the rendered inventory says (address, port, user, key, common SSH
 arguments), through an ssh_config written for the run and passed with -F. What is pure (the
-folding, the drift rules, the ssh_config) lives in hal_provision.fleet.
+folding, the drift rules, the ssh_config) lives in hal_provision.pull.fleet.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Optional
 
 import typer
 
-from .. import fleet as lib
+from ..pull import fleet as lib
 from ..hostlist import HostlistError, expand, fold
 from .common import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, InventoryDirError, err, list_inventory, out, \
     rendered_inventory

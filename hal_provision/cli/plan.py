@@ -140,7 +140,7 @@ def _tree_dir(rendered: Optional[Path], new_model: Cluster) -> Path:
 
 
 def _load(file: Optional[Path]) -> Loaded:
-    from .validate import validate
+    from ..loader import validate
 
     return validate(file)
 
@@ -164,7 +164,7 @@ def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster,
     or the record."""
     from ..plan import PlanError
     from ..plan.sources import git_show, is_git_spec, read_record, record_dir
-    from .validate import validate_text
+    from ..loader import validate_text
 
     if spec is None:
         record = record_dir(_tree_dir(rendered, new_model))

@@ -2,8 +2,9 @@
 
 The plan names hosts as the roles reach them: through the rendered inventory's groups
 (service_slurmctld, slurm_nodes, role_login, nfs_mount_sw, ...), with children resolved as
-Ansible resolves them. Files are read in name order with the safe loader, as Ansible's yaml
-inventory plugin reads a directory.
+Ansible resolves them: hal_provision.inventory's group tree, of the files Ansible's yaml
+inventory plugin reads in the directory (one it could not read adds no group). What is the
+plan's own is the `--limit` that names a set of hosts.
 """
 
 from __future__ import annotations
@@ -11,49 +12,14 @@ from __future__ import annotations
 import re
 import shlex
 
-import yaml
-
 from ..hostlist import expand, fold, pieces
+from ..inventory.documents import tree_documents
+from ..inventory.groups import GroupTree
 
 
-class Inventory:
+class Inventory(GroupTree):
     def __init__(self, tree: dict[str, str]):
-        # Insertion-ordered (dicts as ordered sets): `first` must answer as Ansible does.
-        self.direct: dict[str, dict[str, None]] = {}
-        self.children: dict[str, dict[str, None]] = {}
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        for path in sorted(p for p in tree if p.startswith("inventory/") and p.endswith((".yml", ".yaml"))):
-            try:
-                doc = yaml.load(tree[path], Loader=loader)  # noqa: S506 - safe loader
-            except yaml.YAMLError:
-                continue  # not an inventory Ansible could read either; its groups stay unknown
-            if isinstance(doc, dict) and doc.get("plugin") is None:
-                for name, body in doc.items():
-                    self._group(name, body)
-
-    def _group(self, name: str, body) -> None:
-        body = body if isinstance(body, dict) else {}
-        self.direct.setdefault(name, {}).update(dict.fromkeys(body.get("hosts") or {}))
-        kids = body.get("children") or {}
-        self.children.setdefault(name, {}).update(dict.fromkeys(kids))
-        for child, child_body in kids.items():
-            self._group(child, child_body)
-
-    def all_hosts(self) -> set[str]:
-        return {host for hosts in self.direct.values() for host in hosts}
-
-    def hosts(self, name: str, _seen: frozenset = frozenset()) -> set[str]:
-        """Hosts of group `name` (with its children's); 'all' is every host; a name that is no
-        group but a host is that host; anything else is empty."""
-        if name == "all":
-            return self.all_hosts()
-        if name not in self.direct and name not in self.children:
-            return {name} if name in self.all_hosts() else set()
-        out = set(self.direct.get(name, ()))
-        for child in self.children.get(name, ()):
-            if child not in _seen:
-                out |= self.hosts(child, _seen | {name})
-        return out
+        super().__init__(tree_documents(tree, skip_unreadable=True))
 
     def limit(self, hosts) -> str:
         """The shortest `--limit` that Ansible reads as exactly `hosts`, quoted for a shell.
@@ -68,23 +34,11 @@ class Inventory:
         wanted = set(hosts)
         folded = fold(sorted(wanted))
         candidates = [",".join(expand(folded))]  # first: the plainest wins a tie
-        candidates += sorted(g for g in {*self.direct, *self.children} if self.hosts(g) == wanted)
+        candidates += sorted(g for g in self.declared if self.hosts(g) == wanted)
         expressions = [_expression(piece) for piece in pieces(folded)]
         if all(expressions):
             candidates.append(shlex.quote(",".join(expressions)))
         return min(candidates, key=len)
-
-    def first(self, name: str) -> str | None:
-        """The first host of a group as Ansible lists it (`groups[name] | first`): first in file order."""
-        for host in self._ordered(name, frozenset()):
-            return host
-        return None
-
-    def _ordered(self, name: str, seen: frozenset):
-        yield from self.direct.get(name, ())
-        for child in self.children.get(name, ()):
-            if child not in seen:
-                yield from self._ordered(child, seen | {name})
 
 
 _RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<runs>[0-9,\-]+)\](?P<suffix>[^\[\]]*)$")

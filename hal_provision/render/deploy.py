@@ -49,7 +49,7 @@ def render(cluster: Cluster) -> dict[str, str]:
 
 
 def inventory_files(cluster: Cluster) -> dict[str, str]:
-    """The inventory file of pull mode ({} in push mode), for inventory_source too."""
+    """The inventory file of pull mode ({} in push mode), for inventory/source.py too."""
     return {INVENTORY: inventory(cluster)} if cluster.deploy_pull else {}
 
 

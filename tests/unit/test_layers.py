@@ -19,9 +19,14 @@ PKG = Path(__file__).resolve().parents[2] / "hal_provision"
 def _imports(path: Path) -> set[str]:
     """Absolute names of the hal_provision modules a file imports (anywhere in it)."""
     module = ".".join(path.relative_to(PKG.parent).with_suffix("").parts)
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    return _imports_of(path.read_text(), module, path.name == "__init__.py")
+
+
+def _imports_of(text: str, module: str, is_package: bool = False) -> set[str]:
+    """The same for the source TEXT of MODULE (a dotted name under hal_provision)."""
+    package = module if is_package else module.rsplit(".", 1)[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("hal_provision"))
         elif isinstance(node, ast.ImportFrom):
@@ -96,14 +101,42 @@ def test_renderers_never_import_checks(path):
     assert not _under(_imports(path), "hal_provision.checks")
 
 
-BELOW_THE_CLI = ("model", "checks", "render", "plan", "sandbox", "storage", "discovery", "node", "compose", "hostlist",
-                 "findings", "loader", "tools", "update_policy")
+BELOW_THE_CLI = ("model", "checks", "render", "plan", "sandbox", "discovery", "node", "compose", "hostlist",
+                 "findings", "loader", "tools", "update_policy", "inventory", "pull", "files", "release",
+                 "health_deep", "ansible_collections")
+
+
+def _imports_the_cli(names: set[str]) -> set[str]:
+    return _under(names, "hal_provision.cli")
 
 
 @pytest.mark.parametrize("path", [p for p in FILES if _room_of(p) in BELOW_THE_CLI],
                          ids=lambda p: str(p.relative_to(PKG)))
 def test_nothing_below_the_cli_imports_it(path):
-    assert not _under(_imports(path), "hal_provision.cli")
+    assert not _imports_the_cli(_imports(path))
+
+
+def test_every_room_is_under_a_rule():
+    """Each package or module directly under hal_provision is the CLI or below it."""
+    rooms = {_room_of(p) for p in FILES} - {"__init__", "cli"}
+    assert rooms <= set(BELOW_THE_CLI), sorted(rooms - set(BELOW_THE_CLI))
+
+
+@pytest.mark.parametrize("text", [
+    "from ..cli import common\n",
+    "from ..cli.common import checked\n",
+    "import hal_provision.cli.runner\n",
+    "from hal_provision.cli import fleet\n",
+    "def later():\n    from ...cli.common import console\n",
+], ids=["relative", "relative-module", "absolute", "absolute-from", "inside-a-function"])
+@pytest.mark.parametrize("module", ["hal_provision.inventory.source", "hal_provision.pull.bundle"])
+def test_the_rule_catches_an_import_of_the_cli(module, text):
+    """A module of inventory/ or pull/ that imported the CLI, in any of the ways Python allows,
+    is flagged by the rule above; the same text without that import is not."""
+    if "..." in text:
+        module += ".deeper"  # three dots from a module one level further down
+    assert _imports_the_cli(_imports_of(text, module))
+    assert not _imports_the_cli(_imports_of("from ..hostlist import fold\nimport json\n", module))
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "node").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))

@@ -112,7 +112,7 @@ class InventoryModule(BaseInventoryPlugin):
                      for key in unknown]
             raise AnsibleParserError(f"{path}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}")
         try:
-            from hal_provision import inventory_source
+            from hal_provision.inventory import source as cluster_source
         except ImportError as exc:
             raise AnsibleParserError(
                 f"the hal.provision.cluster inventory plugin needs the hal_provision package in "
@@ -129,13 +129,13 @@ class InventoryModule(BaseInventoryPlugin):
         use_cache = bool(self.get_option("model_cache"))
         cache_dir = self.get_option("model_cache_dir")
         try:
-            data = inventory_source.load(
+            data = cluster_source.load(
                 cluster_file,
                 cache_dir=os.path.expanduser(str(cache_dir)) if cache_dir else None,
                 use_cache=use_cache and cache,  # cache=False: --flush-cache, refresh_inventory
                 write_cache=use_cache,
             )
-        except inventory_source.InvalidCluster as exc:
+        except cluster_source.InvalidCluster as exc:
             raise AnsibleParserError(str(exc)) from None
         for warning in data.warnings:
             self.display.warning(warning)

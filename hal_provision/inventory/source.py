@@ -4,9 +4,7 @@ The plugin must give Ansible exactly the groups and variables of a rendered inve
 directory, so it does not group anything itself: it renders the same two files
 (render/inventory.py's `inventory/hosts.yml`, render/storage.py's `inventory/storage.yml`,
 render/deploy.py's `inventory/deploy.yml` in pull mode) and
-parses them as Ansible's yaml plugin would read them from that directory: in file-name order
-(Ansible reads a directory sorted), with PyYAML's safe loader (the YAML 1.1 resolver Ansible's
-own loader uses, here through libyaml).
+parses them as Ansible's yaml plugin would read them from that directory (documents.py).
 
 Checking a 100,000-node description and parsing its rendered inventory take about 5.5 s (the
 parse of 18 MB of YAML nearly all of it), so the parsed documents are kept in a per-user cache
@@ -20,21 +18,19 @@ Descriptions with errors are never cached: they are checked again on every run.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import marshal
 import os
 import sys
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__
-from .cache import cache_dir
-from .findings import Finding, Level
+from .. import __version__
+from ..files import cache_dir, write_atomic
+from ..findings import Finding, Level
+from .documents import cycle_collection_paused, parse_documents
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 FORMAT = 1
 """Bump when the cached documents' shape changes."""
 
@@ -65,7 +61,7 @@ class InventoryData:
 
 def inventory_files(cluster) -> dict[str, str]:
     """The rendered inventory files of the cluster: {relative path: text}, as render_all has them."""
-    from .render import deploy, inventory, storage
+    from ..render import deploy, inventory, storage
 
     files = dict(inventory.render(cluster))
     files.update(deploy.inventory_files(cluster))
@@ -75,31 +71,9 @@ def inventory_files(cluster) -> dict[str, str]:
     return files
 
 
-def parse_documents(files: dict[str, str]) -> list[dict]:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with cycle_collection_paused():
-        return [yaml.load(files[path], Loader=loader) or {} for path in sorted(files)]  # noqa: S506 - safe loader
-
-
-@contextmanager
-def cycle_collection_paused():
-    """Building a large tree of fresh dicts makes the cycle collector run again and again over
-    every object so far, though none of them can be garbage: with it paused, parsing the
-    10,000-node inventory takes 0.45 s instead of 1.4 s. (Reference counting still frees.)"""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def build(cluster_file: str | os.PathLike) -> InventoryData:
     """Load and check the description, render its inventory and parse it (no cache)."""
-    from .cli.validate import validate
+    from ..loader import validate
 
     loaded = validate(cluster_file)
     if loaded.model is None or any(f.level is Level.error for f in loaded.findings):
@@ -161,19 +135,12 @@ def _read(path: Path) -> InventoryData | None:
 
 
 def _write(path: Path, prefix: str, data: InventoryData) -> None:
-    """Atomically (a reader never sees half an entry); older entries of the same description
-    go. A cache that cannot be written (or data marshal cannot hold) is no error: the next
-    run builds again."""
+    """Atomically (a reader never sees half an entry), readable by the user only; older entries
+    of the same description go. Not synced to disk: a lost entry is only a miss. A cache that
+    cannot be written (or data marshal cannot hold) is no error: the next run builds again."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{prefix}-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                marshal.dump((data.documents, data.warnings), fh)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, marshal.dumps((data.documents, data.warnings)), mode=0o600, durable=False)
         for old in path.parent.glob(f"{prefix}-*.marshal"):
             if old != path:
                 old.unlink(missing_ok=True)

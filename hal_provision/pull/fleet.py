@@ -26,14 +26,15 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, field
 
-from .hostlist import fold
+from ..hostlist import fold
+from ..node.converge import STATES, SUCCESSFUL
 
 DEPLOY_JSON = "etc/hal-provision/deploy.json"  # in the rendered files tree
 UNIT = "hal-converge.service"
+# The order drift is decided and reported in; the states of an unsuccessful run (hal-converge's
+# STATES but its SUCCESSFUL ones) are drifts of their own name.
 DRIFTS = ("unreachable", "never-ran", "unreadable", "failed", "refused", "waiting", "unreachable-source",
           "unpublished", "behind")
-# States hal-converge writes after a run that left the node at `version`.
-SETTLED = ("current", "changed")
 
 
 class FleetError(ValueError):
@@ -87,7 +88,7 @@ def parse_deploy(text: str, where: str = "deploy.json") -> Deploy:
 def published_version(text: str | None) -> str | None:
     """The version a current.json (a signed release's envelope) publishes; None when there is
     none to read. Unverified: the point's row says whether the signature verifies."""
-    from .release import open_envelope
+    from ..release import open_envelope
 
     data = open_envelope(text) if text is not None else None
     version = data.get("version") if isinstance(data, dict) else None
@@ -117,10 +118,10 @@ def classify(host: str, last_text: str | None, published: str | None) -> NodeRes
     if not isinstance(last, dict) or not isinstance(last.get("state"), str):
         return NodeResult(host, "?", "unreadable", published, "unreadable")
     version, state = str(last.get("version") or "-"), last["state"]
-    if state in ("failed", "refused", "waiting", "unreachable-source"):
-        drift = state
-    elif state not in SETTLED:
+    if state not in STATES:
         drift = "unreadable"
+    elif state not in SUCCESSFUL:
+        drift = state
     elif published is None:
         drift = "unpublished"
     elif version != published:

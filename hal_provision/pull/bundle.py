@@ -26,10 +26,11 @@ import os
 import tarfile
 from pathlib import Path
 
-from . import __version__
-from .hostlist import expand
+from .. import __version__
+from ..inventory.documents import tree_documents
+from ..inventory.groups import list_inventory
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 REPO = PACKAGE.parent
 TOP = "bundle"
 MANIFEST = f"{TOP}/manifest.json"
@@ -93,107 +94,7 @@ def rendered_members(files: dict[str, str], inventory: dict) -> dict[str, bytes]
     return members
 
 
-# ---- the inventory, as `ansible-inventory --list` has it, and its static form ---------------
-
-
-class _Group:
-    def __init__(self, name: str):
-        self.name, self.vars, self.hosts, self.children, self.parents, self.depth = name, {}, [], [], [], 0
-
-    def ancestors(self) -> list[_Group]:
-        out: dict[str, _Group] = {}
-        for parent in self.parents:
-            out.setdefault(parent.name, parent)
-            for g in parent.ancestors():
-                out.setdefault(g.name, g)
-        return list(out.values())
-
-    def deepen(self, depth: int) -> None:
-        if depth > self.depth:
-            self.depth = depth
-        for child in self.children:
-            child.deepen(self.depth + 1)
-
-
-def list_inventory(documents: list[dict]) -> dict:
-    """The parsed rendered inventory documents (inventory_source.parse_documents, in the order
-    Ansible reads the directory) as `ansible-inventory --list` prints them: `_meta.hostvars`
-    (each host's variables, group variables merged by depth then name, its own last), `all`
-    with its children (`ungrouped` first), and every non-empty group's hosts and children.
-    What Ansible's yaml plugin and inventory do, for the plain groups the renderers write."""
-    groups: dict[str, _Group] = {}
-    host_vars: dict[str, dict] = {}
-    host_groups: dict[str, list[str]] = {}
-
-    def group(name: str) -> _Group:
-        if name not in groups:
-            groups[name] = _Group(name)
-        return groups[name]
-
-    def add_child(parent: _Group, child: _Group) -> None:
-        if child not in parent.children:
-            parent.children.append(child)
-            child.deepen(parent.depth + 1)
-        if parent not in child.parents:
-            child.parents.append(parent)
-
-    def parse(name: str, data) -> _Group:
-        g = group(name)
-        for key, section in (data or {}).items():
-            if key == "vars":
-                g.vars.update(section or {})
-            elif key == "children":
-                for child, child_data in (section or {}).items():
-                    add_child(g, parse(child, child_data))
-            elif key == "hosts":
-                for host, values in (section or {}).items():
-                    for h in expand(host) if "[" in host else [host]:
-                        host_vars.setdefault(h, {}).update(values or {})
-                        if h not in g.hosts:
-                            g.hosts.append(h)
-                        host_groups.setdefault(h, [])
-                        if name not in host_groups[h]:
-                            host_groups[h].append(name)
-        return g
-
-    top = group("all")
-    add_child(top, group("ungrouped"))
-    for document in documents:
-        for name, data in document.items():
-            parse(name, data)
-    for g in list(groups.values()):
-        if g is not top and not g.ancestors():
-            add_child(top, g)
-    hostvars = {}
-    for host, direct in host_groups.items():
-        member_of: dict[str, _Group] = {"all": top}
-        for name in direct:
-            member_of[name] = groups[name]
-            member_of.update((a.name, a) for a in groups[name].ancestors())
-        merged: dict = {}
-        for g in sorted(member_of.values(), key=lambda g: (g.depth, int(g.vars.get("ansible_group_priority", 1)), g.name)):
-            merged.update(g.vars)
-        merged.update(host_vars[host])
-        if merged:
-            hostvars[host] = merged
-    out: dict = {"_meta": {"hostvars": hostvars}}
-    seen: set[str] = set()
-
-    def emit(g: _Group) -> None:
-        seen.add(g.name)
-        entry: dict = {}
-        if g is not top and g.hosts:
-            entry["hosts"] = list(g.hosts)
-        if g.children:
-            entry["children"] = [c.name for c in g.children]
-        if entry:
-            out[g.name] = entry
-        for child in g.children:
-            if child.name not in seen:
-                emit(child)
-
-    emit(top)
-    return out
+# ---- the static inventory (the listing is hal_provision.inventory's) ------------------------
 
 
 def static_inventory(listing: dict) -> dict:
@@ -297,21 +198,10 @@ class Bundle:
         return {name: self.tarball, f"{self.version}.json": dumps(self.manifest), "current.json": dumps(current)}
 
 
-def inventory_documents(files: dict[str, str]) -> list[dict]:
-    """The rendered tree's inventory files parsed as Ansible reads the directory: in file-name
-    order, with PyYAML's safe loader (as inventory_source.parse_documents, which sits above the
-    CLI's validate and so cannot be imported here)."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [yaml.load(files[path], Loader=loader) or {} for path in sorted(files)  # noqa: S506 - safe loader
-            if path.startswith("inventory/") and path.endswith(".yml")]
-
-
 def build(model, files: dict[str, str], repo: Path = REPO) -> Bundle:
     """The bundle of `model` (in pull mode) and its rendered tree `files` (render_all)."""
     code = code_members(repo)
-    rendered = rendered_members(files, static_inventory(list_inventory(inventory_documents(files))))
+    rendered = rendered_members(files, static_inventory(list_inventory(tree_documents(files))))
     m = manifest(model, code, rendered)
     members = {**code, **rendered, MANIFEST: dumps(m)}
     executable = frozenset(p for p in code if p == f"{TOP}/hal_provision/node/converge.py")
