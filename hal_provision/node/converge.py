@@ -23,7 +23,7 @@ The rendered /etc/hal-provision/deploy.json (the same on every host) names this 
    (reason "hal-provision converge: version V"), waits at most drain_wait_s for its jobs (never
    cancels one; jobs still running: state "waiting", the node stays drained, exit 0, and the next
    run goes on), converges for real, and resumes the node only if hal-converge drained it (its
-   reason starts with "hal-provision converge"; an administrator's drain is left alone).
+   reason is its own, by drains.py's rule; an administrator's drain is left alone).
 4. A failed converge drains the node with the reason "hal-provision converge failed: version V:
    TASK" and leaves it drained.
 
@@ -48,9 +48,9 @@ overlap: a run that finds the lock held says so and exits 0.
 
 Standard library only, and Debian's minisign for the signature: the fleet_node role installs
 both, and copies this file onto the nodes as
-/usr/local/sbin/hal-converge, and every bundle carries it (bundle/hal_provision/node/) so a node updates its
-own program. (The host lists it reads are expanded already in deploy.json: it needs no
-hal_provision.hostlist.)
+/usr/local/sbin/hal-converge (drains.py, the drain rule it imports, beside it), and every bundle
+carries both (bundle/hal_provision/node/) so a node updates its own program. (The host lists it
+reads are expanded already in deploy.json: it needs no hal_provision.hostlist.)
 """
 
 from __future__ import annotations
@@ -71,6 +71,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+try:
+    from . import drains
+except ImportError:  # run as a script beside drains.py (the fleet_node role's layout)
+    import drains
+
 CONFIG = "/etc/hal-provision/deploy.json"
 BUNDLES = "/var/lib/hal-provision/bundles"
 KEEP = 2
@@ -85,7 +90,10 @@ MAX_MEMBERS = 50_000
 MAX_UNPACKED_BYTES = 1 << 30
 CHUNK = 1 << 20
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# The states a run records in last.json (`hal-provision fleet` reads them from here): the
+# successful ones leave the node at `version`.
 SUCCESSFUL = ("current", "changed")
+STATES = (*SUCCESSFUL, "failed", "waiting", "refused", "unreachable-source")
 
 
 class ConfigError(Exception):
@@ -372,25 +380,23 @@ def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple
 # ---- Slurm -----------------------------------------------------------------------------------
 
 def slurm_node(host: str) -> dict | None:
-    """{"state": ..., "reason": ...} of the node (sinfo's long state, lower case), or None when
+    """{"state": ..., "reason": ...} of the node (as drains.parse reads sinfo), or None when
     Slurm does not know it here (no Slurm yet, or the node is not in slurm.conf)."""
     try:
         done = run_command(["sinfo", "--noheader", "--Node", f"--nodes={host}", "--format=%T|%E"], timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     line = done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
-    if "|" not in line:
-        return None
-    state, reason = line.split("|", 1)
-    return {"state": state.strip().lower(), "reason": reason.strip()}
+    parsed = drains.parse(line)
+    return None if parsed is None else {"state": parsed[0], "reason": parsed[1]}
 
 
 def drained_by_us(node: dict | None) -> bool:
-    return bool(node) and "drain" in node["state"] and node["reason"].startswith(DRAIN_REASON)
+    return bool(node) and drains.is_drained(node["state"]) and drains.ours(node["reason"], DRAIN_REASON)
 
 
 def drained_by_others(node: dict | None) -> bool:
-    return bool(node) and "drain" in node["state"] and not node["reason"].startswith(DRAIN_REASON)
+    return bool(node) and drains.is_drained(node["state"]) and not drains.ours(node["reason"], DRAIN_REASON)
 
 
 def scontrol_update(host: str, *settings: str) -> None:

@@ -375,10 +375,12 @@ def test_configuration_errors_are_one_line_with_status_2(node, tmp_path, capsys,
 
 
 def test_the_program_runs_as_a_script_with_the_standard_library_only(tmp_path):
-    """What the role installs is the file alone: it must import nothing of hal_provision."""
+    """What the role installs is the program and drains.py beside it: they import nothing of
+    hal_provision (-E -s: the standard library and the program's own directory only)."""
     program = tmp_path / "hal-converge"
     program.write_text(Path(converge.__file__).read_text())
-    done = subprocess.run([sys.executable, "-I", str(program), "--help"], capture_output=True, text=True,
+    shutil.copy(Path(converge.__file__).parent / "drains.py", tmp_path / "drains.py")
+    done = subprocess.run([sys.executable, "-E", "-s", str(program), "--help"], capture_output=True, text=True,
                           cwd=tmp_path, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0 and "--force" in done.stdout
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -314,19 +315,31 @@ def test_no_slurm_reports_without_touching_slurm(node, slurm, tmp_path):
     assert not calls.exists() and not (tmp_path / "run/last.json").exists()
 
 
+def installed(tmp_path: Path) -> Path:
+    """The program as the healthcheck role installs it: hal-healthcheck, drains.py beside it."""
+    sbin = tmp_path / "sbin"
+    sbin.mkdir()
+    shutil.copy(PROGRAM, sbin / "hal-healthcheck")
+    shutil.copy(PROGRAM.parent.parent / "drains.py", sbin / "drains.py")
+    return sbin / "hal-healthcheck"
+
+
 def test_unreadable_expectation_is_a_one_line_error(tmp_path):
-    p = subprocess.run([sys.executable, str(PROGRAM), "--expectation", str(tmp_path / "none.json"), "--no-slurm"],
-                       capture_output=True, text=True)
+    # -E -s: the standard library and the program's own directory only, as slurmd runs it
+    p = subprocess.run([sys.executable, "-E", "-s", str(installed(tmp_path)), "--expectation",
+                        str(tmp_path / "none.json"), "--no-slurm"], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.startswith("hal-healthcheck: cannot read") and "Traceback" not in p.stderr
 
 
-def test_program_uses_the_standard_library_only():
+@pytest.mark.parametrize("path", [PROGRAM, PROGRAM.parent.parent / "drains.py"], ids=lambda p: p.name)
+def test_program_uses_the_standard_library_only(path):
+    """And drains.py, the one module it imports that the role installs beside it."""
     import ast
 
-    tree = ast.parse(PROGRAM.read_text())
+    tree = ast.parse(path.read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    assert imported <= set(sys.stdlib_module_names) | {"__future__", "drains"}, imported
 
 
 def test_default_checks_with_nothing_to_compare_are_not_reported(check_file, edited):

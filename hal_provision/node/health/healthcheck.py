@@ -6,10 +6,11 @@ It reads the node's expectation (rendered from the model: /etc/hal-provision/hea
 runs each check it names, and then:
 
 * a check failed: drain the node with the reason "<prefix>: <check>: <first problem>", unless
-  somebody else drained it (its reason does not start with the prefix): that drain and its
+  somebody else drained it (its reason is not the prefix's): that drain and its
   reason are left as they are;
-* every check passed: resume the node if, and only if, its drain reason starts with the prefix
-  (this program drained it). A node an admin drained is never resumed here.
+* every check passed: resume the node if, and only if, its drain reason is the prefix's (this
+  program drained it; hal_provision/node/drains.py's rule, the module the role installs beside
+  this program). A node an admin drained is never resumed here.
 
     hal-healthcheck [--expectation FILE] [--no-slurm] [--host NAME] [--root DIR]
 
@@ -43,6 +44,11 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+
+try:
+    from .. import drains
+except ImportError:  # run as a script beside drains.py (the healthcheck role's layout)
+    import drains
 
 EXPECTATION = "/etc/hal-provision/health.json"
 STATE_DIR = "/run/hal-healthcheck"
@@ -385,23 +391,21 @@ def drain_reason(prefix: str, results: dict[str, list[str]]) -> str | None:
 
 # ---- Slurm ------------------------------------------------------------------------------------
 
-DRAINED = ("drain", "drained", "draining", "drng")
-
-
 def node_state(host: str) -> tuple[str, str]:
     """(state, reason) of the node as slurmctld sees it: ('idle', ''), ('drained', 'x: y')."""
     rc, text = _run([_slurm_command("sinfo"), "-h", "-N", "-n", host, "-o", "%T|%E"])
     if rc != 0 or not text.strip():
         raise RuntimeError(f"sinfo -n {host}: exit {rc}: {text.strip()[:120]}")
-    state, _, reason = text.splitlines()[0].partition("|")
-    reason = reason.strip()
-    return state.strip().rstrip("*~#!%$@^-+").lower(), "" if reason == "none" else reason
+    parsed = drains.parse(text.splitlines()[0])
+    if parsed is None:
+        raise RuntimeError(f"sinfo -n {host}: not a state|reason line: {text.strip()[:120]}")
+    return parsed
 
 
 def decide(state: str, reason: str, wanted: str | None, prefix: str) -> tuple[str, str]:
     """What to do: ('drain', reason), ('resume', ''), or ('none', why)."""
-    ours = reason.startswith(prefix + ":")
-    drained = state in DRAINED
+    ours = drains.ours(reason, prefix)
+    drained = drains.is_drained(state)
     if wanted is not None:
         if drained and not ours:
             return "none", f"drained by somebody else ({reason or 'no reason'}): left as it is"
