@@ -1,4 +1,4 @@
-"""`hal-provision storage plan|bench|dlio|report|probe`: thin commands over hal_provision.storage and
+"""`hal-provision storage plan|bench|dlio|report|probe`: thin commands over hal_provision.model.gpfs_plan and
 the node programs (the fio benchmark, the DL I/O benchmark, the responsiveness probe)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..node import dl_io_bench as dlio_lib
 from ..node import storage_bench as bench_lib
 from ..node.monitoring import probe as probe_lib
 from ..model import gpfs_tuning
-from ..storage import gpfs
+from ..model import gpfs_plan as gpfs
 from . import runner
 from .common import checked, err, out
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from ..model.gpfs_tuning import CLUSTER, DEFAULTS, IMMEDIATE, OFFLINE, same_value
+from .gpfs_tuning import CLUSTER, DEFAULTS, IMMEDIATE, OFFLINE, same_value
 
 class MmlsconfigError(ValueError):
     """Output that is not `mmlsconfig -Y`."""

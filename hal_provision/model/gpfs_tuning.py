@@ -1,7 +1,7 @@
 """Spectrum Scale tuning the model asks for: the desired settings per scope (the cluster and
 each node class), what a node class ends up with (its own, the cluster's, GPFS's defaults), the
 memory the daemon's caches then take, and what counts as the same value. Read by the checks,
-the storage renderer and the tuning plan (hal_provision/storage/gpfs.py, which compares it with
+the storage renderer and the tuning plan (hal_provision/model/gpfs_plan.py, which compares it with
 `mmlsconfig -Y`)."""
 
 from __future__ import annotations

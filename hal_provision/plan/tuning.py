@@ -1,6 +1,6 @@
-"""The Spectrum Scale tuning a converge applies: storage/gpfs.py's plan, OLD's tuning as current.
+"""The Spectrum Scale tuning a converge applies: model/gpfs_plan.py's plan, OLD's tuning as current.
 
-The gpfs role reads `mmlsconfig -Y` and runs the plan of hal_provision.storage.gpfs. On a
+The gpfs role reads `mmlsconfig -Y` and runs the plan of hal_provision.model.gpfs_plan. On a
 cluster that runs OLD, the managed settings are OLD's tuning.json, so the plan here is that same
 function with OLD's scopes standing in for mmlsconfig's listing: the same mmchconfig commands,
 the same split between `-i` (at once) and a daemon restart per node class.
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..model import gpfs_tuning
-from ..storage import gpfs
+from ..model import gpfs_plan as gpfs
 
 TUNING = "files/gpfs/tuning.json"
 NODE_FILE = "files/gpfs/nodes.list"

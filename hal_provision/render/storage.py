@@ -24,7 +24,7 @@ from ..hostlist import ansible_name, expand, nodeset
 from ..model import Cluster, Gpfs
 from ..model.storage import GpfsFilesystem, NfsMount
 from ..model import gpfs_tuning as desired
-from ..storage import gpfs as tuning
+from ..model import gpfs_plan as tuning
 from ..model.naming import mount_unit_name, nsd_records
 from .common import header, json_comment
 

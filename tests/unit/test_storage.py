@@ -28,23 +28,13 @@ from hal_provision.node.monitoring import probe
 from hal_provision.sandbox.storage import narrow_storage
 from hal_provision.node import storage_bench as bench
 from hal_provision.model import gpfs_tuning
-from hal_provision.storage import gpfs
-from hal_provision.cli.validate import validate
+from hal_provision.model import gpfs_plan as gpfs
+from hal_provision.loader import validate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MMLSCONFIG = DATA / "mmlsconfig"
 FIO_RECORDED = DATA / "fio" / "dl-small-fio-3.33.json"
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def hal():
-    return validate(None).model
-
-
-@pytest.fixture(scope="module")
-def hal_files(hal):
-    return render_all(hal)
 
 
 def current(name: str) -> list[gpfs.Setting]:
@@ -162,8 +152,8 @@ def test_pagepool_goes_first_in_a_command():
     assert plan.commands() == [["mmchconfig", "pagepool=8G,maxMBpS=9000,nsdBufSpace=50", "-i", "-N", "c"]]
 
 
-def test_rendered_tuning_plan_lists_the_new_cluster_commands(hal, hal_files):
-    text = hal_files["files/gpfs/tuning-plan.txt"]
+def test_rendered_tuning_plan_lists_the_new_cluster_commands(hal, files):
+    text = files["files/gpfs/tuning-plan.txt"]
     plan = gpfs.plan(gpfs_tuning.desired_state(hal.storage.gpfs), current("hal-new-cluster.txt"))
     for argv in plan.commands():
         assert "\n" + " ".join(argv) + "\n" in text
@@ -171,8 +161,8 @@ def test_rendered_tuning_plan_lists_the_new_cluster_commands(hal, hal_files):
     assert "= 64.3 GiB of 128 GiB (appliance server ddn1-a)" in text
 
 
-def test_tuning_json_is_the_desired_state_the_role_reads(hal, hal_files):
-    doc = json.loads(hal_files["files/gpfs/tuning.json"])
+def test_tuning_json_is_the_desired_state_the_role_reads(hal, files):
+    doc = json.loads(files["files/gpfs/tuning.json"])
     assert doc["scopes"] == gpfs_tuning.desired_state(hal.storage.gpfs)
     assert list(doc["scopes"]) == [gpfs_tuning.CLUSTER, "nsdNodes", "computeNodes", "serviceNodes"]
 
@@ -202,8 +192,8 @@ def test_cli_plan_json_is_what_the_role_gets():
 
 # ---- renderers ------------------------------------------------------------------------------
 
-def test_every_cluster_member_is_in_the_node_file_once(hal, hal_files):
-    lines = [ln for ln in hal_files["files/gpfs/nodes.list"].splitlines() if ln and not ln.startswith("#")]
+def test_every_cluster_member_is_in_the_node_file_once(hal, files):
+    lines = [ln for ln in files["files/gpfs/nodes.list"].splitlines() if ln and not ln.startswith("#")]
     names = [ln.split(":")[0] for ln in lines]
     members = [h for nc in hal.storage.gpfs.node_classes for h in expand(nc.hosts)]
     assert len(names) == len(set(names)) == len(members)
@@ -211,12 +201,12 @@ def test_every_cluster_member_is_in_the_node_file_once(hal, hal_files):
     assert sum(":quorum" in ln for ln in lines) == len(nodeset(hal.storage.gpfs.quorum))
 
 
-def test_class_files_partition_the_node_file(hal, hal_files):
+def test_class_files_partition_the_node_file(hal, files):
     listed = []
     for nc in hal.storage.gpfs.node_classes:
-        text = hal_files[f"files/gpfs/classes/{nc.name}.list"]
+        text = files[f"files/gpfs/classes/{nc.name}.list"]
         listed += [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    node_file = [ln.split(":")[0] for ln in hal_files["files/gpfs/nodes.list"].splitlines() if ln and ln[0] != "#"]
+    node_file = [ln.split(":")[0] for ln in files["files/gpfs/nodes.list"].splitlines() if ln and ln[0] != "#"]
     assert listed == node_file
 
 
@@ -227,8 +217,8 @@ def stanzas(text: str) -> list[dict]:
     return out
 
 
-def test_nsd_stanzas_rotate_primary_servers(hal_files):
-    nsds = stanzas(hal_files["files/gpfs/halfs.nsd"])
+def test_nsd_stanzas_rotate_primary_servers(files):
+    nsds = stanzas(files["files/gpfs/halfs.nsd"])
     assert len(nsds) == 16 and len({n["nsd"] for n in nsds}) == 16
     primaries = [n["servers"].split(",")[0] for n in nsds]
     assert {p: primaries.count(p) for p in set(primaries)} == {"ddn1-a": 4, "ddn1-b": 4, "ddn2-a": 4, "ddn2-b": 4}
@@ -241,8 +231,8 @@ def test_nsd_run_without_rotation_keeps_the_order(hal):
     assert [servers for _n, _d, servers in nsd_records(run)] == [["ddn1-a", "ddn1-b"]] * 3
 
 
-def test_mmcrfs_command_carries_hal_choices(hal_files):
-    text = hal_files["files/gpfs/halfs.mmcrfs"]
+def test_mmcrfs_command_carries_hal_choices(files):
+    text = files["files/gpfs/halfs.mmcrfs"]
     command = " ".join(text.split("\n", 4)[-1].replace("\\\n", " ").split())
     assert command == ("mmcrfs halfs -F halfs.nsd -B 1M -L 128M -T /home -A yes -m 2 -M 2 -r 1 -R 2 -Q no "
                        "--inode-limit 200000000:50000000")
@@ -272,8 +262,8 @@ def test_mount_units_pass_systemd_analyze_verify(tmp_path, case):
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
-def test_mount_unit_mounts_the_export(hal_files):
-    unit = hal_files["files/nfs/mounts/sw.mount"]
+def test_mount_unit_mounts_the_export(files):
+    unit = files["files/nfs/mounts/sw.mount"]
     assert "What=hal-data:/export/sw\nWhere=/sw\nType=nfs\nOptions=rw,hard,vers=4.2,_netdev\n" in unit
     assert "WantedBy=remote-fs.target\n" in unit
 
@@ -299,11 +289,11 @@ def test_exports_use_network_cidr_when_asked():
 
 
 @pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed")
-def test_ansible_reads_the_storage_groups(tmp_path, hal_files):
+def test_ansible_reads_the_storage_groups(tmp_path, files):
     inv = tmp_path / "inventory"
     inv.mkdir()
     for rel in ("inventory/hosts.yml", "inventory/storage.yml"):
-        (tmp_path / rel).write_text(hal_files[rel])
+        (tmp_path / rel).write_text(files[rel])
     listed = subprocess.run(["ansible-inventory", "-i", str(inv), "--list"], check=True, capture_output=True, text=True)
     data = json.loads(listed.stdout)
     assert data["gpfs_admin"]["hosts"] == ["hal-dtn"]
@@ -315,8 +305,8 @@ def test_ansible_reads_the_storage_groups(tmp_path, hal_files):
     assert data["_meta"]["hostvars"]["hal01"]["ansible_host"] == "172.22.1.1"  # storage.yml sets no host vars
 
 
-def test_nfs_manifest_names_export_paths_and_each_unit_with_its_group(hal_files):
-    doc = json.loads(hal_files["files/nfs/nfs.json"])
+def test_nfs_manifest_names_export_paths_and_each_unit_with_its_group(files):
+    doc = json.loads(files["files/nfs/nfs.json"])
     assert doc["servers"] == {"hal-data": {"paths": ["/export/sw", "/export/backup", "/export/backup-mgmt2"]}}
     assert doc["mounts"] == [{"group": "nfs_mount_sw", "mount_point": "/sw", "unit": "sw.mount"},
                              {"group": "nfs_mount_backup", "mount_point": "/backup", "unit": "backup.mount"},

@@ -15,7 +15,7 @@ import pytest
 import testinfra
 
 from hal_provision.node import storage_bench as bench
-from hal_provision.storage import gpfs
+from hal_provision.model import gpfs_plan as gpfs
 
 INVENTORY = Path(os.environ["HAL_INVENTORY"])
 FILES = INVENTORY.parent / "files"

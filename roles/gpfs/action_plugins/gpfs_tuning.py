@@ -1,7 +1,7 @@
 """Action gpfs_tuning: bring Spectrum Scale's settings to the rendered tuning, changing only differences.
 
 Runs on the controller, where hal-provision is installed: it reads `mmlsconfig -Y` on the
-admin node, computes the plan with hal_provision.storage.gpfs (the same code as
+admin node, computes the plan with hal_provision.model.gpfs_plan (the same code as
 `hal-provision storage plan`), and unless in check mode (or apply=false) runs the plan's
 mmchconfig commands there. Returns changed, a before/after diff of the managed settings, the
 commands, and `restart`: the scopes ('cluster' or node classes) whose daemons must restart
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         try:
-            from hal_provision.storage import gpfs
+            from hal_provision.model import gpfs_plan as gpfs
         except ImportError as exc:
             raise AnsibleActionFail(f"hal-provision is not importable by the controller's Python ({exc}); "
                                     "install it (pip install -e .) for the Python that runs Ansible") from None
