@@ -242,7 +242,7 @@ def can_scale_out() -> bool:
     """The description has a compute node the sandbox does not run yet (a workstation has none)."""
     if WORKDIR is None or not (WORKDIR / "sandbox.json").is_file():
         return False
-    from hal_provision.cli.validate import validate
+    from hal_provision.loader import validate
 
     src = source()
     loaded = validate(Path(src["file"]) if src["file"] else None)
@@ -310,7 +310,7 @@ def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
 
     sandbox_up(int((changes / "computes").read_text()))  # renders the model without it; its container stays
     output = converge("rolling.yml", "-e", f"hosts={gone}", "-e", "rolling_poll=5", "-e", "rolling_wait_timeout=600")
-    assert "FAILED - RETRYING: [" in output and "Wait for the jobs on" in output, "rolling.yml did not wait"
+    assert "FAILED - RETRYING: [" in output and "Wait for the jobs to end, nothing cancelled, on" in output, "rolling.yml did not wait"
     ran = handlers_run(output)
     assert ran == expected_handlers(actions), tail(output, 120)
     assert gone not in sinfo_nodes()

@@ -35,7 +35,7 @@ from hal_provision.plan.jobs import Job, parse_jobs, parse_nodes
 from hal_provision.plan.slurm import changed_keys, restart_required
 from hal_provision.render import render_all
 from hal_provision.render.policy import POLICY_JSON
-from hal_provision.cli.validate import validate_text
+from hal_provision.loader import validate_text
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -328,7 +328,7 @@ def test_the_role_finds_the_controllers_the_plan_orders(backup_tree, tmp_path) -
               "slurm_nodes": ["tg01"], "role_login": ["tg-login"]}
     names = ["__slurm_ctld_hosts", "__slurm_is_ctld_backup", "__slurm_ctld_state_shared", "__slurm_ctld_in_play",
              "__slurm_dirs"]
-    facts = dict(__slurm_conf_text=conf, __slurmdbd_conf_text="", groups=groups,
+    facts = dict(__slurm_conf_text=conf, __slurm_dbd_conf_text="", groups=groups,
                  ansible_play_hosts=["tg-mgmt2", "tg-mgmt1"])
     primary = role_values(names, tmp_path, inventory_hostname="tg-mgmt1", **facts)
     backup = role_values(names, tmp_path, inventory_hostname="tg-mgmt2", **facts)
@@ -403,7 +403,7 @@ def test_the_role_withholds_what_the_inventory_says(backup_tree, tmp_path) -> No
     os_vars = yaml.safe_load((REPO / "roles/slurm/vars/Debian.yml").read_text())
     names = ["__slurm_is_configless", "__slurm_withheld_files", "__slurm_pushed_files", "__slurm_slurmd_dropin",
              "__slurm_restart_required"]
-    facts = dict(groups=groups, __slurm_conf_text=backup_tree["files/etc/slurm/slurm.conf"], __slurmdbd_conf_text="",
+    facts = dict(groups=groups, __slurm_conf_text=backup_tree["files/etc/slurm/slurm.conf"], __slurm_dbd_conf_text="",
                  **os_vars, **configless["vars"])
     fetched_same = role_values(names, tmp_path, inventory_hostname="tg01", __slurm_fetched={"changed": False}, **facts)
     assert fetched_same == [True, ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf"], [],
