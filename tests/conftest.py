@@ -9,9 +9,10 @@ from typing import Callable
 import pytest
 
 from hal_provision.loader import REPO_DEFAULT, Loaded
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 HAL_TEXT = REPO_DEFAULT.read_text(encoding="utf-8")
+TWOGEN = Path(__file__).resolve().parent / "data" / "clusters" / "x86-twogen.yml"
 
 
 def _apply(text: str, steps) -> str:
@@ -137,12 +138,27 @@ def render_rejects(tmp_path: Path) -> Callable[[str, str], None]:
     return run
 
 
+def _checked_model(loaded: Loaded):
+    """The model of a description that loads and passes every check."""
+    from hal_provision.findings import has_errors
+
+    assert loaded.model is not None and not has_errors(loaded.findings), [f.format() for f in loaded.findings]
+    return loaded.model
+
+
 @pytest.fixture(scope="session")
 def hal():
-    """The embedded HAL description as a model (test modules may define their own `hal`)."""
-    from hal_provision.loader import load_text
+    """The embedded HAL description as a model, checked; tests that edit it work on a copy
+    (`hal_with`, `model_copy`): every test module shares this one."""
+    from hal_provision.loader import validate_text
 
-    return load_text(HAL_TEXT, "hal.yml").model
+    return _checked_model(validate_text(HAL_TEXT, "hal.yml"))
+
+
+@pytest.fixture(scope="session")
+def twogen():
+    """tests/data/clusters/x86-twogen.yml (two hardware generations) as a model, checked."""
+    return _checked_model(validate(TWOGEN))
 
 
 @pytest.fixture(scope="session")

@@ -87,7 +87,7 @@ def publish(model: dict, tmp: Path, control_plane: bool = True) -> str:
     """The bundle of `model` built into TMP/<version>/ and its release signed with the cluster's
     key (as `hal-provision bundle` does, with the key the enrolling push made), the control plane
     pushed (unless the change is the nodes' alone), the bundle published; its version."""
-    from hal_provision import bundle as lib
+    from hal_provision.pull import bundle as lib
     from hal_provision import release
     from hal_provision.cli.bundle import write_outputs
     from hal_provision.render.writer import write_tree
@@ -274,7 +274,7 @@ def refused_everywhere(reason: str, running: str, before: dict[str, str]) -> Non
 
 
 def test_forged_and_older_releases_are_refused_by_every_node(tmp):
-    from hal_provision import bundle as lib
+    from hal_provision.pull import bundle as lib
     from hal_provision import release
 
     running = {last(h).get("version") for h in NODES}

@@ -218,15 +218,10 @@ def test_calendar_agrees_with_systemd():
 # ---- the rendered files -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def hal_files() -> dict[str, str]:
-    return render_all(hal_with())
-
-
-def test_backup_json_takes_its_values_from_the_other_renderers(hal_files):
+def test_backup_json_takes_its_values_from_the_other_renderers(files):
     """The database, suffix and state directory are those slurmdbd.conf, the directory, the
     monitoring facts and slurm.conf name."""
-    doc = json.loads(hal_files[CONFIG])
+    doc = json.loads(files[CONFIG])
     assert (doc["format"], doc["cluster"], doc["keep"]) == (2, "hal", 7)
     assert doc["destinations"] == {"hal-mgmt1": {"path": "/backup/hal", "mount_point": "/backup"},
                                    "hal-mgmt2": {"path": "/backup-mgmt2/hal", "mount_point": "/backup-mgmt2"}}
@@ -236,14 +231,14 @@ def test_backup_json_takes_its_values_from_the_other_renderers(hal_files):
         ("accounting_db", "mariadb", "hal-mgmt1", False), ("directory", "slapd", "hal-mgmt1", True),
         ("monitoring", "influxdb", "hal-mgmt1", False), ("slurmctld_state", "files", "hal-mgmt1", True),
         ("secrets-hal-mgmt1", "files", "hal-mgmt1", True), ("secrets-hal-mgmt2", "files", "hal-mgmt2", True)]
-    storage_loc = re.search(r"^StorageLoc=(\S+)$", hal_files["files/etc/slurm/slurmdbd.conf"], re.M)[1]
-    state_save = re.search(r"^StateSaveLocation=(\S+)$", hal_files["files/etc/slurm/slurm.conf"], re.M)[1]
+    storage_loc = re.search(r"^StorageLoc=(\S+)$", files["files/etc/slurm/slurmdbd.conf"], re.M)[1]
+    state_save = re.search(r"^StateSaveLocation=(\S+)$", files["files/etc/slurm/slurm.conf"], re.M)[1]
     assert jobs["accounting_db"]["databases"] == [storage_loc]
-    assert jobs["directory"]["suffix"] == json.loads(hal_files["files/etc/hal-provision/ldap-directory.json"])["base_dn"]
-    assert jobs["monitoring"]["databases"] == [json.loads(hal_files["files/etc/hal-provision/monitoring.json"])["database"]]
+    assert jobs["directory"]["suffix"] == json.loads(files["files/etc/hal-provision/ldap-directory.json"])["base_dn"]
+    assert jobs["monitoring"]["databases"] == [json.loads(files["files/etc/hal-provision/monitoring.json"])["database"]]
     assert jobs["slurmctld_state"]["paths"] == [state_save]
-    hub = hal_files["files/etc/jupyterhub/jupyterhub_config.py"]
-    portal = json.loads(hal_files["files/etc/hal-provision/portal.json"])["tls"]
+    hub = files["files/etc/jupyterhub/jupyterhub_config.py"]
+    portal = json.loads(files["files/etc/hal-provision/portal.json"])["tls"]
     cookie = re.search(r'^c\.JupyterHub\.cookie_secret_file = "(\S+)"$', hub, re.M)[1]
     assert jobs["secrets-hal-mgmt2"]["paths"] == [portal["key"], portal["certificate"], cookie]
 
@@ -256,19 +251,19 @@ def _role_values(role: str) -> dict:
     return values
 
 
-def test_secret_files_are_where_the_roles_generate_them(hal_files):
+def test_secret_files_are_where_the_roles_generate_them(files):
     """Each path of the secrets jobs is a file a role makes (its variable's default)."""
     munge, mariadb, influxdb, ldap = (_role_values(r) for r in ("munge", "mariadb", "influxdb", "ldap_server"))
     made = {munge["__munge_key_path"], mariadb["mariadb_slurm_password_file"],
             *(f"{influxdb['influxdb_secrets_dir']}/influxdb_{user}_pass" for user in influxdb["__influxdb_vault_passwords"]),
             *(ldap[key] for key in ("ldap_server_admin_password_file", "ldap_server_ca_key_file",
                                     "ldap_server_ca_cert_file", "ldap_server_tls_key_file", "ldap_server_tls_cert_file"))}
-    [job] = [j for j in json.loads(hal_files[CONFIG])["jobs"] if j["name"] == "secrets-hal-mgmt1"]
+    [job] = [j for j in json.loads(files[CONFIG])["jobs"] if j["name"] == "secrets-hal-mgmt1"]
     assert set(job["paths"]) == made and len(job["paths"]) == len(made)
 
 
-def test_units_run_hal_backup_on_the_schedule(hal_files):
-    service, timer = hal_files[SERVICE], hal_files[TIMER]
+def test_units_run_hal_backup_on_the_schedule(files):
+    service, timer = files[SERVICE], files[TIMER]
     assert f"ExecStart={PROGRAM} run\n" in service and "RequiresMountsFor=/backup/hal /backup-mgmt2/hal\n" in service
     assert "Type=oneshot\n" in service and "IOSchedulingClass=idle\n" in service
     assert "ReadWritePaths=-/backup -/backup-mgmt2\n" in service  # each host's own; '-': not there, skipped
@@ -283,18 +278,18 @@ def test_nothing_rendered_without_a_backup_section():
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason=NO_SYSTEMD)
-def test_systemd_verifies_the_units(hal_files, tmp_path):
+def test_systemd_verifies_the_units(files, tmp_path):
     """systemd-analyze verify loads both units as systemd would, in a root that holds the
     system's units and a stand-in hal-backup (verify checks that ExecStart is executable).
     The controls: a timer with a bad calendar, and a root without the program, are refused."""
     root = SystemdRoot(tmp_path, SYSTEMD_ANALYZE)
-    root.unit("hal-backup.service", hal_files[SERVICE])
-    root.unit("hal-backup.timer", hal_files[TIMER])
+    root.unit("hal-backup.service", files[SERVICE])
+    root.unit("hal-backup.timer", files[TIMER])
     missing = root.verify("hal-backup.service", "hal-backup.timer")
     assert missing.returncode != 0 and f"Command {PROGRAM} is not executable" in missing.stderr, missing.stderr
     root.program(PROGRAM)
     ok = root.verify("hal-backup.service", "hal-backup.timer")
     assert ok.returncode == 0 and not ok.stderr.strip(), ok.stderr
-    root.unit("hal-backup.timer", hal_files[TIMER].replace("OnCalendar=*-*-* 02:30:00", "OnCalendar=nightly"))
+    root.unit("hal-backup.timer", files[TIMER].replace("OnCalendar=*-*-* 02:30:00", "OnCalendar=nightly"))
     bad = root.verify("hal-backup.service", "hal-backup.timer")
     assert "Failed to parse calendar specification" in bad.stderr, bad.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hal_provision.loader import load, load_text
+from hal_provision.loader import load_text
 from hal_provision.node import backup as program
 from hal_provision.render import backup as renderer
 from hal_provision.render import render_all
@@ -36,30 +36,20 @@ def _yaml(path: Path):
 
 
 @pytest.fixture(scope="module")
-def hal():
-    return load().model
-
-
-@pytest.fixture(scope="module")
-def hal_files(hal):
-    return render_all(hal)
-
-
-@pytest.fixture(scope="module")
-def inventory_groups(hal_files) -> dict[str, list[str]]:
+def inventory_groups(files) -> dict[str, list[str]]:
     """The rendered inventory's groups with their hosts (children left out)."""
-    doc = yaml.safe_load(hal_files["inventory/hosts.yml"])["all"]["children"]
+    doc = yaml.safe_load(files["inventory/hosts.yml"])["all"]["children"]
     return {name: list((body or {}).get("hosts") or {}) for name, body in doc.items()}
 
 
-def role_vars(hal_files, inventory_groups, host: str = "hal-mgmt1", **extra) -> dict:
+def role_vars(files, inventory_groups, host: str = "hal-mgmt1", **extra) -> dict:
     """The role's defaults and vars (main and Debian) for `host`, with the rendered files the
     lookups would read given as their values."""
     values = {**_yaml(ROLE / "defaults/main.yml"), **_yaml(ROLE / "vars/main.yml"), **_yaml(ROLE / "vars/Debian.yml")}
-    doc = json.loads(hal_files[renderer.CONFIG])
+    doc = json.loads(files[renderer.CONFIG])
     values.update(hal_rendered_dir="/r/files", playbook_dir=str(REPO / "playbooks"), role_path=str(ROLE),
                   inventory_hostname=host, groups=inventory_groups, __backup_doc=doc, __backup_config=doc,
-                  __backup_unit_text=hal_files[renderer.SERVICE])
+                  __backup_unit_text=files[renderer.SERVICE])
     values["__backup_jobs"] = [j for j in doc["jobs"] if j["host"] == host]
     values.update(extra)
     return values
@@ -67,16 +57,16 @@ def role_vars(hal_files, inventory_groups, host: str = "hal-mgmt1", **extra) -> 
 
 @pytest.mark.parametrize(("host", "path", "mount_point"), [
     ("hal-mgmt1", "/backup/hal", "/backup"), ("hal-mgmt2", "/backup-mgmt2/hal", "/backup-mgmt2")])
-def test_the_role_reads_the_program_and_this_host_s_destination(hal, hal_files, inventory_groups, host, path,
+def test_the_role_reads_the_program_and_this_host_s_destination(hal, files, inventory_groups, host, path,
                                                                  mount_point):
     """The program from the unit; each host's own destination and mount point from the job list,
     the mount point one the unit lets the service write."""
-    value = templar(role_vars(hal_files, inventory_groups, host))
+    value = templar(role_vars(files, inventory_groups, host))
     assert value("__backup_program_found") == [renderer.PROGRAM]
     assert value("__backup_host_destination") == {"path": path, "mount_point": mount_point}
     assert hal.backup_destinations[host] == (path, mount_point)
     assert value("__backup_mounts_found") == ["/backup", "/backup-mgmt2"]
-    assert templar(role_vars(hal_files, inventory_groups, "hal01"))("__backup_host_destination") == {}
+    assert templar(role_vars(files, inventory_groups, "hal01"))("__backup_host_destination") == {}
     # The units', the job list's and the key's names on the node are hal-backup's and the renderer's.
     assert value("__backup_config_path") == program.CONFIG == "/" + renderer.CONFIG.removeprefix("files/")
     assert value("__backup_key_path") == program.KEY
@@ -89,8 +79,8 @@ def test_the_role_reads_the_program_and_this_host_s_destination(hal, hal_files, 
     assert Path(value("__backup_unit_checker_src")).resolve().is_file()
 
 
-def test_a_unit_without_the_lines_gives_nothing_the_role_would_use(hal_files, inventory_groups):
-    value = templar(role_vars(hal_files, inventory_groups, __backup_unit_text="[Service]\nExecStart=/bin/true\n"))
+def test_a_unit_without_the_lines_gives_nothing_the_role_would_use(files, inventory_groups):
+    value = templar(role_vars(files, inventory_groups, __backup_unit_text="[Service]\nExecStart=/bin/true\n"))
     assert not value("__backup_program_found") and value("__backup_mounts_found") == []
 
 
@@ -100,8 +90,8 @@ def test_a_unit_without_the_lines_gives_nothing_the_role_would_use(hal_files, in
     ("hal01", []),   # no job: the role does nothing there
     ("hal-data", []),
 ])
-def test_each_host_runs_the_jobs_that_name_it(hal_files, inventory_groups, host, jobs):
-    value = templar(role_vars(hal_files, inventory_groups, host))
+def test_each_host_runs_the_jobs_that_name_it(files, inventory_groups, host, jobs):
+    value = templar(role_vars(files, inventory_groups, host))
     assert [j["name"] for j in value("__backup_host_jobs")] == jobs
 
 
@@ -111,14 +101,14 @@ def test_each_host_runs_the_jobs_that_name_it(hal_files, inventory_groups, host,
     (["secrets-hal-mgmt1", "directory"], ["secrets-hal-mgmt1", "directory"]),
     (["secrets-hal-mgmt2"], []),  # another host's job: nothing to do here
 ])
-def test_restore_runs_the_secrets_first_then_backup_json_s_order(hal_files, inventory_groups, asked, order):
-    value = templar(role_vars(hal_files, inventory_groups, backup_restore_jobs=asked))
+def test_restore_runs_the_secrets_first_then_backup_json_s_order(files, inventory_groups, asked, order):
+    value = templar(role_vars(files, inventory_groups, backup_restore_jobs=asked))
     assert [j["name"] for j in value("__backup_restore_order")] == order
     assert value("__backup_unknown_jobs") == []
 
 
-def test_unknown_job_names_are_listed(hal_files, inventory_groups):
-    value = templar(role_vars(hal_files, inventory_groups, backup_restore_jobs=["secrets", "accounting_db"]))
+def test_unknown_job_names_are_listed(files, inventory_groups):
+    value = templar(role_vars(files, inventory_groups, backup_restore_jobs=["secrets", "accounting_db"]))
     assert value("__backup_unknown_jobs") == ["secrets"]  # HAL's are secrets-<host>
 
 
@@ -130,25 +120,25 @@ def test_unknown_job_names_are_listed(hal_files, inventory_groups):
     ("secrets-hal-mgmt1", [["hal-mgmt1", "munge"], ["hal-mgmt1", "slapd"]]),
     ("secrets-hal-mgmt2", [["hal-mgmt2", "jupyterhub"], ["hal-mgmt2", "apache2"]]),
 ])
-def test_restore_stops_the_services_that_use_the_state(hal_files, inventory_groups, job, owners):
-    doc = json.loads(hal_files[renderer.CONFIG])
+def test_restore_stops_the_services_that_use_the_state(files, inventory_groups, job, owners):
+    doc = json.loads(files[renderer.CONFIG])
     entry = next(j for j in doc["jobs"] if j["name"] == job)
-    value = templar(role_vars(hal_files, inventory_groups, entry["host"], __backup_job=entry))
+    value = templar(role_vars(files, inventory_groups, entry["host"], __backup_job=entry))
     assert [list(pair) for pair in value("__backup_restore_owners")] == owners
 
 
-def test_with_a_backup_controller_both_controllers_stop_for_the_state(hal_files, inventory_groups):
+def test_with_a_backup_controller_both_controllers_stop_for_the_state(files, inventory_groups):
     groups = dict(inventory_groups, service_slurmctld=["hal-mgmt1", "hal-mgmt2"])
     entry = {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1", "paths": ["/var/lib/slurm/slurmctld"]}
-    value = templar(role_vars(hal_files, groups, __backup_job=entry))
+    value = templar(role_vars(files, groups, __backup_job=entry))
     assert [list(p) for p in value("__backup_restore_owners")] == [["hal-mgmt1", "slurmctld"], ["hal-mgmt2", "slurmctld"]]
 
 
-def test_check_mode_says_what_a_restore_replaces(hal_files, inventory_groups):
-    doc = json.loads(hal_files[renderer.CONFIG])
+def test_check_mode_says_what_a_restore_replaces(files, inventory_groups):
+    doc = json.loads(files[renderer.CONFIG])
     said = {}
     for entry in doc["jobs"]:
-        value = templar(role_vars(hal_files, inventory_groups, entry["host"], __backup_job=entry))
+        value = templar(role_vars(files, inventory_groups, entry["host"], __backup_job=entry))
         said[entry["name"]] = value("__backup_replaces")
     assert said["accounting_db"] == ("databases slurm_acct_db (dropped, then accounting_db.sql loaded with mariadb), "
                                      "stopping slurmdbd on hal-mgmt1 meanwhile")
@@ -179,11 +169,11 @@ def test_every_backed_up_secret_file_has_its_services_named(name):
             assert {p for j in jobs if j["name"].startswith("secrets") for p in j["paths"]} <= set(mapping)
 
 
-def test_a_files_restore_extracts_the_job_s_own_members_only(hal_files, inventory_groups):
+def test_a_files_restore_extracts_the_job_s_own_members_only(files, inventory_groups):
     """tar is given the job's paths as members, as hal-backup archived them (relative to /)."""
-    doc = json.loads(hal_files[renderer.CONFIG])
+    doc = json.loads(files[renderer.CONFIG])
     entry = next(j for j in doc["jobs"] if j["name"] == "secrets-hal-mgmt1")
-    value = templar(role_vars(hal_files, inventory_groups, __backup_job=entry))
+    value = templar(role_vars(files, inventory_groups, __backup_job=entry))
     members = value("__backup_members")
     assert members == [p.lstrip("/") for p in entry["paths"]]
     job = program.parse_config(dict(doc, jobs=[entry])).jobs[0]
@@ -194,8 +184,8 @@ def test_a_files_restore_extracts_the_job_s_own_members_only(hal_files, inventor
     assert extract.rstrip().endswith("'--'] + __backup_members }}")
 
 
-def test_latest_never_takes_a_snapshot_dated_after_now(hal_files, inventory_groups):
-    value = templar(role_vars(hal_files, inventory_groups, found=["20260301T023000Z", "20990101T000000Z"]))
+def test_latest_never_takes_a_snapshot_dated_after_now(files, inventory_groups):
+    value = templar(role_vars(files, inventory_groups, found=["20260301T023000Z", "20990101T000000Z"]))
     assert value("found | select('le', __backup_now_stamp) | last") == "20260301T023000Z"
     tasks = _yaml(ROLE / "tasks/restore_job.yml")
     choose = next(t for t in tasks if t["name"].startswith("Choose the snapshot"))["ansible.builtin.set_fact"]
@@ -211,8 +201,8 @@ def test_the_sql_dump_loads_without_the_client_s_commands():
 @pytest.mark.parametrize(("stamp", "ok"), [
     (program.stamp_of(program._utcnow()), True), ("20260301T023000Z", True),
     (".partial-20260301T023000Z", False), ("latest", False), ("2026-03-01", False)])
-def test_snapshot_names_are_hal_backup_s_stamps(hal_files, inventory_groups, stamp, ok):
-    value = templar(role_vars(hal_files, inventory_groups, s=stamp))
+def test_snapshot_names_are_hal_backup_s_stamps(files, inventory_groups, stamp, ok):
+    value = templar(role_vars(files, inventory_groups, s=stamp))
     assert value("s is match(__backup_stamp_pattern)") is ok
     assert bool(program.STAMP_RE.fullmatch(stamp)) is ok
 
@@ -231,7 +221,7 @@ def test_restore_playbook_turns_its_extra_variables_into_the_role_s(extra, snaps
     assert value("backup_restore_force") is force
 
 
-def test_update_policy_names_the_role_s_handlers_and_hosts(hal_files):
+def test_update_policy_names_the_role_s_handlers_and_hosts(files):
     policy = load_policy()
     units, config = policy.component("backup"), policy.component("backup_config")
     handlers = _yaml(ROLE / "handlers/main.yml")
@@ -242,9 +232,9 @@ def test_update_policy_names_the_role_s_handlers_and_hosts(hal_files):
     assert units.match(renderer.SERVICE) is not None and units.match(renderer.TIMER) is not None
     assert config.match(renderer.CONFIG) is not None and config.action == "file-only"
     # Every host of a job is in the groups the policy names.
-    groups = yaml.safe_load(hal_files["inventory/hosts.yml"])["all"]["children"]
+    groups = yaml.safe_load(files["inventory/hosts.yml"])["all"]["children"]
     hosts = {h for g in units.hosts for h in ((groups.get(g) or {}).get("hosts") or {})}
-    assert {j["host"] for j in json.loads(hal_files[renderer.CONFIG])["jobs"]} <= hosts
+    assert {j["host"] for j in json.loads(files[renderer.CONFIG])["jobs"]} <= hosts
 
 
 def test_site_runs_backups_after_the_state_they_back_up_and_before_the_record():
@@ -264,8 +254,8 @@ def test_readme_names_every_variable_and_says_what_is_exercised():
 
 @pytest.mark.skipif(not Path(ANSIBLE_PLAYBOOK).exists(), reason="ansible-playbook is not installed")
 @pytest.mark.parametrize("playbook", ["backup.yml", "restore.yml", "site.yml"])
-def test_playbook_syntax_with_the_rendered_hal_inventory(tmp_path, hal_files, playbook):
-    for rel, text in hal_files.items():
+def test_playbook_syntax_with_the_rendered_hal_inventory(tmp_path, files, playbook):
+    for rel, text in files.items():
         if rel.startswith("inventory/"):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(text)

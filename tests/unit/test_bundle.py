@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision import bundle as lib
-from hal_provision.cli.validate import validate
-from hal_provision.inventory_source import inventory_files, parse_documents
+from hal_provision.inventory.documents import parse_documents, tree_documents
+from hal_provision.inventory.groups import list_inventory
+from hal_provision.inventory.source import inventory_files
+from hal_provision.loader import validate
+from hal_provision.pull import bundle as lib
 from hal_provision.render import render_all
 from hal_provision.render.backup import SECRET_FILES, SECRETS_DIR
 from hal_provision.render.portal import CA_SIGNED_KEY, COOKIE_SECRET
@@ -41,11 +43,6 @@ def model_of(path: Path = TWOGEN):
 
 def built(model):
     return lib.build(model, render_all(model))
-
-
-@pytest.fixture(scope="module")
-def twogen():
-    return model_of()
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +152,8 @@ def test_static_inventory_lists_as_the_rendered_inventory(twogen, twogen_bundle,
         return data
 
     by_rendered = listed(tmp_path / "rendered" / "inventory")
-    assert lib.inventory_documents(render_all(twogen)) == parse_documents(inventory_files(twogen))
-    assert lib.list_inventory(parse_documents(inventory_files(twogen))) == by_rendered
+    assert tree_documents(render_all(twogen)) == parse_documents(inventory_files(twogen))
+    assert list_inventory(parse_documents(inventory_files(twogen))) == by_rendered
     assert listed(static) == by_rendered
     assert by_rendered["deploy_pull"]["hosts"] == [f"tg0{i}" for i in range(1, 9)]
     assert by_rendered["deploy_points"]["hosts"] == ["tg-mgmt"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import hal_provision.checks
 from hal_provision.checks import REGISTRY
-from hal_provision.cli.validate import validate_text
+from hal_provision.loader import validate_text
 
 from tests.conftest import HAL_TEXT, _apply
 

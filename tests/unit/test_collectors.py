@@ -33,7 +33,7 @@ import pytest
 
 from hal_provision.model.monitoring import INPUTS
 from hal_provision.render import monitoring as render_monitoring
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 from hal_provision.node import backup as backup_program
 from hal_provision.node.monitoring import bmc, gpu, host, lineprotocol as lp, probe, slurm, standin
 from hal_provision.node.monitoring.commands import CollectorError

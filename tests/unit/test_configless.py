@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hal_provision.cli.validate import validate_text
+from hal_provision.loader import validate_text
 from hal_provision.loader import REPO_DEFAULT
 from hal_provision.model.configless import served_to_slurmd
 from hal_provision.model.slurm import SLURM_VERSIONS

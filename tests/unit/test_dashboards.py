@@ -430,7 +430,7 @@ def test_gpu_hosts_are_the_groups_with_gpu_hardware(hal):
 def test_expected_reporters_and_gpu_hosts_follow_each_groups_own_inputs():
     """A group's own input list (monitoring.inputs_by_group) and the GPU filter decide who is
     expected to report, not its role's list alone."""
-    from hal_provision.cli.validate import validate_text
+    from hal_provision.loader import validate_text
 
     text = (Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml").read_text()
     text = text.replace("    storage: [cpu, mem, system, net]\n",

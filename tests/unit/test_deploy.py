@@ -137,7 +137,7 @@ TWOGEN = "tests/data/clusters/x86-twogen.yml"
 
 @pytest.fixture(scope="module")
 def twogen_files():
-    from hal_provision.cli.validate import validate
+    from hal_provision.loader import validate
 
     return render_all(validate(TWOGEN).model)
 
@@ -203,7 +203,7 @@ PULL_CASES = ["fleet", "two-points"]  # one point serving every node; two splitt
 @functools.cache
 def pull_case(name: str):
     """(model, rendered tree) of a pull-mode case: the fleet test cluster, or HAL with two points."""
-    from hal_provision.cli.validate import validate
+    from hal_provision.loader import validate
 
     cluster = validate(FLEET).model if name == "fleet" else hal_with(_with_pull, TWO_POINTS)
     return cluster, render_all(cluster)

@@ -20,7 +20,7 @@ from hal_provision.cli.diagram import diagram
 from hal_provision.loader import load_text
 from hal_provision.model import Storage, Switch
 from hal_provision.render.diagram import MAX_SWITCHES, PATH, render
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 TWOGEN_FILE = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -86,13 +86,6 @@ class Dot:
 @pytest.fixture(scope="module")
 def hal_dot(hal) -> Dot:
     return Dot.parse(render(hal)[PATH])
-
-
-@pytest.fixture(scope="module")
-def twogen():
-    loaded = validate(TWOGEN_FILE)
-    assert loaded.model is not None
-    return loaded.model
 
 
 @pytest.fixture(scope="module")

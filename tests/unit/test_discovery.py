@@ -46,7 +46,8 @@ H100_NAME = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture(scope="module")
-def hal():
+def hal_loaded():
+    """HAL as loaded from its file, not only the model: compare locates findings by its locator."""
     loaded = load()
     assert loaded.model is not None, loaded.findings
     return loaded
@@ -145,9 +146,9 @@ def test_hierarchic_lscpu_json():
 
 
 @needs_lstopo
-def test_synthetic_ac922_topology_equals_hals_ac922(hal):
+def test_synthetic_ac922_topology_equals_hals_ac922(hal_loaded):
     """The issue's Done-when point: hwloc's synthetic AC922 reads back as HAL's ac922."""
-    want = hal.model.hardware["ac922"]
+    want = hal_loaded.model.hardware["ac922"]
     topo = parse_hwloc_xml(synthetic_hwloc(want.sockets, want.cores_per_socket, want.threads_per_core))
     assert (topo.sockets, topo.cores_per_socket, topo.threads_per_core) == (2, 20, 4) == (
         want.sockets, want.cores_per_socket, want.threads_per_core)
@@ -158,8 +159,8 @@ def test_synthetic_ac922_topology_equals_hals_ac922(hal):
 
 @needs_lstopo
 @pytest.mark.parametrize("name", ["lc921", "lc922", "x86-aux", "x86-dtn"])
-def test_synthetic_topologies_of_hals_other_profiles(hal, name):
-    want = hal.model.hardware[name]
+def test_synthetic_topologies_of_hals_other_profiles(hal_loaded, name):
+    want = hal_loaded.model.hardware[name]
     topo = parse_hwloc_xml(synthetic_hwloc(want.sockets, want.cores_per_socket, want.threads_per_core))
     assert (topo.sockets, topo.cores_per_socket, topo.threads_per_core) == (
         want.sockets, want.cores_per_socket, want.threads_per_core)
@@ -244,11 +245,11 @@ def test_meminfo_and_memory_blocks(tmp_path):
 # ---- GPUs ---------------------------------------------------------------------------------------
 
 
-def test_nvlink_sample_gives_hals_ac922_matrix(hal):
+def test_nvlink_sample_gives_hals_ac922_matrix(hal_loaded):
     """The topo -m sample (written in nvidia-smi's documented format) against HAL's matrix."""
     topo = parse_topo_m((AC922 / "nvidia-smi-topo-m.txt").read_text())
     assert topo.gpus == ["GPU0", "GPU1", "GPU2", "GPU3"]
-    assert topo.nvlink() == hal.model.hardware["ac922"].gpus.nvlink
+    assert topo.nvlink() == hal_loaded.model.hardware["ac922"].gpus.nvlink
     assert topo.cpu_affinity["GPU2"] == frozenset(range(80, 160)) and topo.numa_affinity == {
         "GPU0": 0, "GPU1": 0, "GPU2": 1, "GPU3": 1}
 
@@ -397,15 +398,15 @@ COMPARE_CASES = {
 
 @needs_lstopo
 @pytest.mark.parametrize("case", list(COMPARE_CASES))
-def test_compare_with_hal01(case, ac922_records, hal):
+def test_compare_with_hal01(case, ac922_records, hal_loaded):
     mutate, expected = COMPARE_CASES[case]
     mutate(ac922_records)
-    findings = compare(discover(read_records(ac922_records)), hal.model, "hal01", hal.locator)
+    findings = compare(discover(read_records(ac922_records)), hal_loaded.model, "hal01", hal_loaded.locator)
     assert {(f.level.value, f.dotted) for f in findings if f.level is not Level.info} == expected, \
         "\n".join(f.format() for f in findings)
-    lines = Path(hal.file).read_text().splitlines()
+    lines = Path(hal_loaded.file).read_text().splitlines()
     for f in findings:  # on the line of the key or list item named; HAL leaves `file` out: then the device's item
-        assert f.file == hal.file and f.line and f.column and f.check == "discover"
+        assert f.file == hal_loaded.file and f.line and f.column and f.check == "discover"
         line, last = lines[f.line - 1], f.path[-1]
         if isinstance(last, int) or last == "file":
             assert line[:f.column - 1].strip() == "-", f.format()
@@ -414,25 +415,26 @@ def test_compare_with_hal01(case, ac922_records, hal):
 
 
 @needs_lstopo
-def test_compare_says_what_it_could_not_compare(ac922_records, hal):
+def test_compare_says_what_it_could_not_compare(ac922_records, hal_loaded):
     (ac922_records / "nvidia-smi-topo-m.txt").unlink()
     _edit(ac922_records / "nvml.txt", "'0xffffffffffffffff', '0xffff'", "'0x0', '0x0'")
-    findings = compare(discover(read_records(ac922_records)), hal.model, "hal-dev", hal.locator)
+    findings = compare(discover(read_records(ac922_records)), hal_loaded.model, "hal-dev", hal_loaded.locator)
     assert {(f.level.value, f.dotted) for f in findings} == {
         ("info", "hardware.ac922.architecture"), ("info", "hardware.ac922.gpus.nvlink"),
         ("info", "hardware.ac922.gpus.devices[0].socket"), ("info", "hardware.ac922.gpus.devices[1].socket")}
 
 
-def test_compare_h100_with_hal01_and_the_login_node(hal):
+def test_compare_h100_with_hal01_and_the_login_node(hal_loaded):
     found = discover(read_records(H100))
-    paths = {(f.level.value, f.dotted) for f in compare(found, hal.model, "hal01", hal.locator)}
+    paths = {(f.level.value, f.dotted) for f in compare(found, hal_loaded.model, "hal01", hal_loaded.locator)}
     assert paths == {("error", f"hardware.ac922.{p}") for p in (
         "architecture", "sockets", "cores_per_socket", "threads_per_core", "memory_gib", "gpus.devices", "gpus.model",
         "gpus.memory_gib", "ib_adapters")} | {("warning", "hardware.ac922.cpu_model")}
-    login = compare(found, hal.model, "hal-login.hal.example", hal.locator)  # a fully qualified name works too
+    # a fully qualified name works too
+    login = compare(found, hal_loaded.model, "hal-login.hal.example", hal_loaded.locator)
     assert ("error", "hardware.lc921.gpus") in {(f.level.value, f.dotted) for f in login}
     with pytest.raises(UnknownHost, match="'hal99' is in no node group"):
-        compare(found, hal.model, "hal99", hal.locator)
+        compare(found, hal_loaded.model, "hal99", hal_loaded.locator)
 
 
 def test_compare_pcie_link_with_the_profiles():
@@ -474,7 +476,7 @@ def test_same_text(model, found, same):
 
 
 @needs_lstopo
-def test_yaml_output_is_a_valid_profile(ac922_records, hal):
+def test_yaml_output_is_a_valid_profile(ac922_records, hal_loaded):
     """Pasted under hardware:, the output validates and equals HAL's ac922 in every discovered field."""
     _lscpu("ppc64le", "POWER9, altivec supported")(ac922_records)
     text = to_yaml(discover(read_records(ac922_records)), "ac922")
@@ -482,7 +484,7 @@ def test_yaml_output_is_a_valid_profile(ac922_records, hal):
     assert doc["model"] is None and "# not discovered" in text
     doc["model"] = "IBM Power System AC922 8335-GTH"
     got = HardwareProfile.model_validate(doc)
-    want = hal.model.hardware["ac922"]
+    want = hal_loaded.model.hardware["ac922"]
     for name in ("architecture", "sockets", "cores_per_socket", "threads_per_core", "memory_gib"):
         assert getattr(got, name) == getattr(want, name), name
     # The adapters as HAL has them; discover names each port's device (mlx5_0, mlx5_1), which
@@ -529,14 +531,14 @@ def run(*args: str):
     return result
 
 
-def test_cli_h100_against_hal01(hal, hal_text, position):
+def test_cli_h100_against_hal01(hal_loaded, hal_text, position):
     result = run("--records", str(H100), "--host", "hal01")
     assert result.exit_code == 1
     assert result.stdout.startswith("# hal01: hardware read from records ") and "\nac922:\n" in result.stdout
     assert "    model: NVIDIA H100 80GB HBM3\n" in result.stdout
     line, column = position(hal_text, "model: NVIDIA Tesla V100-SXM2-16GB")
-    assert (f"{hal.file}:{line}:{column}: error: hardware.ac922.gpus.model: the node's GPUs are NVIDIA H100 80GB HBM3, "
-            "the model says NVIDIA Tesla V100-SXM2-16GB\n") in result.stderr
+    assert (f"{hal_loaded.file}:{line}:{column}: error: hardware.ac922.gpus.model: the node's GPUs are "
+            "NVIDIA H100 80GB HBM3, the model says NVIDIA Tesla V100-SXM2-16GB\n") in result.stderr
     assert "tolerance 4%" in result.stderr and result.stderr.rstrip().endswith("9 errors, 1 warning, 0 infos")
 
 
@@ -555,14 +557,14 @@ def test_cli_host_not_in_the_model():
     assert explicit.exit_code == 2 and "error: host 'hal99' is in no node group of cluster 'hal'" in explicit.stderr
 
 
-def test_cli_live_default_host(hal):
+def test_cli_live_default_host(hal_loaded):
     result = run()
     host = socket.gethostname().split(".")[0]
     assert result.stdout.startswith(f"# {host}: hardware read from this machine")
-    if hal.model.group_of(host) is None:
+    if hal_loaded.model.group_of(host) is None:
         assert result.exit_code == 0 and "nothing to compare with" in result.stderr
     else:
-        assert result.exit_code in (0, 1) and f"hardware.{hal.model.group_of(host).hardware}" in result.stderr
+        assert result.exit_code in (0, 1) and f"hardware.{hal_loaded.model.group_of(host).hardware}" in result.stderr
 
 
 @pytest.mark.parametrize("make, message", [

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hal_provision.render import render_all
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yml"))

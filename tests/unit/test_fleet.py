@@ -1,4 +1,4 @@
-"""`hal-provision fleet`: the drift rules and the folding (hal_provision.fleet), the ssh_config
+"""`hal-provision fleet`: the drift rules and the folding (hal_provision.pull.fleet), the ssh_config
 as ssh itself reads it, and the commands with the SSH fan-out replaced by functions returning
 host -> text (each point's current.json, a release signed with a real minisign key, and each
 node's last.json: the seams; a real ClusterShell run reaches a node that does not answer);
@@ -21,10 +21,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from hal_provision import fleet as lib
+from hal_provision.pull import fleet as lib
 from hal_provision import release
 from hal_provision.cli import fleet as cli
 from hal_provision.cli.main import app
+from hal_provision.node import converge
 
 V1, V2 = "1111aaaa2222bbbb", "3333cccc4444dddd"
 NODES = [f"n{i:02d}" for i in range(1, 7)]
@@ -56,6 +57,17 @@ def test_a_node_s_drift(text, published, expected):
     result = lib.classify("n01", text, published)
     assert (result.version, result.state, result.drift) == expected
     assert (result.last is not None) == (text is not None and text.strip().startswith("{\"host\""))
+
+
+
+@pytest.mark.parametrize("state", converge.STATES)
+def test_every_state_hal_converge_records_is_read_as_itself(state):
+    """fleet reads hal-converge's own states: a successful one at the published version is no
+    drift, any other is a drift of its name (in DRIFTS' order); none is `unreadable`."""
+    result = lib.classify("n01", last(V1, state), V1)
+    assert result.state == state
+    assert result.drift == (None if state in converge.SUCCESSFUL else state)
+    assert result.drift is None or result.drift in lib.DRIFTS
 
 
 def test_results_fold_into_hostlists_by_version_state_and_drift_current_first():

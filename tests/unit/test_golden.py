@@ -21,7 +21,7 @@ import pytest
 
 from hal_provision.findings import has_errors
 from hal_provision.render import render_all
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 TESTS = Path(__file__).resolve().parent.parent
 CLUSTERS = TESTS / "data" / "clusters"

@@ -13,7 +13,7 @@ from hal_provision.cli.main import app
 from hal_provision.findings import Level
 from hal_provision.model import Role
 from hal_provision.render import render_all
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 H100 = Path(__file__).resolve().parents[2] / "tests" / "data" / "hardware" / "h100-x1"
 

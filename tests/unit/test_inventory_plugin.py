@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from hal_provision import inventory_source
-from hal_provision.loader import default_path
+from hal_provision.inventory.source import inventory_files
+from hal_provision.loader import default_path, validate
 from hal_provision.render import render_all
 from hal_provision.render.writer import write_tree
-from hal_provision.cli.validate import validate
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -78,7 +77,7 @@ def test_inventory_files_are_every_rendered_inventory_file():
     for cluster in CASES.values():
         model = validate(cluster).model
         rendered = {p: text for p, text in render_all(model).items() if p.startswith("inventory/")}
-        assert inventory_source.inventory_files(model) == rendered
+        assert inventory_files(model) == rendered
 
 
 def test_plugin_lists_what_the_rendered_inventory_lists(case, tmp_path):

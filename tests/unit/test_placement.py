@@ -20,7 +20,7 @@ from hal_provision.findings import Level
 from hal_provision.model import Cluster, Partition
 from hal_provision.model.placement import NodeGroups
 from hal_provision.render import render_all
-from hal_provision.cli.validate import validate_text
+from hal_provision.loader import validate_text
 
 TWOGEN = Path(__file__).resolve().parent.parent / "data" / "clusters" / "x86-twogen.yml"
 
@@ -68,17 +68,18 @@ def checked(text: str):
 
 
 @pytest.fixture(scope="module")
-def twogen() -> str:
+def twogen_text() -> str:
+    """x86-twogen.yml's text, which these tests edit (conftest's `twogen` is its model)."""
     return TWOGEN.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
-def referenced(twogen) -> str:
-    return edit(twogen, *AS_REFERENCES)
+def referenced(twogen_text) -> str:
+    return edit(twogen_text, *AS_REFERENCES)
 
 
-def test_references_render_what_the_hostlists_render(twogen, referenced):
-    plain, plain_findings = checked(twogen)
+def test_references_render_what_the_hostlists_render(twogen_text, referenced):
+    plain, plain_findings = checked(twogen_text)
     refs, ref_findings = checked(referenced)
     assert ref_findings == plain_findings == []
     assert render_all(refs.model) == render_all(plain.model)
@@ -126,13 +127,13 @@ def test_scale_out_telegraf_inputs(scaled):
     assert "[[inputs.nvidia_smi]]" in scaled["files/etc/telegraf/roles/compute.conf"]
 
 
-def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen):
+def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen_text):
     """The issue's failure: plain hostlists do not grow. The partitions already had their error;
     the missing homes now have a warning."""
-    _loaded, findings = checked(edit(twogen, *SCALE_OUT))
+    _loaded, findings = checked(edit(twogen_text, *SCALE_OUT))
     assert [(f.level, f.dotted, f.line) for f in findings] == [
-        (Level.error, "nodes[4].hosts", line_of(twogen, "    hosts: tg[05-08]")),
-        (Level.warning, "storage.nfs.mounts[0].clients", line_of(twogen, "- {export: home, mount_point: /home"))]
+        (Level.error, "nodes[4].hosts", line_of(twogen_text, "    hosts: tg[05-08]")),
+        (Level.warning, "storage.nfs.mounts[0].clients", line_of(twogen_text, "- {export: home, mount_point: /home"))]
     assert "no Slurm partition includes compute nodes tg[09-12]" in findings[0].message
     assert findings[1].message.startswith("tg[09-12] (4 hosts) of node group 'h100' (compute) mount no file "
                                           "system at /home (the default home path)")
@@ -182,8 +183,8 @@ MISSPELT = [
 
 
 @pytest.mark.parametrize(("old", "new", "path"), [pytest.param(*m[1:], id=m[0]) for m in MISSPELT])
-def test_one_wrong_name_is_one_error(twogen, old, new, path):
-    _loaded, findings = checked(edit(twogen, (old, new)))
+def test_one_wrong_name_is_one_error(twogen_text, old, new, path):
+    _loaded, findings = checked(edit(twogen_text, (old, new)))
     errors = [f for f in findings if f.level is Level.error]
     assert [f.dotted for f in errors] == [path], "\n".join(f.format() for f in findings)
     assert errors[0].message.endswith(("did you mean 'tg-mgmt'?", "did you mean 'tg-login'?", "did you mean 'tg-nfs'?"))
@@ -217,16 +218,16 @@ def test_a_dumped_model_validates_again(referenced):
     assert again.storage.nfs.mounts[0].clients == "tg[01-08],tg-login"
 
 
-def test_a_host_beyond_a_range_gets_no_suggestion(twogen):
+def test_a_host_beyond_a_range_gets_no_suggestion(twogen_text):
     """tg09 beside tg[01-08] is a range's end, not a misspelling of tg08."""
-    _loaded, findings = checked(edit(twogen, ("      nodes: tg[01-08]\n", "      nodes: tg[01-09]\n")))
+    _loaded, findings = checked(edit(twogen_text, ("      nodes: tg[01-08]\n", "      nodes: tg[01-09]\n")))
     assert [f.message for f in findings] == ["partition 'gpu' names tg09, not in any node group"]
 
 
-def test_the_nfs_server_of_the_home_holds_it_the_others_are_warned(twogen):
+def test_the_nfs_server_of_the_home_holds_it_the_others_are_warned(twogen_text):
     """A server exporting /home itself (export path = mount point) has the homes; a login node
     that is neither a client nor that server has none."""
-    text = edit(twogen, ("volumes: [/export], threads: 16}", "volumes: [/export, /home], threads: 16}"),
+    text = edit(twogen_text, ("volumes: [/export], threads: 16}", "volumes: [/export, /home], threads: 16}"),
                 ("        path: /export/home\n", "        path: /home\n"),
                 ('clients: "tg[01-08],tg-login"}\n      - {export: sw', 'clients: "tg[01-08]"}\n      - {export: sw'))
     model = checked(text)[0].model

@@ -13,7 +13,7 @@ import pytest
 from hal_provision.model import Cluster, Priority
 from hal_provision.model.slurm import PRIORITY_MAX
 from hal_provision.render.slurm import slurm_conf
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 CLUSTERS = Path(__file__).resolve().parents[1] / "data" / "clusters"
 
@@ -22,11 +22,6 @@ def load(file: Path | None = None) -> Cluster:
     loaded = validate(file)
     assert loaded.model is not None, [f.format() for f in loaded.findings]
     return loaded.model
-
-
-@pytest.fixture(scope="module")
-def hal() -> Cluster:
-    return load()
 
 
 def variant(cluster: Cluster, edit) -> Cluster:

@@ -24,7 +24,7 @@ from hal_provision.model import Cluster
 from hal_provision.render import render_all
 from hal_provision.render.common import dotted_quads, header
 from hal_provision.render.writer import MARKER, WriteError, write_tree
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = sorted((REPO / "tests" / "data" / "clusters").glob("*.yml"))
@@ -38,16 +38,6 @@ def load_model(file: Path | None = None):
     loaded = validate(file)
     assert loaded.model is not None and not has_errors(loaded.findings), [f.format() for f in loaded.findings]
     return loaded.model
-
-
-@pytest.fixture(scope="module")
-def hal():
-    return load_model()
-
-
-@pytest.fixture(scope="module")
-def hal_files(hal) -> dict[str, str]:
-    return render_all(hal)
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -66,9 +56,9 @@ def render_cli(out: Path, *args: str):
 
 # ---- determinism and headers --------------------------------------------------------------
 
-def test_render_is_deterministic(hal, hal_files):
-    assert render_all(hal) == hal_files
-    assert render_all(load_model()) == hal_files  # a fresh load renders the same bytes
+def test_render_is_deterministic(hal, files):
+    assert render_all(hal) == files
+    assert render_all(load_model()) == files  # a fresh load renders the same bytes
 
 
 def test_render_does_not_depend_on_hash_seed(tmp_path):
@@ -115,9 +105,9 @@ def test_every_file_starts_with_the_generated_by_header(file):
             assert body.startswith(expected), f"{rel} lacks the generated-by header"
 
 
-def test_paths_are_relative_and_sorted(hal_files):
-    assert list(hal_files) == sorted(hal_files)
-    for rel in hal_files:
+def test_paths_are_relative_and_sorted(files):
+    assert list(files) == sorted(files)
+    for rel in files:
         assert not rel.startswith("/") and ".." not in rel.split("/")
 
 
@@ -197,8 +187,8 @@ def all_groups(inventory: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def inventory(hal_files) -> dict:
-    return safe_load(hal_files[INVENTORY])
+def inventory(files) -> dict:
+    return safe_load(files[INVENTORY])
 
 
 COMPUTE = {f"hal{i:02d}" for i in range(1, 17)}
@@ -231,8 +221,8 @@ def test_inventory_host_variables(inventory, hal):
     assert groups["hw_ac922"]["vars"]["hal_hardware"]["gpu_devices"] == [f"/dev/nvidia{i}" for i in range(4)]
 
 
-def test_every_host_is_in_etc_hosts_on_each_of_its_networks(hal, hal_files):
-    lines = hal_files[ETC_HOSTS].splitlines()
+def test_every_host_is_in_etc_hosts_on_each_of_its_networks(hal, files):
+    lines = files[ETC_HOSTS].splitlines()
     assert "127.0.0.1\tlocalhost" in lines
     entries = {}
     for line in lines:

@@ -24,25 +24,6 @@ from hal_provision.sandbox.overlay import (
     CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, SshAccess, _replace_once, privileged_hosts,
     sandbox_files,
 )
-from hal_provision.cli.validate import validate
-
-TWOGEN = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
-
-
-def _model(path=None):
-    loaded = validate(path)
-    assert loaded.model is not None and not has_errors(loaded.findings)
-    return loaded.model
-
-
-@pytest.fixture(scope="module")
-def hal():
-    return _model()
-
-
-@pytest.fixture(scope="module")
-def twogen():
-    return _model(TWOGEN)
 
 
 def _hosts(cluster) -> list[str]:

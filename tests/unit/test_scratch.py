@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hal_provision.cli.validate import validate_text
+from hal_provision.loader import validate_text
 from hal_provision.findings import Level
 from hal_provision.model.naming import mount_unit_name
 from hal_provision.render import render_all

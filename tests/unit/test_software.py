@@ -126,31 +126,23 @@ def test_valid_variation_is_accepted(edited, mutation):
     assert ours == []
 
 
-def test_embedded_hal_software_is_clean(hal_model):
+def test_embedded_hal_software_is_clean(hal):
     from hal_provision.checks import run_all
 
-    assert [f.format() for f in run_all(hal_model) if f.path[:1] in (("software",), ("containers",))] == []
+    assert [f.format() for f in run_all(hal) if f.path[:1] in (("software",), ("containers",))] == []
 
 
 # ---- renderers -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def hal_model():
-    from hal_provision.loader import REPO_DEFAULT
-
-    loaded = load_text(REPO_DEFAULT.read_text(encoding="utf-8"), "cluster.yml")
-    assert loaded.model is not None, loaded.findings
-    return loaded.model
+def software_files(hal):
+    """What the software renderer alone makes of HAL (conftest's `files` is the whole tree)."""
+    return sw.render(hal)
 
 
 @pytest.fixture(scope="module")
-def hal_files(hal_model):
-    return sw.render(hal_model)
-
-
-@pytest.fixture(scope="module")
-def plan(hal_files):
-    return json.loads(hal_files[sw.MANIFEST])
+def plan(software_files):
+    return json.loads(software_files[sw.MANIFEST])
 
 
 def tree_modules(files: dict[str, str], role: str, level: str = "Core") -> list[str]:
@@ -159,56 +151,56 @@ def tree_modules(files: dict[str, str], role: str, level: str = "Core") -> list[
                   and not p.endswith(".modulerc.lua") and p[len(root):].count("/") == 1)
 
 
-def test_hal_trees_hold_the_published_stack_for_each_role(hal_files, plan):
+def test_hal_trees_hold_the_published_stack_for_each_role(software_files, plan):
     core = ["at/12.0", "cuda/10.2", "jupyter/2026.11", "pgi/19.10", "pytorch/2.13.0-cpu", "wmlce/1.7.0-py2.7",
             "wmlce/1.7.0-py3.6", "wmlce/1.7.0-py3.7"]  # jupyter: the portal's session environment
     assert sorted(plan["lmod"]["roles"]) == ["compute", "development", "login"]
     for role, entry in plan["lmod"]["roles"].items():
-        assert tree_modules(hal_files, role) == sorted(entry["core"]) == core
-        assert tree_modules(hal_files, role, "Compiler/pgi/19.10") == ["openmpi/3.1.3"]
+        assert tree_modules(software_files, role) == sorted(entry["core"]) == core
+        assert tree_modules(software_files, role, "Compiler/pgi/19.10") == ["openmpi/3.1.3"]
         assert entry["by_compiler"] == {"pgi/19.10": ["openmpi/3.1.3"]}
         assert entry["modulepath"] == f"/opt/hal/modulefiles/{role}/Core"
 
 
-def test_login_and_compute_trees_differ_only_in_their_own_paths(hal_files):
+def test_login_and_compute_trees_differ_only_in_their_own_paths(software_files):
     def tree(role):
         root = f"files/opt/hal/modulefiles/{role}/"
         return {p[len(root):]: t.replace(f"/modulefiles/{role}/", "/modulefiles/ROLE/")
-                for p, t in hal_files.items() if p.startswith(root)}
+                for p, t in software_files.items() if p.startswith(root)}
 
     assert tree("login") == tree("compute") and tree("login")
 
 
-def test_modulefile_sets_family_prerequisite_paths_and_variables(hal_model, hal_files):
-    text = hal_files["files/opt/hal/modulefiles/login/Core/wmlce/1.7.0-py3.7.lua"]
-    assert text.startswith(header(hal_model, "--"))
+def test_modulefile_sets_family_prerequisite_paths_and_variables(hal, software_files):
+    text = software_files["files/opt/hal/modulefiles/login/Core/wmlce/1.7.0-py3.7.lua"]
+    assert text.startswith(header(hal, "--"))
     assert 'family("wmlce")\n' in text and 'depends_on("cuda/10.2")\n' in text
     assert 'prepend_path("PATH", "/sw/wmlce/1.7.0-py3.7/bin")\n' in text
     assert 'setenv("CONDA_PREFIX", "/sw/wmlce/1.7.0-py3.7")\n' in text
-    cuda = hal_files["files/opt/hal/modulefiles/compute/Core/cuda/10.2.lua"]
+    cuda = software_files["files/opt/hal/modulefiles/compute/Core/cuda/10.2.lua"]
     assert 'prepend_path("LD_LIBRARY_PATH", "/sw/cuda/10.2/lib64")\n' in cuda and 'family("cuda")' in cuda
 
 
-def test_compiler_opens_its_level_of_the_hierarchy_for_its_role_only(hal_files):
-    pgi = hal_files["files/opt/hal/modulefiles/compute/Core/pgi/19.10.lua"]
+def test_compiler_opens_its_level_of_the_hierarchy_for_its_role_only(software_files):
+    pgi = software_files["files/opt/hal/modulefiles/compute/Core/pgi/19.10.lua"]
     assert 'prepend_path("MODULEPATH", "/opt/hal/modulefiles/compute/Compiler/pgi/19.10")\n' in pgi
     assert 'family("compiler")' in pgi
-    assert "MODULEPATH" not in hal_files["files/opt/hal/modulefiles/compute/Core/at/12.0.lua"]
-    ompi = hal_files["files/opt/hal/modulefiles/compute/Compiler/pgi/19.10/openmpi/3.1.3.lua"]
+    assert "MODULEPATH" not in software_files["files/opt/hal/modulefiles/compute/Core/at/12.0.lua"]
+    ompi = software_files["files/opt/hal/modulefiles/compute/Compiler/pgi/19.10/openmpi/3.1.3.lua"]
     assert 'family("mpi")' in ompi and "/sw/pgi/19.10/openmpi/3.1.3/bin" in ompi
 
 
-def test_one_default_per_name_with_a_choice(hal_files):
-    rcs = sorted(p for p in hal_files if p.endswith(".modulerc.lua") and "/login/" in p)
+def test_one_default_per_name_with_a_choice(software_files):
+    rcs = sorted(p for p in software_files if p.endswith(".modulerc.lua") and "/login/" in p)
     assert rcs == ["files/opt/hal/modulefiles/login/Core/wmlce/.modulerc.lua"]
-    assert hal_files[rcs[0]].endswith('module_version("wmlce/1.7.0-py3.7", "default")\n')
+    assert software_files[rcs[0]].endswith('module_version("wmlce/1.7.0-py3.7", "default")\n')
 
 
-def test_lmod_site_configuration(hal_files):
-    paths = [ln for ln in hal_files["files/etc/lmod/modulespath"].splitlines() if not ln.startswith("#")]
+def test_lmod_site_configuration(software_files):
+    paths = [ln for ln in software_files["files/etc/lmod/modulespath"].splitlines() if not ln.startswith("#")]
     assert paths == [f"/opt/hal/modulefiles/{r}/Core" for r in ("compute", "development", "login")]
-    assert '{dir = "/var/cache/lmod", timestamp = "/var/cache/lmod/timestamp"}' in hal_files["files/etc/lmod/lmodrc.lua"]
-    profile = hal_files["files/etc/profile.d/hal-lmod.sh"]
+    assert '{dir = "/var/cache/lmod", timestamp = "/var/cache/lmod/timestamp"}' in software_files["files/etc/lmod/lmodrc.lua"]
+    profile = software_files["files/etc/profile.d/hal-lmod.sh"]
     assert "export LMOD_AUTO_SWAP=no\n" in profile and "export LMOD_DISABLE_SAME_NAME_AUTOSWAP=yes\n" in profile
 
 
@@ -231,8 +223,8 @@ def test_module_visible_on_some_roles_only(edited):
     assert "at/12.0" in tree_modules(files, "login") and "at/12.0" not in tree_modules(files, "compute")
 
 
-def test_runtime_config_binds_the_model_filesystems_and_gpus(hal_files):
-    conf = hal_files["files/etc/singularity/singularity.conf"]
+def test_runtime_config_binds_the_model_filesystems_and_gpus(software_files):
+    conf = software_files["files/etc/singularity/singularity.conf"]
     assert re.findall(r"^bind path = (\S+)$", conf, re.M) == ["/etc/localtime", "/etc/hosts", "/home", "/sw"]
     assert "always use nv = yes\n" in conf and "allow setuid = yes\n" in conf
 
@@ -257,12 +249,12 @@ def test_apptainer_config_path(edited):
     assert not any("singularity" in p for p in files)
 
 
-def test_subid_files_give_each_active_fakeroot_user_one_range_above_real_ids(hal_files, plan):
+def test_subid_files_give_each_active_fakeroot_user_one_range_above_real_ids(software_files, plan):
     """haltest is listed; jdoe and pformer are the directory group hal-containers' members:
     pformer is disabled, so the slot after jdoe's stays reserved and unwritten."""
-    entries = [ln for ln in hal_files["files/etc/subuid"].splitlines() if not ln.startswith("#")]
+    entries = [ln for ln in software_files["files/etc/subuid"].splitlines() if not ln.startswith("#")]
     assert entries == ["haltest:1000000:65536", "jdoe:1065536:65536"]
-    assert hal_files["files/etc/subgid"] == hal_files["files/etc/subuid"]
+    assert software_files["files/etc/subgid"] == software_files["files/etc/subuid"]
     assert plan["containers"]["fakeroot"]["ranges"] == [{"user": "haltest", "first": 1000000, "count": 65536},
                                                        {"user": "jdoe", "first": 1065536, "count": 65536}]
 
@@ -275,9 +267,9 @@ def test_a_disabled_directory_user_keeps_a_reserved_slot(edited):
     assert entries == ["haltest:1000000:65536", "jdoe:1065536:65536", "pformer:1131072:65536"]
 
 
-def test_subid_header_lines_are_skipped_by_shadow_and_apptainer(hal_files):
+def test_subid_header_lines_are_skipped_by_shadow_and_apptainer(software_files):
     """Both parsers treat a line with fewer than three ':'-separated fields as no entry."""
-    for line in hal_files["files/etc/subuid"].splitlines():
+    for line in software_files["files/etc/subuid"].splitlines():
         if line.startswith("#"):
             assert line.count(":") < 2, line
 
@@ -313,9 +305,9 @@ def test_disabled_fakeroot_allocates_nothing():
     assert fakeroot_ranges(Fakeroot(users=[{"name": "a"}])) == []
 
 
-def test_plan_lists_every_cluster_wide_file_it_names(hal_files, plan):
+def test_plan_lists_every_cluster_wide_file_it_names(software_files, plan):
     for rel in plan["lmod"]["files"] + plan["containers"]["files"]:
-        assert f"files{rel}" in hal_files, rel
+        assert f"files{rel}" in software_files, rel
     assert plan["containers"]["roles"] == ["compute", "development", "login"]
     assert plan["lmod"]["roles"]["login"]["defaults"] == {"wmlce": "wmlce/1.7.0-py3.7"}
 

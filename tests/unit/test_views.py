@@ -5,24 +5,15 @@ and the hostlist helpers."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from hal_provision.checks import run_all
 from hal_provision.findings import Level
 from hal_provision.hostlist import empty, fold_or_dash, nodeset, outside, overlap
-from hal_provision.loader import load, load_text
+from hal_provision.loader import load_text
 from hal_provision.render.swsuite import table
 from hal_provision.sandbox.storage import shared_mounts
 from hal_provision.node.swsuite.translate import Request, SwError, resolve
-
-TWOGEN = Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml"
-
-
-@pytest.fixture(scope="module")
-def twogen():
-    return load(TWOGEN).model
 
 
 # ---- who mounts what ------------------------------------------------------------------------

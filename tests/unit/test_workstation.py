@@ -15,7 +15,7 @@ from hal_provision.loader import load
 from hal_provision.model import Role
 from hal_provision.render import render_all
 from hal_provision.sandbox.derive import SandboxError, derive_sandbox
-from hal_provision.cli.validate import validate
+from hal_provision.loader import validate
 
 WS = Path(__file__).resolve().parents[1] / "data" / "clusters" / "workstation.yml"
 
