@@ -230,7 +230,7 @@ def test_restore_brings_back_each_kind_once_and_check_mode_changes_nothing(site)
     assert set(records) == {f"restored-{job}" for job in ("directory", "monitoring", "slurmctld_state", "secrets")}
     assert all(re.fullmatch(r"[0-9a-f]{64}  \S+/\d{8}T\d{6}Z\n", text) for text in records.values())
     # The secrets ran first.
-    order = [m[1] for m in re.finditer(r"TASK \[backup : Record that (\S+) holds", done.stdout)]
+    order = [m[1] for m in re.finditer(r"TASK \[backup : Record what it holds now: ([^/\s]+)/", done.stdout)]
     assert order[0] == "secrets", order
 
     again = site.restore("-e", "snapshot=latest")
