@@ -61,8 +61,14 @@ def timed(argv: list[str]) -> tuple[float, float]:
 
 def import_times(python_args: list[str]) -> list[tuple[int, str, int]]:
     """(depth, module, cumulative µs) of each import one `python -X importtime ...` makes."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", *python_args], cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *python_args],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     rows = []
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line or "cumulative" in line:
@@ -78,8 +84,10 @@ def report_imports(title: str, python_args: list[str], runs: int, top: int) -> N
     totals = [sum(us for depth, _name, us in rows if depth == 0) for rows in samples]
     median = statistics.median(totals)
     rows = min(samples, key=lambda r: abs(sum(us for d, _n, us in r if d == 0) - median))
-    print(f"\n{title}: {median / 1000:.0f} ms of imports (median of {runs}; {len(rows)} modules); "
-          "most costly, cumulative (unindented: first in their import chain; indented: what those import):")
+    print(
+        f"\n{title}: {median / 1000:.0f} ms of imports (median of {runs}; {len(rows)} modules); "
+        "most costly, cumulative (unindented: first in their import chain; indented: what those import):"
+    )
     for depth, name, us in sorted((r for r in rows if r[0] <= 1), key=lambda r: -r[2])[:top]:
         print(f"  {us / 1000:>7.1f} ms  {'  ' * depth}{name}")
 
@@ -103,14 +111,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     cli = command()
-    print(f"{' '.join(cli)} (package from {REPO}); {os.cpu_count()} CPUs; "
-          f"load average {os.getloadavg()[0]:.1f}; Python {sys.version.split()[0]}")
+    print(
+        f"{' '.join(cli)} (package from {REPO}); {os.cpu_count()} CPUs; "
+        f"load average {os.getloadavg()[0]:.1f}; Python {sys.version.split()[0]}"
+    )
     validate = report_runs("hal-provision validate (embedded HAL description)", [*cli, "validate"], args.runs)
     helped = report_runs("hal-provision --help", [*cli, "--help"], args.runs)
     report_imports("import hal_provision.cli", ["-c", "import hal_provision.cli"], args.runs, args.top)
     report_imports("hal-provision validate", ["-m", "hal_provision.cli", "validate"], args.runs, args.top)
-    print(f"\nmedians: validate {validate[0]:.3f} s wall, {validate[1]:.3f} s CPU; --help {helped[0]:.3f} s wall, "
-          f"{helped[1]:.3f} s CPU (target: validate <= 0.35 s on HAL)")
+    print(
+        f"\nmedians: validate {validate[0]:.3f} s wall, {validate[1]:.3f} s CPU; --help {helped[0]:.3f} s wall, "
+        f"{helped[1]:.3f} s CPU (target: validate <= 0.35 s on HAL)"
+    )
     return 0
 
 

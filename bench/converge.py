@@ -52,7 +52,9 @@ def breakdown(title: str, run: runner.Run, top: int) -> None:
         print(f"  {v['seconds']:7.1f} {v['tasks']:5d} {v['rows']:5d}  {role}")
     print(f"{title}: the {top} slowest tasks (wall s, hosts)")
     for task in sorted(t["tasks"], key=lambda x: -x["seconds"])[:top]:
-        print(f"  {task['seconds']:7.1f} {task['rows']:5d}  {task['name'] if task['role'] == '(play)' else task['role'] + ' : ' + task['name']}")
+        print(
+            f"  {task['seconds']:7.1f} {task['rows']:5d}  {task['name'] if task['role'] == '(play)' else task['role'] + ' : ' + task['name']}"
+        )
 
 
 def main() -> int:
@@ -66,8 +68,10 @@ def main() -> int:
     strategy = STRATEGIES[args.strategy]
     sb = lifecycle.plan(load().model, args.workdir)
     lifecycle.destroy(sb.name, args.workdir, log=lambda m: None)
-    print(f"bench/converge.py {datetime.date.today()} on {platform.node()}: {os.cpu_count()} cores, "
-          f"strategy {args.strategy}, sandbox {', '.join(sb.hosts)}")
+    print(
+        f"bench/converge.py {datetime.date.today()} on {platform.node()}: {os.cpu_count()} cores, "
+        f"strategy {args.strategy}, sandbox {', '.join(sb.hosts)}"
+    )
     t0 = time.monotonic()
     sb = lifecycle.create(sb, log=lambda m: None)
     rows = [("containers up (image present)", time.monotonic() - t0, None)]
@@ -88,8 +92,10 @@ def main() -> int:
                 print(f"{name:<36} {secs:8.1f}")
             else:
                 failed = sum(r.get("failures", 0) + r.get("unreachable", 0) for r in run.recap.values())
-                print(f"{name:<36} {secs:8.1f} {run.tasks:6d} {len(run.results):6d} {run.changed:8d} "
-                      f"{failed:7d} {run.returncode:3d}")
+                print(
+                    f"{name:<36} {secs:8.1f} {run.tasks:6d} {len(run.results):6d} {run.changed:8d} "
+                    f"{failed:7d} {run.returncode:3d}"
+                )
         if runs:
             breakdown(runs[0][0], runs[0][1], args.top)
         if len(runs) > 1:

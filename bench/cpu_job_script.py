@@ -34,8 +34,9 @@ def machine_cores() -> tuple[int, int]:
     for cpu in cpus:
         base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
         try:
-            cores.add((base.joinpath("physical_package_id").read_text().strip(),
-                       base.joinpath("core_id").read_text().strip()))
+            cores.add(
+                (base.joinpath("physical_package_id").read_text().strip(), base.joinpath("core_id").read_text().strip())
+            )
         except OSError:
             cores.add(("0", str(cpu)))
     return len(cores), max(1, len(cpus) // len(cores))
@@ -51,16 +52,24 @@ def main() -> int:
     if cores % sockets:
         parser.error(f"{cores} cores do not split into {sockets} sockets")
     model = load_text(REPO_DEFAULT.read_text(encoding="utf-8"), str(REPO_DEFAULT)).model
-    model.hardware["ac922"] = model.hardware["ac922"].model_copy(update={
-        "model": "this machine", "sockets": sockets, "cores_per_socket": cores // sockets,
-        "threads_per_core": smt, "gpus": None})
+    model.hardware["ac922"] = model.hardware["ac922"].model_copy(
+        update={
+            "model": "this machine",
+            "sockets": sockets,
+            "cores_per_socket": cores // sockets,
+            "threads_per_core": smt,
+            "gpus": None,
+        }
+    )
     out = Path(args.outdir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "resnet50.swbatch").write_text(job_script(model))
     (out / "recipe.env").write_text(recipe_env(model))
     for layout in cpu_layouts(model):
-        print(f"partition {layout.partition}: {layout.tasks_per_node} task(s) x {layout.cpus_per_task} CPUs, "
-              f"{layout.threads} thread(s) each ({cores} cores, SMT{smt}, as {sockets} socket(s))")
+        print(
+            f"partition {layout.partition}: {layout.tasks_per_node} task(s) x {layout.cpus_per_task} CPUs, "
+            f"{layout.threads} thread(s) each ({cores} cores, SMT{smt}, as {sockets} socket(s))"
+        )
     return 0
 
 

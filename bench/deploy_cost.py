@@ -45,8 +45,13 @@ RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 def run(sb: lifecycle.Sandbox, *extra: str) -> dict:
     cmd = runner.playbook_cmd("site.yml", lifecycle.inventories(sb.inventory), *extra)
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, env=dict(runner.ansible_env(), ANSIBLE_NOCOLOR="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        env=dict(runner.ansible_env(), ANSIBLE_NOCOLOR="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     out = proc.stdout.read()
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - start
@@ -55,8 +60,14 @@ def run(sb: lifecycle.Sandbox, *extra: str) -> dict:
         sys.stderr.write(out[-3000:])
         raise SystemExit(f"{' '.join(cmd)} failed")
     per_host = {r[0]: int(r[1]) + int(r[5]) + int(r[4]) for r in rows}
-    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "host_tasks": sum(per_host.values()),
-            "hosts": len(per_host), "changed": sum(int(r[2]) for r in rows), "per_host": per_host}
+    return {
+        "wall": wall,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "host_tasks": sum(per_host.values()),
+        "hosts": len(per_host),
+        "changed": sum(int(r[2]) for r in rows),
+        "per_host": per_host,
+    }
 
 
 def main() -> int:
@@ -77,13 +88,17 @@ def main() -> int:
     print(f"measured on {os.cpu_count()} cores; idempotent site.yml re-runs over SSH")
     print(f"{'run':<34} {'wall s':>7} {'ctl CPU s':>9} {'host-tasks':>10} {'changed':>7} {'CPU/host-task':>13}")
     for name, r in runs:
-        print(f"{name:<34} {r['wall']:7.1f} {r['cpu']:9.1f} {r['host_tasks']:10d} {r['changed']:7d} "
-              f"{r['cpu'] / r['host_tasks'] * 1000:10.0f} ms")
+        print(
+            f"{name:<34} {r['wall']:7.1f} {r['cpu']:9.1f} {r['host_tasks']:10d} {r['changed']:7d} "
+            f"{r['cpu'] / r['host_tasks'] * 1000:10.0f} ms"
+        )
     tasks = one["per_host"][node]
     cpu = min(r["cpu"] / r["host_tasks"] for _n, r in runs)
     latency = one["wall"] / tasks
-    print(f"\ncompute node: {tasks} host-tasks a run; controller CPU {cpu * 1000:.0f} ms per host-task; "
-          f"{latency:.2f} s per task on one node (wall / tasks)")
+    print(
+        f"\ncompute node: {tasks} host-tasks a run; controller CPU {cpu * 1000:.0f} ms per host-task; "
+        f"{latency:.2f} s per task on one node (wall / tasks)"
+    )
     c = args.controller_cores
     print(f"\nextrapolated (arithmetic on the figures above), controller with {c} cores:")
     print(f"{'nodes':>7} {'forks':>6} {'push, CPU-bound':>16} {'push, latency-bound':>20} {'pull (ansible-pull)':>20}")
@@ -91,8 +106,9 @@ def main() -> int:
         for forks in (50, 200):
             cpu_bound = n * tasks * cpu / min(c, forks)
             lat_bound = tasks * math.ceil(n / forks) * latency
-            print(f"{n:>7,} {forks:>6} {cpu_bound / 60:13.0f} min {lat_bound / 60:17.0f} min "
-                  f"{one['wall'] / 60:17.1f} min")
+            print(
+                f"{n:>7,} {forks:>6} {cpu_bound / 60:13.0f} min {lat_bound / 60:17.0f} min {one['wall'] / 60:17.1f} min"
+            )
     return 0
 
 

@@ -37,11 +37,17 @@ def main(argv: list[str]) -> int:
         parser.error("--ntasks-per-node must equal --ntasks on one node")
     host = socket.gethostname().split(".")[0]
     base = dict(os.environ)
-    base.update({
-        "SLURM_STEP_NUM_TASKS": str(args.ntasks), "SLURM_NTASKS": str(args.ntasks),
-        "SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_TASKS_PER_NODE": str(args.ntasks),
-        "SLURM_STEP_NODELIST": host, "SLURM_NODEID": "0", "SLURM_CPUS_PER_TASK": str(args.cpus_per_task),
-    })
+    base.update(
+        {
+            "SLURM_STEP_NUM_TASKS": str(args.ntasks),
+            "SLURM_NTASKS": str(args.ntasks),
+            "SLURM_STEP_NUM_NODES": "1",
+            "SLURM_STEP_TASKS_PER_NODE": str(args.ntasks),
+            "SLURM_STEP_NODELIST": host,
+            "SLURM_NODEID": "0",
+            "SLURM_CPUS_PER_TASK": str(args.cpus_per_task),
+        }
+    )
     if base.get("SLURM_GPUS_ON_NODE", "0") not in ("", "0"):
         base.setdefault("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(args.ntasks)))
     cpus = sorted(os.sched_getaffinity(0))
@@ -51,7 +57,7 @@ def main(argv: list[str]) -> int:
         env = dict(base, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank))
         bind = None
         if args.cpu_bind == "sockets" and share:
-            mask = set(cpus[rank * share:(rank + 1) * share])
+            mask = set(cpus[rank * share : (rank + 1) * share])
             bind = lambda mask=mask: os.sched_setaffinity(0, mask)  # noqa: E731
         procs.append(subprocess.Popen(args.command, env=env, preexec_fn=bind))
     return max(p.wait() for p in procs)

@@ -106,8 +106,7 @@ def prepare(n: int, work: Path) -> tuple[Path, Path, Path]:
     write_tree(inventory_files(validate(model).model), rendered)
     source = work / f"plugin-{n}" / "cluster.hal.yml"
     source.parent.mkdir(exist_ok=True)
-    source.write_text(f"plugin: hal.provision.cluster\ncluster_file: {model}\n"
-                      f"model_cache_dir: {work / f'cache-{n}'}\n")
+    source.write_text(f"plugin: hal.provision.cluster\ncluster_file: {model}\nmodel_cache_dir: {work / f'cache-{n}'}\n")
     return model, rendered / "inventory", source
 
 
@@ -129,8 +128,13 @@ def measure(n: int, work: Path, runs: int = 1, commands=tuple(COMMANDS)):
             shutil.rmtree(cache, ignore_errors=True)
             samples["plugin, cold"].append(run(argv(source)))
             samples["plugin, cached"].append(run(argv(source)))
-        yield label, {way: (statistics.median(s[0] for s in got), statistics.median(s[1] for s in got))
-                      for way, got in samples.items()}
+        yield (
+            label,
+            {
+                way: (statistics.median(s[0] for s in got), statistics.median(s[1] for s in got))
+                for way, got in samples.items()
+            },
+        )
 
 
 def header(runs: int = 1) -> list[str]:
@@ -138,7 +142,9 @@ def header(runs: int = 1) -> list[str]:
         f"Inventory: hal.provision.cluster plugin vs rendered YAML, wall s / peak RSS MiB "
         f"({'median of %d' % runs if runs > 1 else 'one run'}; {os.cpu_count()} CPUs; "
         f"load average {os.getloadavg()[0]:.1f})",
-        f"{'nodes':>8}  {'command':<31}" + "".join(f"{way:>18}" for way in WAYS) + f"{'speed-up cold':>15}{'cached':>8}",
+        f"{'nodes':>8}  {'command':<31}"
+        + "".join(f"{way:>18}" for way in WAYS)
+        + f"{'speed-up cold':>15}{'cached':>8}",
         f"{'':>8}  {'':<31}" + f"{'wall s':>11}{'RSS':>7}" * len(WAYS),
     ]
 
@@ -146,12 +152,15 @@ def header(runs: int = 1) -> list[str]:
 def row(n: int, label: str, figures: dict[str, tuple[float, float]]) -> str:
     base = figures["rendered YAML"][0]
     cells = "".join(f"{wall:>10.2f} {rss:>7.0f}" for wall, rss in (figures[w] for w in WAYS))
-    return (f"{n:>8,}  {label:<31}{cells}"
-            f"{base / figures['plugin, cold'][0]:>14.1f}x{base / figures['plugin, cached'][0]:>7.1f}x")
+    return (
+        f"{n:>8,}  {label:<31}{cells}"
+        f"{base / figures['plugin, cold'][0]:>14.1f}x{base / figures['plugin, cached'][0]:>7.1f}x"
+    )
 
 
-def inventory_rows(sizes=SIZES, work: Path | None = None, runs: int = 1, commands=tuple(COMMANDS),
-                   play_limit: int = PLAY_LIMIT):
+def inventory_rows(
+    sizes=SIZES, work: Path | None = None, runs: int = 1, commands=tuple(COMMANDS), play_limit: int = PLAY_LIMIT
+):
     """The table's lines, one as soon as it is measured (header first)."""
     keep = work is not None
     work = Path(work) if keep else Path(tempfile.mkdtemp(prefix="hal-inventory-bench-"))
@@ -169,8 +178,9 @@ def inventory_rows(sizes=SIZES, work: Path | None = None, runs: int = 1, command
             shutil.rmtree(work, ignore_errors=True)
 
 
-def inventory_table(sizes=SIZES, work: Path | None = None, runs: int = 1, commands=tuple(COMMANDS),
-                    play_limit: int = PLAY_LIMIT) -> str:
+def inventory_table(
+    sizes=SIZES, work: Path | None = None, runs: int = 1, commands=tuple(COMMANDS), play_limit: int = PLAY_LIMIT
+) -> str:
     """The whole table as text (for bench/scale.py to print after its own)."""
     return "\n".join(inventory_rows(sizes, work, runs, commands, play_limit)) + "\n"
 
@@ -180,16 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="compute node counts, comma-separated")
     parser.add_argument("--runs", type=int, default=1, help="runs per cell; the median is shown")
     parser.add_argument("--keep", type=Path, help="write models, rendered inventories and caches here and keep them")
-    parser.add_argument("--commands", default=",".join(COMMANDS),
-                        help="which commands, comma-separated: " + ", ".join(f"{k} ({v[0]})" for k, v in COMMANDS.items()))
-    parser.add_argument("--play-limit", type=int, default=PLAY_LIMIT,
-                        help="run the play only up to this many compute nodes")
+    parser.add_argument(
+        "--commands",
+        default=",".join(COMMANDS),
+        help="which commands, comma-separated: " + ", ".join(f"{k} ({v[0]})" for k, v in COMMANDS.items()),
+    )
+    parser.add_argument(
+        "--play-limit", type=int, default=PLAY_LIMIT, help="run the play only up to this many compute nodes"
+    )
     args = parser.parse_args(argv)
     commands = tuple(c.strip() for c in args.commands.split(","))
     unknown = [c for c in commands if c not in COMMANDS]
     if unknown:
         parser.error(f"unknown command {unknown[0]!r}")
-    for line in inventory_rows([int(s) for s in args.sizes.split(",")], args.keep, args.runs, commands, args.play_limit):
+    for line in inventory_rows(
+        [int(s) for s in args.sizes.split(",")], args.keep, args.runs, commands, args.play_limit
+    ):
         print(line, flush=True)
     return 0
 

@@ -52,7 +52,8 @@ def main() -> None:
     loss_fn = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g).contiguous(
-        memory_format=torch.channels_last)
+        memory_format=torch.channels_last
+    )
     y = torch.randint(0, 1000, (args.batch,), generator=g)
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
@@ -65,11 +66,26 @@ def main() -> None:
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
     if rank == 0:
         ips = world * args.batch * args.steps / seconds.item()
-        print("REFERENCE " + json.dumps({
-            "images_per_second": round(ips, 1), "per_node": round(ips, 1), "ranks": world,
-            "threads_per_rank": torch.get_num_threads(), "arch": args.arch, "image_size": args.image_size,
-            "batch_per_rank": args.batch, "steps": args.steps, "seconds": round(seconds.item(), 3),
-            "torch": torch.__version__, "omp": os.environ.get("OMP_NUM_THREADS")}, sort_keys=True), flush=True)
+        print(
+            "REFERENCE "
+            + json.dumps(
+                {
+                    "images_per_second": round(ips, 1),
+                    "per_node": round(ips, 1),
+                    "ranks": world,
+                    "threads_per_rank": torch.get_num_threads(),
+                    "arch": args.arch,
+                    "image_size": args.image_size,
+                    "batch_per_rank": args.batch,
+                    "steps": args.steps,
+                    "seconds": round(seconds.item(), 3),
+                    "torch": torch.__version__,
+                    "omp": os.environ.get("OMP_NUM_THREADS"),
+                },
+                sort_keys=True,
+            ),
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

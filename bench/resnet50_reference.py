@@ -50,10 +50,19 @@ def main() -> None:
         scaler.update()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    print("REFERENCE " + json.dumps({"images_per_second": round(args.batch * args.steps / seconds, 1),
-                                      "steps": args.steps, "seconds": round(seconds, 3),
-                                      "torch": torch.__version__,
-                                      "gpu_name": torch.cuda.get_device_name(0)}), flush=True)
+    print(
+        "REFERENCE "
+        + json.dumps(
+            {
+                "images_per_second": round(args.batch * args.steps / seconds, 1),
+                "steps": args.steps,
+                "seconds": round(seconds, 3),
+                "torch": torch.__version__,
+                "gpu_name": torch.cuda.get_device_name(0),
+            }
+        ),
+        flush=True,
+    )
     dist.destroy_process_group()
 
 

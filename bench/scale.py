@@ -148,23 +148,30 @@ def generate(n_compute: int, explicit_fabric: bool = False) -> dict:
     groups = []
     for u, (name, prefix, hardware, first, last) in enumerate(units):
         start = 65_536 + u * UNIT_BLOCK + 1
-        groups.append({
-            "name": name,
-            "role": "compute",
-            "hosts": _hostlist(prefix, first, last, width),
-            "count": last - first + 1,
-            "hardware": hardware,
-            "addresses": {net: str(new_nets[net].network_address + start) for net in NETWORKS},
-        })
+        groups.append(
+            {
+                "name": name,
+                "role": "compute",
+                "hosts": _hostlist(prefix, first, last, width),
+                "count": last - first + 1,
+                "hardware": hardware,
+                "addresses": {net: str(new_nets[net].network_address + start) for net in NETWORKS},
+            }
+        )
     doc["nodes"] = service_groups + groups
 
     every = {prefix: _hostlist(prefix, 1, total, width) for _k, prefix, _h, total in kinds if total}
     partitions = doc["slurm"]["partitions"]
     partitions[0]["nodes"] = every["hal"]
-    partitions.append({
-        "name": "debug", "nodes": _hostlist("hal", 1, min(4, n_gpu), width),
-        "max_time": "04:00:00", "max_nodes": 2, "qos": "debug",
-    })
+    partitions.append(
+        {
+            "name": "debug",
+            "nodes": _hostlist("hal", 1, min(4, n_gpu), width),
+            "max_time": "04:00:00",
+            "max_nodes": 2,
+            "qos": "debug",
+        }
+    )
     if n_cpu:
         partitions.append({"name": "cpu", "nodes": every["halc"], "max_time": "2-00:00:00", "qos": "normal"})
     # Everything else that names HAL's compute nodes (storage clients, node classes, ...) now
@@ -200,7 +207,9 @@ def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int, explicit: b
     for core in cores:
         switches.append({"name": core, "tier": "core", "ports": 648, "model": "Mellanox CS7500 EDR director"})
     # Service nodes keep HAL's cabling, on a leaf of their own.
-    switches.append({"name": "svc-leaf1", "tier": "leaf", "ports": 36, "uplinks": list(cores), "model": "Mellanox SB7800 EDR"})
+    switches.append(
+        {"name": "svc-leaf1", "tier": "leaf", "ports": 36, "uplinks": list(cores), "model": "Mellanox SB7800 EDR"}
+    )
     for link in hal_fabric["links"]:
         if link["hosts"] != hal_compute:
             links.append({**link, "switch": "svc-leaf1"})
@@ -215,17 +224,22 @@ def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int, explicit: b
             switches.extend({"name": s, **spine} for s in spines)
             for j, (lo, hi) in enumerate(leaves, 1):
                 switches.append({"name": f"{name}-leaf{j:02d}", **leaf})
-                links.append({
-                    "hosts": _hostlist(prefix, first + lo - 1, first + hi - 1, width),
-                    "port": 1, "switch": f"{name}-leaf{j:02d}", "first_switch_port": 1,
-                })
+                links.append(
+                    {
+                        "hosts": _hostlist(prefix, first + lo - 1, first + hi - 1, width),
+                        "port": 1,
+                        "switch": f"{name}-leaf{j:02d}",
+                        "first_switch_port": 1,
+                    }
+                )
             continue
         if spines:
             switches.append({"names": f"{name}-spine[1-2]", **spine})
         leaf_names = _hostlist(f"{name}-leaf", 1, len(leaves), 2)
         switches.append({"names": leaf_names, **leaf})
-        links.append({"hosts": hosts, "port": 1, "switches": leaf_names, "hosts_per_switch": down,
-                      "first_switch_port": 1})
+        links.append(
+            {"hosts": hosts, "port": 1, "switches": leaf_names, "hosts_per_switch": down, "first_switch_port": 1}
+        )
     for sw in switches:
         if not sw.get("uplinks"):
             sw.pop("uplinks", None)
@@ -240,15 +254,14 @@ def _fat_tree(hal_fabric: dict, hal_compute: str, units, width: int, explicit: b
 def write_model(n_compute: int, directory: Path, explicit_fabric: bool = False) -> Path:
     path = Path(directory) / f"scale-{n_compute}{'-explicit' if explicit_fabric else ''}.yml"
     buf = io.StringIO()
-    buf.write(
-        f"# Scale-bench cluster: HAL with {n_compute:,} compute nodes. Written by bench/scale.py.\n"
-    )
+    buf.write(f"# Scale-bench cluster: HAL with {n_compute:,} compute nodes. Written by bench/scale.py.\n")
     _yaml().dump(generate(n_compute, explicit_fabric), buf)
     path.write_text(buf.getvalue(), encoding="utf-8")
     return path
 
 
 # ---- timing -------------------------------------------------------------------------------
+
 
 def cli() -> list[str]:
     script = shutil.which("hal-provision")
@@ -258,8 +271,9 @@ def cli() -> list[str]:
 def run_render(model: Path, out: Path) -> tuple[float, float, float]:
     """One `hal-provision render` child: (wall seconds, CPU seconds, peak RSS in MiB)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([*cli(), "render", str(model), "-o", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*cli(), "render", str(model), "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     stderr = proc.stderr.read()
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
@@ -331,27 +345,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per size; the median is shown")
     parser.add_argument("--keep", type=Path, help="write models and output here and keep them")
     parser.add_argument("--phases", action="store_true", help="also time each step in-process")
-    parser.add_argument("--explicit-fabric", action="store_true",
-                        help="write the fabric one entry per switch and link instead of the compact form")
-    parser.add_argument("--no-inventory", dest="inventory", action="store_false",
-                        help="leave out the second table (Ansible reading the inventory: plugin vs rendered YAML)")
+    parser.add_argument(
+        "--explicit-fabric",
+        action="store_true",
+        help="write the fabric one entry per switch and link instead of the compact form",
+    )
+    parser.add_argument(
+        "--no-inventory",
+        dest="inventory",
+        action="store_false",
+        help="leave out the second table (Ansible reading the inventory: plugin vs rendered YAML)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="hal-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        print(f"{'nodes':>8} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'output MiB':>11} "
-              f"{'s per 1k nodes':>15} {'model lines':>12}   (median of {args.runs}; {os.cpu_count()} CPUs; "
-              f"load average {os.getloadavg()[0]:.1f}; {'explicit' if args.explicit_fabric else 'compact'} fabric)")
+        print(
+            f"{'nodes':>8} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'output MiB':>11} "
+            f"{'s per 1k nodes':>15} {'model lines':>12}   (median of {args.runs}; {os.cpu_count()} CPUs; "
+            f"load average {os.getloadavg()[0]:.1f}; {'explicit' if args.explicit_fabric else 'compact'} fabric)"
+        )
         for n in sizes:
             model = write_model(n, work, args.explicit_fabric)
             out = work / f"out-{n}"
             runs = [run_render(model, out) for _ in range(args.runs)]
             wall, cpu, rss = (statistics.median(r[i] for r in runs) for i in range(3))
             lines = model.read_text(encoding="utf-8").count("\n")
-            print(f"{n:>8,} {wall:>8.2f} {cpu:>7.2f} {rss:>13.0f} {tree_size_mib(out):>11.1f} "
-                  f"{wall / n * 1000:>15.4f} {lines:>12,}", flush=True)
+            print(
+                f"{n:>8,} {wall:>8.2f} {cpu:>7.2f} {rss:>13.0f} {tree_size_mib(out):>11.1f} "
+                f"{wall / n * 1000:>15.4f} {lines:>12,}",
+                flush=True,
+            )
         if args.phases:
             steps = phases(write_model(sizes[-1], work, args.explicit_fabric))
             print(f"\nsteps at {sizes[-1]:,} nodes, in-process:  {'wall s':>7} {'CPU s':>7}")

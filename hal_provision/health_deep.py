@@ -45,8 +45,17 @@ def reservation_name(now: datetime) -> str:
 
 def reservation_command(name: str, hosts: list[str], minutes: int) -> list[str]:
     """scontrol's argv creating the maintenance reservation on `hosts` for `minutes`."""
-    return ["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={fold(hosts)}",
-            "StartTime=now", f"Duration={minutes}", "Users=root", "Flags=MAINT,IGNORE_JOBS"]
+    return [
+        "scontrol",
+        "create",
+        "reservation",
+        f"ReservationName={name}",
+        f"Nodes={fold(hosts)}",
+        "StartTime=now",
+        f"Duration={minutes}",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    ]
 
 
 def delete_command(name: str) -> list[str]:
@@ -55,8 +64,7 @@ def delete_command(name: str) -> list[str]:
 
 def jobs_command(hosts: list[str]) -> list[str]:
     """squeue's argv listing the jobs that still hold `hosts`: id|user|nodes|time left."""
-    return ["squeue", "--noheader", f"--nodelist={fold(hosts)}", f"--states={ACTIVE_STATES}",
-            "--format=%i|%u|%N|%L"]
+    return ["squeue", "--noheader", f"--nodelist={fold(hosts)}", f"--states={ACTIVE_STATES}", "--format=%i|%u|%N|%L"]
 
 
 @dataclass(frozen=True)
@@ -76,8 +84,15 @@ def parse_jobs(text: str) -> list[Job]:
     return jobs
 
 
-def wait_for_idle(run: Callable[[list[str]], str], hosts: list[str], show: Callable[[str], None],
-                  max_wait_s: float, poll_s: float = 30.0, sleep=time.sleep, clock=time.monotonic) -> None:
+def wait_for_idle(
+    run: Callable[[list[str]], str],
+    hosts: list[str],
+    show: Callable[[str], None],
+    max_wait_s: float,
+    poll_s: float = 30.0,
+    sleep=time.sleep,
+    clock=time.monotonic,
+) -> None:
     """Poll squeue until no job holds `hosts`, showing what it waits for; DeepError after
     `max_wait_s` (0: no limit)."""
     start = clock()
@@ -87,10 +102,13 @@ def wait_for_idle(run: Callable[[list[str]], str], hosts: list[str], show: Calla
             return
         waited = clock() - start
         if max_wait_s and waited >= max_wait_s:
-            raise DeepError(f"jobs still running on {fold(hosts)} after {waited / 60:.0f} min: "
-                            + ", ".join(j.job_id for j in jobs))
-        show(f"waiting for {len(jobs)} job{'s' if len(jobs) > 1 else ''} to end: "
-             + "; ".join(f"{j.job_id} ({j.user}) on {j.nodes}, {j.time_left} left" for j in jobs))
+            raise DeepError(
+                f"jobs still running on {fold(hosts)} after {waited / 60:.0f} min: " + ", ".join(j.job_id for j in jobs)
+            )
+        show(
+            f"waiting for {len(jobs)} job{'s' if len(jobs) > 1 else ''} to end: "
+            + "; ".join(f"{j.job_id} ({j.user}) on {j.nodes}, {j.time_left} left" for j in jobs)
+        )
         sleep(poll_s)
 
 
@@ -107,8 +125,9 @@ class DiagResult:
 
 
 def _messages(entry: dict) -> str:
-    return "; ".join(w.get("warning", "").strip() for w in entry.get("warnings") or [] if isinstance(w, dict)
-                     and w.get("warning")).replace("\n", " ")
+    return "; ".join(
+        w.get("warning", "").strip() for w in entry.get("warnings") or [] if isinstance(w, dict) and w.get("warning")
+    ).replace("\n", " ")
 
 
 def parse_diag(text: str) -> list[DiagResult]:
@@ -124,8 +143,9 @@ def parse_diag(text: str) -> list[DiagResult]:
         doc = None
     if not isinstance(doc, dict):
         raise DeepError(f"not the JSON of dcgmi diag: {text.strip()[:120] or 'no output'}")
-    diag = next((v for v in doc.values() if isinstance(v, dict) and ("test_categories" in v or "runtime_error" in v)),
-                None)
+    diag = next(
+        (v for v in doc.values() if isinstance(v, dict) and ("test_categories" in v or "runtime_error" in v)), None
+    )
     if diag is None:
         raise DeepError("no test_categories in dcgmi diag's JSON")
     if diag.get("runtime_error"):
@@ -139,9 +159,10 @@ def parse_diag(text: str) -> list[DiagResult]:
                 if r.get("entity_group", "GPU") != "GPU":
                     continue
                 ids = r.get("entity_id", r.get("gpu_id", r.get("gpu_ids")))
-                for gpu in (str(ids).split(",") if ids is not None and str(ids) != "" else [None]):
-                    rows.append(DiagResult(name, int(gpu) if gpu is not None else None, r.get("status", "?"),
-                                           _messages(r)))
+                for gpu in str(ids).split(",") if ids is not None and str(ids) != "" else [None]:
+                    rows.append(
+                        DiagResult(name, int(gpu) if gpu is not None else None, r.get("status", "?"), _messages(r))
+                    )
             summary = test.get("test_summary") or {}
             if summary.get("status") in FAILED and not any(r.status in FAILED for r in rows):
                 rows.append(DiagResult(name, None, summary["status"], _messages(summary)))
@@ -190,9 +211,17 @@ class Report:
         return all(n.passed for n in self.nodes)
 
 
-def run_deep(controller: Callable[[list[str]], str], diag: Callable[[list[str], list[str]], dict[str, str | None]],
-             hosts: list[str], level: int, show: Callable[[str], None], max_wait_s: float = 0,
-             poll_s: float = 30.0, now: datetime | None = None, sleep=time.sleep) -> Report:
+def run_deep(
+    controller: Callable[[list[str]], str],
+    diag: Callable[[list[str], list[str]], dict[str, str | None]],
+    hosts: list[str],
+    level: int,
+    show: Callable[[str], None],
+    max_wait_s: float = 0,
+    poll_s: float = 30.0,
+    now: datetime | None = None,
+    sleep=time.sleep,
+) -> Report:
     """The whole run. `controller(argv)`: stdout of a Slurm command on the controller (raises on
     failure); `diag(argv, hosts)`: host -> stdout of the diagnostic there (None: no answer).
     The reservation is deleted whatever happens after it was made."""

@@ -37,7 +37,8 @@ _SINGLE_RANGE = re.compile(r"^([A-Za-z][A-Za-z\-.]*)\[(\d+)-(\d+)\]([A-Za-z\-.]*
 # but a NodeSet must come from ClusterShell (its patterns differ).
 # (A digit next to a bracket joins the range: x9[1-10] is x[91-910].)
 _ONE_BRACKET = re.compile(
-    r"^([A-Za-z](?:[A-Za-z0-9\-.]*[A-Za-z\-.])?)\[(\d+)-(\d+)\]((?:[A-Za-z\-.][A-Za-z0-9\-.]*)?)$")
+    r"^([A-Za-z](?:[A-Za-z0-9\-.]*[A-Za-z\-.])?)\[(\d+)-(\d+)\]((?:[A-Za-z\-.][A-Za-z0-9\-.]*)?)$"
+)
 
 
 # Unbounded: the model validates every expression once, and checks and renderers ask for the
@@ -117,8 +118,9 @@ def _check_size(expr: str) -> None:
     if isinstance(expr, str) and "[" in expr:
         count = count_bound(expr)
         if count > MAX_HOSTS:
-            raise HostlistError(f"hostlist expression {expr!r} names {count:,} hosts, more than the {MAX_HOSTS:,} "
-                                "a description may")
+            raise HostlistError(
+                f"hostlist expression {expr!r} names {count:,} hosts, more than the {MAX_HOSTS:,} a description may"
+            )
 
 
 def pieces(expr: str) -> list[str]:
@@ -136,8 +138,9 @@ def _from_pieces(pieces: list[str]) -> NodeSet | None:
     100,000 set entries. Safe because cached sets are never changed in place, and ClusterShell
     copies index sets whenever it combines NodeSets into a new one.
     """
-    if len(pieces) < 2 or not all(_single_range(p) is not None or _PLAIN_NAME.match(p) or _numbered_name(p)
-                                  for p in pieces):
+    if len(pieces) < 2 or not all(
+        _single_range(p) is not None or _PLAIN_NAME.match(p) or _numbered_name(p) for p in pieces
+    ):
         return None
     ns = NodeSet(resolver=RESOLVER_NOGROUP)
     for piece in pieces:
@@ -170,9 +173,13 @@ def _names(prefix: str, lo: int, hi: int, pad: int, suffix: str) -> list[str]:
 def _index_texts(lo: int, hi: int, pad: int):
     """The index strings of lo..hi, zero-padded to `pad`, from the shared blocks (an iterator)."""
     return chain.from_iterable(
-        islice(_index_block(pad, block), max(lo, block * _BLOCK) - block * _BLOCK,
-               min(hi, (block + 1) * _BLOCK - 1) - block * _BLOCK + 1)
-        for block in range(lo // _BLOCK, hi // _BLOCK + 1))
+        islice(
+            _index_block(pad, block),
+            max(lo, block * _BLOCK) - block * _BLOCK,
+            min(hi, (block + 1) * _BLOCK - 1) - block * _BLOCK + 1,
+        )
+        for block in range(lo // _BLOCK, hi // _BLOCK + 1)
+    )
 
 
 _BLOCK = 4096
@@ -347,13 +354,14 @@ def chunks(expr: str, size: int) -> list[str]:
     single = _single_range(expr, constant_digits=True)
     if single is None:
         hosts = expand(expr)
-        return [fold(hosts[start:start + size]) for start in range(0, len(hosts), size)]
+        return [fold(hosts[start : start + size]) for start in range(0, len(hosts), size)]
     prefix, lo, hi, pad, suffix = single
     runs = []
     for first in range(lo, hi + 1, size):
         last = min(hi, first + size - 1)
-        runs.append(f"{prefix}{first:0{pad}d}{suffix}" if first == last
-                    else f"{prefix}[{first:0{pad}d}-{last:0{pad}d}]{suffix}")
+        runs.append(
+            f"{prefix}{first:0{pad}d}{suffix}" if first == last else f"{prefix}[{first:0{pad}d}-{last:0{pad}d}]{suffix}"
+        )
     return runs
 
 

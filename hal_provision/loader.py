@@ -111,8 +111,10 @@ def explain_yaml_error(exc) -> str:
     parser's own words when it is none of the usual ones."""
     problem, context = exc.problem or "", exc.context or ""
     if "mapping values are not allowed here" in problem:
-        return ("a ':' this line cannot have: it is indented deeper than the key before it, or a plain value "
-                "holds ': ' (quote such a value)")
+        return (
+            "a ':' this line cannot have: it is indented deeper than the key before it, or a plain value "
+            "holds ': ' (quote such a value)"
+        )
     if "flow sequence" in context or "flow mapping" in context:
         bracket = "[" if "sequence" in context else "{"
         return f"the '{bracket}' opened at {_at(exc.context_mark)} is not closed before this"
@@ -121,8 +123,9 @@ def explain_yaml_error(exc) -> str:
     if "quoted scalar" in context:
         return f"the quoted value opened at {_at(exc.context_mark)} is never closed"
     if "expected <block end>" in problem:
-        return ("this line's indentation matches no level above it, or a '- ' item and 'key: value' lines share one "
-                "level")
+        return (
+            "this line's indentation matches no level above it, or a '- ' item and 'key: value' lines share one level"
+        )
     if "could not find expected ':'" in problem:
         return "a line inside a mapping without 'key: value': a missing ':' or a wrong indentation"
     if "undefined alias" in problem:
@@ -150,7 +153,12 @@ def _load_roundtrip(text: str, file: str) -> Loaded:
         return Loaded(file, None, [Finding(Level.error, (), f"YAML syntax: {exc}", "yaml", file)])
     locator = Locator(data, file)
     if not isinstance(data, CommentedMap):
-        return Loaded(file, None, [Finding(Level.error, (), "the file must be a YAML mapping (key: value)", "yaml", file, 1, 1)], locator)
+        return Loaded(
+            file,
+            None,
+            [Finding(Level.error, (), "the file must be a YAML mapping (key: value)", "yaml", file, 1, 1)],
+            locator,
+        )
     try:
         model = Cluster.model_validate(data)
     except ValidationError as exc:
@@ -272,8 +280,11 @@ def _beyond_bounds(text: str, file: str) -> Finding | None:
                 total += size
                 close(size, None)
             if total > MAX_NODES:
-                return error(event, f"YAML stands for more than {MAX_NODES:,} values once its aliases (*name) "
-                             "are expanded; write the description without such repetition")
+                return error(
+                    event,
+                    f"YAML stands for more than {MAX_NODES:,} values once its aliases (*name) "
+                    "are expanded; write the description without such repetition",
+                )
     except yaml.MarkedYAMLError as exc:
         if "nesting depth" in str(exc.problem):  # libyaml's own limit, met while scanning ahead
             mark = exc.problem_mark
@@ -319,9 +330,11 @@ def _fast_loader(yaml):
     rules = [
         ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
         ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
-        ("tag:yaml.org,2002:float",
-         r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
-         "-+0123456789."),
+        (
+            "tag:yaml.org,2002:float",
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+            "-+0123456789.",
+        ),
         ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ]
     for tag, pattern, first in rules:
@@ -397,7 +410,7 @@ def _schema_findings(exc: ValidationError) -> list[Finding]:
         else:
             msg = err["msg"]
             if msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
+                msg = msg[len("Value error, ") :]
             if "input" in err and kind not in ("model_type", "dict_type", "list_type"):
                 shown = repr(err["input"]) if not isinstance(err["input"], (dict, list)) else ""
                 if shown and len(shown) < 80 and shown not in msg:

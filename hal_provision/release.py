@@ -71,8 +71,7 @@ def _inside_repo(path: Path) -> bool:
 
 def _minisign(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["minisign", *args], input=stdin, capture_output=True, text=True, timeout=60,
-                              check=False)
+        return subprocess.run(["minisign", *args], input=stdin, capture_output=True, text=True, timeout=60, check=False)
     except FileNotFoundError:
         raise ReleaseError("minisign is not installed (Debian package minisign; ./bootstrap.sh installs it)") from None
 
@@ -83,8 +82,10 @@ def ensure_key(cluster: str, directory: Path | None = None) -> tuple[Path, Path]
     directory = directory or key_dir()
     key, pub = key_paths(cluster, directory)
     if _inside_repo(directory):
-        raise ReleaseError(f"{directory}: the release key must live outside the repository ({REPO}); "
-                           f"set {KEYS_ENV} to a directory elsewhere")
+        raise ReleaseError(
+            f"{directory}: the release key must live outside the repository ({REPO}); "
+            f"set {KEYS_ENV} to a directory elsewhere"
+        )
     if not key.exists():
         directory.mkdir(parents=True, exist_ok=True)
         directory.chmod(0o700)
@@ -94,8 +95,10 @@ def ensure_key(cluster: str, directory: Path | None = None) -> tuple[Path, Path]
         key.chmod(0o600)
     mode = key.stat().st_mode & 0o777
     if mode & 0o077:
-        raise ReleaseError(f"{key} is mode {mode:04o}: group or others can read the release key; "
-                           f"chmod 600 {key} (and consider it leaked: make a new one)")
+        raise ReleaseError(
+            f"{key} is mode {mode:04o}: group or others can read the release key; "
+            f"chmod 600 {key} (and consider it leaked: make a new one)"
+        )
     if not pub.is_file():
         raise ReleaseError(f"{pub} is missing beside {key}")
     return key, pub
@@ -120,19 +123,29 @@ def _iso(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def release_document(cluster: str, current: dict, serial: int, valid_days: int = DEFAULT_VALID_DAYS,
-                     now: dt.datetime | None = None) -> dict:
+def release_document(
+    cluster: str, current: dict, serial: int, valid_days: int = DEFAULT_VALID_DAYS, now: dt.datetime | None = None
+) -> dict:
     """What a release says: the bundle's current.json fields, the cluster, serial and validity."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    return {"cluster": cluster, "version": current["version"], "bundle": current["bundle"],
-            "sha256": current["sha256"], "size": current["size"], "serial": serial,
-            "signed": _iso(now), "expires": _iso(now + dt.timedelta(days=valid_days))}
+    return {
+        "cluster": cluster,
+        "version": current["version"],
+        "bundle": current["bundle"],
+        "sha256": current["sha256"],
+        "size": current["size"],
+        "serial": serial,
+        "signed": _iso(now),
+        "expires": _iso(now + dt.timedelta(days=valid_days)),
+    }
 
 
 def sign(document: dict, key: Path) -> bytes:
     """The envelope of `document` signed with `key` (current.json's bytes)."""
     text = json.dumps(document, sort_keys=True, separators=(",", ":"))
-    comment = f"hal-provision release {document.get('cluster')} {document.get('version')} serial {document.get('serial')}"
+    comment = (
+        f"hal-provision release {document.get('cluster')} {document.get('version')} serial {document.get('serial')}"
+    )
     with tempfile.TemporaryDirectory(prefix="hal-release-") as tmp:
         message, signature = Path(tmp) / "release.json", Path(tmp) / "release.json.minisig"
         message.write_text(text, encoding="utf-8")
@@ -143,8 +156,9 @@ def sign(document: dict, key: Path) -> bytes:
     return (json.dumps(envelope, indent=1, sort_keys=True) + "\n").encode()
 
 
-def sign_outputs(outputs: dict[str, bytes], cluster: str, valid_days: int = DEFAULT_VALID_DAYS,
-                 directory: Path | None = None) -> dict[str, bytes]:
+def sign_outputs(
+    outputs: dict[str, bytes], cluster: str, valid_days: int = DEFAULT_VALID_DAYS, directory: Path | None = None
+) -> dict[str, bytes]:
     """A bundle's outputs (bundle.Bundle.outputs()) with current.json replaced by its signed
     envelope; the key made first when missing, the serial recorded once signed."""
     directory = directory or key_dir()

@@ -89,8 +89,13 @@ class Component:
             names = re.findall(r"\{([a-z_]+)\}", template)
             if not all(n in captured for n in names):
                 continue
-            out.append(re.sub(r"\{([a-z_]+)\}", lambda m: captured[m[1]] if m[1] == HOST_PLACEHOLDER
-                              else ansible_name(captured[m[1]]), template))
+            out.append(
+                re.sub(
+                    r"\{([a-z_]+)\}",
+                    lambda m: captured[m[1]] if m[1] == HOST_PLACEHOLDER else ansible_name(captured[m[1]]),
+                    template,
+                )
+            )
         return out
 
     def groups_from_files(self, tree: dict[str, str]) -> list[str]:

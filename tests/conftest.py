@@ -59,8 +59,9 @@ class SystemdRoot:
     def verify(self, *units: str):
         import subprocess
 
-        return subprocess.run([self.analyze, "verify", "--man=no", f"--root={self.root}", *units],
-                              capture_output=True, text=True)
+        return subprocess.run(
+            [self.analyze, "verify", "--man=no", f"--root={self.root}", *units], capture_output=True, text=True
+        )
 
 
 def _line_col(text: str, marker: str, column_marker: str | None = None) -> tuple[int, int]:
@@ -193,4 +194,3 @@ def templar(variables: dict):
     trusted = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in variables.items()}
     t = template.Templar(loader=DataLoader(), variables=trusted)
     return lambda expr: t.template(template.trust_as_template("{{ %s }}" % expr))
-

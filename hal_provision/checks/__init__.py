@@ -6,6 +6,7 @@ a dotted path into cluster.yml; the loader's Locator adds file, line and column 
 
 from __future__ import annotations
 
+import importlib
 from typing import Callable, Iterable
 
 from ..findings import Finding, error
@@ -23,8 +24,33 @@ def check(fn: CheckFn) -> CheckFn:
     return fn
 
 
+CHECK_MODULES = (
+    "accounts",
+    "backup",
+    "composable",
+    "deploy",
+    "fabric",
+    "hardware",
+    "health",
+    "monitoring",
+    "network",
+    "nodes",
+    "portal",
+    "recipes",
+    "services",
+    "sharing",
+    "slurm",
+    "slurm_version",
+    "software",
+    "storage",
+    "swsuite",
+)
+
+
 def run_all(cluster: Cluster) -> list[Finding]:
-    from . import accounts, backup, composable, deploy, fabric, hardware, health, monitoring, network, nodes, portal, recipes, services, sharing, slurm, slurm_version, software, storage, swsuite  # noqa: F401  (registers)
+    # Importing each domain's module registers its checks.
+    for module in CHECK_MODULES:
+        importlib.import_module(f"{__name__}.{module}")
 
     findings: list[Finding] = []
     for name, fn in REGISTRY.items():
@@ -32,6 +58,7 @@ def run_all(cluster: Cluster) -> list[Finding]:
             for f in fn(cluster):
                 findings.append(f if f.check else type(f)(f.level, f.path, f.message, name))
         except Exception as exc:  # a bug in one check must not hide the others' findings
-            findings.append(error((), f"internal error in check {name}: {type(exc).__name__}: {exc} "
-                                      "(please report it)", name))
+            findings.append(
+                error((), f"internal error in check {name}: {type(exc).__name__}: {exc} (please report it)", name)
+            )
     return findings

@@ -18,8 +18,11 @@ GROUPS = ("accounts", "groups")
 @check
 def accounts_have_a_directory_host(c: Cluster):
     if c.accounts is not None and c.services.ldap is None:
-        yield error(("services",), "accounts are configured but services.ldap names no host for the directory; "
-                                   "set services.ldap (a management node)")
+        yield error(
+            ("services",),
+            "accounts are configured but services.ldap names no host for the directory; "
+            "set services.ldap (a management node)",
+        )
 
 
 @check
@@ -34,9 +37,11 @@ def account_names_and_ids_unique(c: Cluster):
     indices = [i for i, g in enumerate(a.groups) if g.slurm_account]
     for k, first in duplicates([a.groups[i].slurm_account for i in indices]):
         i = indices[k]
-        yield error((*GROUPS, i, "slurm_account"),
-                    f"Slurm account {a.groups[i].slurm_account!r} is already used by accounts.groups[{indices[first]}]; "
-                    "one group per account, so its QOS and fair-share have one source")
+        yield error(
+            (*GROUPS, i, "slurm_account"),
+            f"Slurm account {a.groups[i].slurm_account!r} is already used by accounts.groups[{indices[first]}]; "
+            "one group per account, so its QOS and fair-share have one source",
+        )
 
 
 @check
@@ -46,21 +51,31 @@ def account_groups_known(c: Cluster):
         return
     known = [g.name for g in a.groups]
     if a.admin_group is not None and a.admin_group not in known:
-        yield error((*ACCOUNTS, "admin_group"), f"admin group {a.admin_group!r} is not in accounts.groups"
-                    + did_you_mean(a.admin_group, known))
+        yield error(
+            (*ACCOUNTS, "admin_group"),
+            f"admin group {a.admin_group!r} is not in accounts.groups" + did_you_mean(a.admin_group, known),
+        )
     for i, user in enumerate(a.users):
         if user.group not in known:
-            yield error((*USERS, i, "group"), f"{user.name}'s primary group {user.group!r} is not in accounts.groups"
-                        + did_you_mean(user.group, known))
+            yield error(
+                (*USERS, i, "group"),
+                f"{user.name}'s primary group {user.group!r} is not in accounts.groups"
+                + did_you_mean(user.group, known),
+            )
         for k, name in enumerate(user.groups):
             if name not in known:
-                yield error((*USERS, i, "groups", k), f"{user.name} is in group {name!r}, which is not in "
-                            "accounts.groups" + did_you_mean(name, known))
+                yield error(
+                    (*USERS, i, "groups", k),
+                    f"{user.name} is in group {name!r}, which is not in accounts.groups" + did_you_mean(name, known),
+                )
     if a.admin_group is None:
         for i, user in enumerate(a.users):
             if user.admin:
-                yield error((*USERS, i, "admin"), f"{user.name} is an admin, but accounts.admin_group names no "
-                            "group to give admins sudo: set accounts.admin_group")
+                yield error(
+                    (*USERS, i, "admin"),
+                    f"{user.name} is an admin, but accounts.admin_group names no "
+                    "group to give admins sudo: set accounts.admin_group",
+                )
 
 
 def _ids(c: Cluster):
@@ -93,8 +108,11 @@ def account_ids_in_their_range(c: Cluster):
                 yield error(path, f"{what} {value} is in the system range {s.first}-{s.last}{label}")
         for s in subids:
             if s.first <= value <= s.last:
-                yield error(path, f"{what} {value} is inside {s.user}'s fakeroot sub-ID range {s.first}-{s.last}: "
-                                  "that user's containers would own this account's files")
+                yield error(
+                    path,
+                    f"{what} {value} is inside {s.user}'s fakeroot sub-ID range {s.first}-{s.last}: "
+                    "that user's containers would own this account's files",
+                )
 
 
 @check
@@ -109,21 +127,32 @@ def account_qos_known(c: Cluster):
             yield warning(path, f"group {group.name} sets QOS but has no slurm_account: they apply to nobody")
         for k, name in enumerate(group.qos):
             if name not in known:
-                yield error((*path, "qos", k), f"account {group.slurm_account or group.name!r} allows QOS {name!r}, "
-                            "which is not in slurm.qos" + did_you_mean(name, known))
+                yield error(
+                    (*path, "qos", k),
+                    f"account {group.slurm_account or group.name!r} allows QOS {name!r}, "
+                    "which is not in slurm.qos" + did_you_mean(name, known),
+                )
         if group.default_qos is not None:
             if group.default_qos not in known:
-                yield error((*path, "default_qos"), f"default QOS {group.default_qos!r} is not in slurm.qos"
-                            + did_you_mean(group.default_qos, known))
+                yield error(
+                    (*path, "default_qos"),
+                    f"default QOS {group.default_qos!r} is not in slurm.qos" + did_you_mean(group.default_qos, known),
+                )
             elif group.qos and group.default_qos not in group.qos:
-                yield error((*path, "default_qos"), f"default QOS {group.default_qos!r} is not among the QOS the "
-                            f"account may use ({', '.join(group.qos)}): sacctmgr refuses it")
+                yield error(
+                    (*path, "default_qos"),
+                    f"default QOS {group.default_qos!r} is not among the QOS the "
+                    f"account may use ({', '.join(group.qos)}): sacctmgr refuses it",
+                )
 
 
 def _has_limits(c: Cluster, group) -> bool:
     qos = {q.name: q for q in c.slurm.qos}
-    limited = any(q.max_wall or q.max_gpus_per_user is not None or q.max_jobs_per_user is not None
-                  for name in group.qos if (q := qos.get(name)) is not None)
+    limited = any(
+        q.max_wall or q.max_gpus_per_user is not None or q.max_jobs_per_user is not None
+        for name in group.qos
+        if (q := qos.get(name)) is not None
+    )
     return limited or group.sets_fair_share
 
 
@@ -140,9 +169,11 @@ def account_kept_for_disabled_users_only(c: Cluster):
         members = [u for u in a.users if group.slurm_account in a.slurm_accounts_of(u)]
         if members and not any(u.active for u in members):
             names = ", ".join(u.name for u in members)
-            yield warning((*GROUPS, i, "slurm_account"),
-                          f"account {group.slurm_account!r} keeps its QOS and fair-share for disabled users only "
-                          f"({names}); remove the account or give it an active member")
+            yield warning(
+                (*GROUPS, i, "slurm_account"),
+                f"account {group.slurm_account!r} keeps its QOS and fair-share for disabled users only "
+                f"({names}); remove the account or give it an active member",
+            )
 
 
 @check
@@ -152,8 +183,11 @@ def account_users_can_submit(c: Cluster):
         return
     for i, user in enumerate(a.users):
         if user.active and not a.slurm_accounts_of(user) and a.group(user.group) is not None:
-            yield warning((*USERS, i), f"{user.name} is in no group with a slurm_account: with "
-                          "AccountingStorageEnforce=associations they cannot run jobs")
+            yield warning(
+                (*USERS, i),
+                f"{user.name} is in no group with a slurm_account: with "
+                "AccountingStorageEnforce=associations they cannot run jobs",
+            )
 
 
 @check

@@ -36,8 +36,10 @@ def _destinations(c: Cluster) -> list[tuple[tuple, str, list[str]]]:
     jobs = _hosts_with_jobs(c)
     own = c.backup.host_destinations
     out = [(FILESYSTEM, c.backup.destination.filesystem, [h for h in jobs if h not in own])]
-    out += [((*BACKUP, "host_destinations", host, "filesystem"), d.filesystem, [host] if host in jobs else [])
-            for host, d in own.items()]
+    out += [
+        ((*BACKUP, "host_destinations", host, "filesystem"), d.filesystem, [host] if host in jobs else [])
+        for host, d in own.items()
+    ]
     return out
 
 
@@ -54,8 +56,11 @@ def backup_destination_is_a_shared_filesystem(c: Cluster):
     """The snapshots go to shared file systems the model describes."""
     for path, name, _hosts in _destinations(c):
         if not _known(c, name):
-            yield error(path, f"{name!r} is not a shared file system of the model (an NFS export or a GPFS file system)"
-                        + did_you_mean(name, c.storage.filesystem_names()))
+            yield error(
+                path,
+                f"{name!r} is not a shared file system of the model (an NFS export or a GPFS file system)"
+                + did_you_mean(name, c.storage.filesystem_names()),
+            )
 
 
 @check
@@ -68,8 +73,11 @@ def backup_host_destinations_name_model_hosts(c: Cluster):
     jobs = _hosts_with_jobs(c)
     for host in c.backup.host_destinations:
         if host not in c.all_hosts:
-            yield error((*BACKUP, "host_destinations", host), f"{host} is no node of the model (the hosts with backup "
-                        f"jobs: {', '.join(jobs) or 'none'})" + did_you_mean(host, list(jobs)))
+            yield error(
+                (*BACKUP, "host_destinations", host),
+                f"{host} is no node of the model (the hosts with backup "
+                f"jobs: {', '.join(jobs) or 'none'})" + did_you_mean(host, list(jobs)),
+            )
 
 
 @check
@@ -82,10 +90,17 @@ def backed_up_hosts_mount_the_destination(c: Cluster):
         mounted = union(m.hosts for m in c.shared_mounts if m.name == name)
         missing = outside(union(hosts), mounted)
         if len(missing):
-            how = (f"add {'it' if len(missing) == 1 else 'them'} to the clients of a storage.nfs.mounts entry of export "
-                   f"{name!r}" if c.storage.nfs.export(name) is not None else "make them members of the GPFS cluster")
-            yield error(path, f"{shown(missing)} back{'s' if len(missing) == 1 else ''} up state "
-                        f"({_held(jobs, missing)}) but {'does' if len(missing) == 1 else 'do'} not mount {name!r}: {how}")
+            how = (
+                f"add {'it' if len(missing) == 1 else 'them'} to the clients of a storage.nfs.mounts entry of export "
+                f"{name!r}"
+                if c.storage.nfs.export(name) is not None
+                else "make them members of the GPFS cluster"
+            )
+            yield error(
+                path,
+                f"{shown(missing)} back{'s' if len(missing) == 1 else ''} up state "
+                f"({_held(jobs, missing)}) but {'does' if len(missing) == 1 else 'do'} not mount {name!r}: {how}",
+            )
 
 
 def _servers(c: Cluster, name: str) -> tuple:
@@ -107,9 +122,12 @@ def backup_not_served_from_a_backed_up_host(c: Cluster):
         servers, what = _servers(c, name)
         both = overlap(servers, union(hosts))
         if len(both):
-            yield warning(path, f"{what} {shown(both)}, which {'it backs' if len(both) == 1 else 'they back'} up "
-                          f"({_held(jobs, both)}): a dead disk there loses the backup with the data; send the snapshots "
-                          "to a file system served from elsewhere")
+            yield warning(
+                path,
+                f"{what} {shown(both)}, which {'it backs' if len(both) == 1 else 'they back'} up "
+                f"({_held(jobs, both)}): a dead disk there loses the backup with the data; send the snapshots "
+                "to a file system served from elsewhere",
+            )
 
 
 @check
@@ -130,10 +148,13 @@ def slurmctld_state_and_its_backup_not_on_one_server(c: Cluster):
         servers, what = _servers(c, name)
         both = overlap(servers, state_servers)
         if len(both):
-            yield warning(where, f"slurmctld's state {path} lies on {holders[0]!r}, and its snapshots (job "
-                          f"{job.name}, on {job.host}) go to {name!r}: both served by {shown(both)}; losing "
-                          f"{'its disks' if len(both) == 1 else 'their disks'} loses the queue and its backup at once: "
-                          "send the snapshots to a file system served from elsewhere")
+            yield warning(
+                where,
+                f"slurmctld's state {path} lies on {holders[0]!r}, and its snapshots (job "
+                f"{job.name}, on {job.host}) go to {name!r}: both served by {shown(both)}; losing "
+                f"{'its disks' if len(both) == 1 else 'their disks'} loses the queue and its backup at once: "
+                "send the snapshots to a file system served from elsewhere",
+            )
 
 
 @check
@@ -158,18 +179,23 @@ def secret_backups_reach_no_other_host(c: Cluster):
                 where = f"storage.nfs.exports[{i}].clients"
                 reach = [shown(others)] if len(others) else []
                 if export.networks:
-                    reach.append(f"any host of network{'s' if len(export.networks) > 1 else ''} "
-                                 f"{', '.join(export.networks)} (storage.nfs.exports[{i}].networks)")
+                    reach.append(
+                        f"any host of network{'s' if len(export.networks) > 1 else ''} "
+                        f"{', '.join(export.networks)} (storage.nfs.exports[{i}].networks)"
+                    )
                     where = f"storage.nfs.exports[{i}].clients and .networks"
             else:
                 others = outside(c.gpfs_nodes, nodeset(host))
                 reach = [shown(others)] if len(others) else []
                 where = "every member of the GPFS cluster mounts it"
             if reach:
-                yield error(path, f"{host}'s secret snapshots ({', '.join(secret[host])}) would go to {name!r}, which "
-                            f"{' and '.join(reach)} may mount too ({where}): root there reads them, whatever their "
-                            f"owner and mode. Give {host} a file system only it mounts (an export whose clients are "
-                            f"{host} alone) in backup.host_destinations")
+                yield error(
+                    path,
+                    f"{host}'s secret snapshots ({', '.join(secret[host])}) would go to {name!r}, which "
+                    f"{' and '.join(reach)} may mount too ({where}): root there reads them, whatever their "
+                    f"owner and mode. Give {host} a file system only it mounts (an export whose clients are "
+                    f"{host} alone) in backup.host_destinations",
+                )
 
 
 @check
@@ -179,8 +205,11 @@ def backup_states_exist(c: Cluster):
         return
     for i, state in enumerate(c.backup.state):
         if state != "secrets" and state not in c.backup_sources:
-            yield error((*BACKUP, "state", i), f"{state!r}: the cluster has no {state} to back up: it needs "
-                        f"{NEEDS.get(state, state)}; remove the entry, or describe what it needs")
+            yield error(
+                (*BACKUP, "state", i),
+                f"{state!r}: the cluster has no {state} to back up: it needs "
+                f"{NEEDS.get(state, state)}; remove the entry, or describe what it needs",
+            )
     for again, first in duplicates(c.backup.state):
         yield error((*BACKUP, "state", again), f"{c.backup.state[again]!r} is listed twice (first at [{first}])")
 
@@ -204,7 +233,9 @@ def backup_export_keeps_root(c: Cluster):
     for i, export in enumerate(c.storage.nfs.exports):
         if export.name in used and ("all_squash" in export.options or "no_root_squash" not in export.options):
             squash = "all_squash" if "all_squash" in export.options else "root_squash, exports(5)'s default"
-            yield warning(("storage", "nfs", "exports", i, "options"),
-                          f"export {export.name!r} holds the backups but maps root to nobody ({squash}): hal-backup "
-                          "runs as root and keeps secret snapshots readable by root only; export it with "
-                          "no_root_squash to the host it backs up only")
+            yield warning(
+                ("storage", "nfs", "exports", i, "options"),
+                f"export {export.name!r} holds the backups but maps root to nobody ({squash}): hal-backup "
+                "runs as root and keeps secret snapshots readable by root only; export it with "
+                "no_root_squash to the host it backs up only",
+            )

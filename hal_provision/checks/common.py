@@ -159,4 +159,3 @@ def makeup(hosts: NodeSet, by_profile: dict[str, NodeSet]) -> list[tuple[str, in
     """(profile name, how many of `hosts` have it) for each profile present in `hosts`."""
     counts = [(name, common_count(hosts, members)) for name, members in by_profile.items()]
     return [(name, n) for name, n in counts if n]
-

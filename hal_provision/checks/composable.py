@@ -35,16 +35,21 @@ def composable_names_unique(c: Cluster):
 def composable_active_layout_exists(c: Cluster):
     comp = c.composable
     if comp is not None and comp.active_layout is None:
-        yield error(("composable", "active"), f"no layout is named {comp.active!r}"
-                    + did_you_mean(comp.active, [layout.name for layout in comp.layouts]))
+        yield error(
+            ("composable", "active"),
+            f"no layout is named {comp.active!r}" + did_you_mean(comp.active, [layout.name for layout in comp.layouts]),
+        )
 
 
 @check
 def composable_rest_driver_has_url(c: Cluster):
     for i, pool in _pools(c):
         if pool.driver == "rest" and not pool.driver_url:
-            yield error((*POOLS, i, "driver_url"), f"pool {pool.name!r} uses the rest driver, which needs the base "
-                        "URL of the fabric manager's API: set driver_url")
+            yield error(
+                (*POOLS, i, "driver_url"),
+                f"pool {pool.name!r} uses the rest driver, which needs the base "
+                "URL of the fabric manager's API: set driver_url",
+            )
 
 
 @check
@@ -54,12 +59,17 @@ def composable_pool_hosts_are_compute(c: Cluster):
         hosts = nodeset(pool.hosts)
         unknown = outside(hosts, c.all_hosts)
         if len(unknown):
-            yield error((*POOLS, i, "hosts"), f"{shown(unknown)} of pool {pool.name!r} not in any node group"
-                        + nearest_host(c, unknown))
+            yield error(
+                (*POOLS, i, "hosts"),
+                f"{shown(unknown)} of pool {pool.name!r} not in any node group" + nearest_host(c, unknown),
+            )
         other = outside(outside(hosts, unknown), compute)
         if len(other):
-            yield error((*POOLS, i, "hosts"), f"{shown(other)} of pool {pool.name!r} not compute nodes: pool GPUs "
-                        "are for Slurm jobs (node lines, gres.conf and the health check are the compute nodes')")
+            yield error(
+                (*POOLS, i, "hosts"),
+                f"{shown(other)} of pool {pool.name!r} not compute nodes: pool GPUs "
+                "are for Slurm jobs (node lines, gres.conf and the health check are the compute nodes')",
+            )
 
 
 @check
@@ -69,9 +79,12 @@ def composable_host_in_one_pool(c: Cluster):
         for host in pool.host_names:
             if host in seen and seen[host] != i:
                 first = c.composable.pools[seen[host]]
-                yield error((*POOLS, i, "hosts"), f"{host} is already cabled to pool {first.name!r} "
-                            f"(composable.pools[{seen[host]}]): a host takes GPUs from one pool (a layout gives a "
-                            "count per host, not per pool)")
+                yield error(
+                    (*POOLS, i, "hosts"),
+                    f"{host} is already cabled to pool {first.name!r} "
+                    f"(composable.pools[{seen[host]}]): a host takes GPUs from one pool (a layout gives a "
+                    "count per host, not per pool)",
+                )
             seen.setdefault(host, i)
 
 
@@ -88,12 +101,18 @@ def composable_pool_fits_hosts(c: Cluster):
                 continue
             seen.add(group.hardware)
             if pool.socket >= profile.sockets:
-                yield error((*POOLS, i, "socket"), f"socket {pool.socket} of pool {pool.name!r}: profile "
-                            f"{group.hardware!r} of {host} has {profile.sockets} socket(s), 0 to {profile.sockets - 1}")
+                yield error(
+                    (*POOLS, i, "socket"),
+                    f"socket {pool.socket} of pool {pool.name!r}: profile "
+                    f"{group.hardware!r} of {host} has {profile.sockets} socket(s), 0 to {profile.sockets - 1}",
+                )
             if profile.gpus is not None and profile.gpus.type != pool.gpus.type:
-                yield error((*POOLS, i, "gpus", "type"), f"pool {pool.name!r} holds {pool.gpus.type} GPUs, profile "
-                            f"{group.hardware!r} of {host} has {profile.gpus.type} GPUs of its own: a host's GPUs "
-                            "are of one type")
+                yield error(
+                    (*POOLS, i, "gpus", "type"),
+                    f"pool {pool.name!r} holds {pool.gpus.type} GPUs, profile "
+                    f"{group.hardware!r} of {host} has {profile.gpus.type} GPUs of its own: a host's GPUs "
+                    "are of one type",
+                )
 
 
 @check
@@ -105,8 +124,11 @@ def composable_layout_hosts_cabled(c: Cluster):
         for expr in layout.gpus:
             loose = outside(nodeset(expr), cabled)
             if len(loose):
-                yield error((*LAYOUTS, i, "gpus"), f"layout {layout.name!r}: {shown(loose)} cabled to no pool "
-                            "(composable.pools[*].hosts)" + nearest_host(c, loose))
+                yield error(
+                    (*LAYOUTS, i, "gpus"),
+                    f"layout {layout.name!r}: {shown(loose)} cabled to no pool "
+                    "(composable.pools[*].hosts)" + nearest_host(c, loose),
+                )
 
 
 @check
@@ -117,8 +139,11 @@ def composable_layout_within_slots(c: Cluster):
         for host, count in sorted(layout.per_host.items()):
             pool = c.composable.pool_of(host)
             if pool is not None and count > pool.slots_per_host:
-                yield error((*LAYOUTS, i, "gpus"), f"layout {layout.name!r} gives {host} {count} GPUs of pool "
-                            f"{pool.name!r}, which has {pool.slots_per_host} slots per host (slots_per_host)")
+                yield error(
+                    (*LAYOUTS, i, "gpus"),
+                    f"layout {layout.name!r} gives {host} {count} GPUs of pool "
+                    f"{pool.name!r}, which has {pool.slots_per_host} slots per host (slots_per_host)",
+                )
 
 
 @check
@@ -130,8 +155,11 @@ def composable_pool_not_overcommitted(c: Cluster):
             held = c.composable.pool_counts(layout, pool)
             if sum(held.values()) > pool.gpus.count:
                 taken = ", ".join(f"{host} {n}" for host, n in held.items() if n)
-                yield error((*LAYOUTS, i, "gpus"), f"layout {layout.name!r} takes {sum(held.values())} GPUs of pool "
-                            f"{pool.name!r} ({taken}), which holds {pool.gpus.count}")
+                yield error(
+                    (*LAYOUTS, i, "gpus"),
+                    f"layout {layout.name!r} takes {sum(held.values())} GPUs of pool "
+                    f"{pool.name!r} ({taken}), which holds {pool.gpus.count}",
+                )
 
 
 @check

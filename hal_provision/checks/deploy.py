@@ -35,8 +35,11 @@ def deploy_points_are_hosts_that_do_not_pull(c: Cluster):
         if point.host not in c.all_hosts:
             yield error(path, f"{point.host!r} is not a host of the model" + nearest_host(c, nodeset(point.host)))
         elif point.host in pulling:
-            yield error(path, f"{point.host} is a pull node (a compute node in deploy.mode pull): a distribution point "
-                        "must be a host the controller converges, e.g. a management host")
+            yield error(
+                path,
+                f"{point.host} is a pull node (a compute node in deploy.mode pull): a distribution point "
+                "must be a host the controller converges, e.g. a management host",
+            )
 
 
 @check
@@ -52,13 +55,19 @@ def deploy_serves_pull_nodes_only(c: Cluster):
         unknown = outside(served, c.all_hosts)
         path = (*DISTRIBUTION, i, "serves")
         if len(unknown):
-            yield error(path, f"{shown(unknown)} {'is not a host' if len(unknown) == 1 else 'are not hosts'} of the "
-                        "model" + nearest_host(c, unknown))
+            yield error(
+                path,
+                f"{shown(unknown)} {'is not a host' if len(unknown) == 1 else 'are not hosts'} of the "
+                "model" + nearest_host(c, unknown),
+            )
         others = outside(overlap(served, c.all_hosts), pulling)
         if len(others):
-            yield error(path, f"{shown(others)} {'is not a pull node' if len(others) == 1 else 'are not pull nodes'}: "
-                        "in deploy.mode pull the compute nodes converge themselves; the controller converges the "
-                        "rest, which no point serves")
+            yield error(
+                path,
+                f"{shown(others)} {'is not a pull node' if len(others) == 1 else 'are not pull nodes'}: "
+                "in deploy.mode pull the compute nodes converge themselves; the controller converges the "
+                "rest, which no point serves",
+            )
 
 
 @check
@@ -71,18 +80,27 @@ def deploy_every_pull_node_served_once(c: Cluster):
     if len(written) > 1:
         for i, point in enumerate(written):
             if point.serves is None:
-                yield error((*DISTRIBUTION, i), f"point {point.host} has no `serves`: with "
-                            f"{plural(len(written), 'point')}, each says which pull nodes it serves (a hostlist)")
+                yield error(
+                    (*DISTRIBUTION, i),
+                    f"point {point.host} has no `serves`: with "
+                    f"{plural(len(written), 'point')}, each says which pull nodes it serves (a hostlist)",
+                )
         if any(p.serves is None for p in written):
             return
     points = c.deploy_points
     for i, j, twice in repeated_hosts([overlap(p.serves, c.deploy_pull_nodes) for p in points]):
-        yield error(_serves_path(c, i), f"{shown(twice)} {'is' if len(twice) == 1 else 'are'} also served by "
-                    f"{points[j].host} (deploy.distribution[{j}]): each pull node fetches from exactly one point")
+        yield error(
+            _serves_path(c, i),
+            f"{shown(twice)} {'is' if len(twice) == 1 else 'are'} also served by "
+            f"{points[j].host} (deploy.distribution[{j}]): each pull node fetches from exactly one point",
+        )
     unserved = outside(c.deploy_pull_nodes, union(p.serves for p in points))
     if len(unserved):
-        yield error(DISTRIBUTION, f"{shown(unserved)} {'is a pull node' if len(unserved) == 1 else 'are pull nodes'} "
-                    "that no distribution point serves: add them to a point's `serves`")
+        yield error(
+            DISTRIBUTION,
+            f"{shown(unserved)} {'is a pull node' if len(unserved) == 1 else 'are pull nodes'} "
+            "that no distribution point serves: add them to a point's `serves`",
+        )
 
 
 @check
@@ -96,9 +114,12 @@ def deploy_herd_size(c: Cluster):
         herd = len(overlap(point.serves, c.deploy_pull_nodes))
         if herd > limit:
             need = -(-len(c.deploy_pull_nodes) // limit)
-            yield error(_serves_path(c, i), f"{point.host} serves {herd} pull nodes, more than deploy.herd_size "
-                        f"({limit}): split them over more distribution points (at least {need} for "
-                        f"{len(c.deploy_pull_nodes)} pull nodes), each with its own `serves`")
+            yield error(
+                _serves_path(c, i),
+                f"{point.host} serves {herd} pull nodes, more than deploy.herd_size "
+                f"({limit}): split them over more distribution points (at least {need} for "
+                f"{len(c.deploy_pull_nodes)} pull nodes), each with its own `serves`",
+            )
 
 
 @check

@@ -96,7 +96,7 @@ def uplinks_acyclic(c: Cluster):
         cycle = _find_cycle(name, ups, [], set(), done)
         if cycle and name in cycle and frozenset(cycle) not in reported:
             reported.add(frozenset(cycle))
-            cycle = cycle[cycle.index(name):] + cycle[: cycle.index(name)]
+            cycle = cycle[cycle.index(name) :] + cycle[: cycle.index(name)]
             yield error(
                 ("fabric", "switches", i, "uplinks"),
                 "uplinks form a loop: " + " -> ".join(cycle + [cycle[0]]) + "; uplinks must lead upwards only",
@@ -105,7 +105,7 @@ def uplinks_acyclic(c: Cluster):
 
 def _find_cycle(name: str, ups: dict, path: list[str], on_path: set[str], done: set[str]) -> list[str] | None:
     if name in on_path:
-        return path[path.index(name):]
+        return path[path.index(name) :]
     if name in done or name not in ups:
         return None
     path.append(name)
@@ -145,14 +145,17 @@ def link_switches_take_every_host(c: Cluster):
             continue
         counts = f"{plural(total, 'host')} at {per} per switch take {need} switch{'es' if need != 1 else ''}"
         if len(names) < need:
-            yield error(("fabric", "links", i, "switches"),
-                        f"{counts}, but {link.switches!r} names {len(names)}; the last "
-                        f"{plural(total - len(names) * per, 'host')} would have no switch: "
-                        "name more switches or raise hosts_per_switch")
+            yield error(
+                ("fabric", "links", i, "switches"),
+                f"{counts}, but {link.switches!r} names {len(names)}; the last "
+                f"{plural(total - len(names) * per, 'host')} would have no switch: "
+                "name more switches or raise hosts_per_switch",
+            )
         else:
-            yield error(("fabric", "links", i, "switches"),
-                        f"{counts}; {_which(names[need:])} would get no host: "
-                        "name fewer switches or lower hosts_per_switch")
+            yield error(
+                ("fabric", "links", i, "switches"),
+                f"{counts}; {_which(names[need:])} would get no host: name fewer switches or lower hosts_per_switch",
+            )
 
 
 @check
@@ -236,8 +239,11 @@ def link_devices_known(c: Cluster):
         ports = c.link_device_ports(link)
         where = ("fabric", "links", i, "device")
         if not ports:
-            yield error(where, f"device {link.device} of {shown(nodeset(link.hosts))}: these hosts have no hardware "
-                               "profile to name it in (give `port`, or the hosts' node group a `hardware`)")
+            yield error(
+                where,
+                f"device {link.device} of {shown(nodeset(link.hosts))}: these hosts have no hardware "
+                "profile to name it in (give `port`, or the hosts' node group a `hardware`)",
+            )
             continue
         for name, number in ports.items():
             if number is None:
@@ -245,13 +251,19 @@ def link_devices_known(c: Cluster):
                 yield error(where, f"hardware {name!r} has no InfiniBand port {link.device} (its ports: {have})")
         found = {name: n for name, n in ports.items() if n is not None}
         if "port" in link.model_fields_set and set(found.values()) - {link.port}:
-            yield error(where, f"port {link.port} is not {link.device}, which is port "
-                               f"{'/'.join(str(n) for n in sorted(set(found.values())))} of the hosts' profile: give "
-                               "one of them")
+            yield error(
+                where,
+                f"port {link.port} is not {link.device}, which is port "
+                f"{'/'.join(str(n) for n in sorted(set(found.values())))} of the hosts' profile: give "
+                "one of them",
+            )
         elif len(set(found.values())) > 1:
             shown_ports = ", ".join(f"{name!r}: port {n}" for name, n in found.items())
-            yield error(where, f"{link.device} is a different port in the hosts' profiles ({shown_ports}): cable "
-                               "the hosts of each profile in a link of their own")
+            yield error(
+                where,
+                f"{link.device} is a different port in the hosts' profiles ({shown_ports}): cable "
+                "the hosts of each profile in a link of their own",
+            )
 
 
 @check

@@ -42,11 +42,13 @@ def nvlink_matrix_shape(c: Cluster):
             yield error(
                 (*path, "devices"),
                 f"devices lists {n} GPU{'s' if n != 1 else ''} ({listed}) but nvlink is a {m} x {m} matrix: "
-                + (f"{more} GPU{'s are' if more > 1 else ' is'} missing from devices, or nvlink has "
-                   f"{more} row{'s' if more > 1 else ''} and column{'s' if more > 1 else ''} too many"
-                   if more > 0 else
-                   f"devices has {-more} GPU{'s' if -more > 1 else ''} more than nvlink describes: add "
-                   f"{'their rows and columns' if -more > 1 else 'its row and column'} to nvlink"),
+                + (
+                    f"{more} GPU{'s are' if more > 1 else ' is'} missing from devices, or nvlink has "
+                    f"{more} row{'s' if more > 1 else ''} and column{'s' if more > 1 else ''} too many"
+                    if more > 0
+                    else f"devices has {-more} GPU{'s' if -more > 1 else ''} more than nvlink describes: add "
+                    f"{'their rows and columns' if -more > 1 else 'its row and column'} to nvlink"
+                ),
             )
             continue
         if len(matrix) != n:
@@ -100,6 +102,7 @@ def hardware_profiles_used(c: Cluster):
 
 # ---- local scratch ----------------------------------------------------------------------------
 
+
 @check
 def scratch_devices_are_local_disks(c: Cluster):
     """The scratch is made of disks the profile lists, each once; TmpDisk fits on them."""
@@ -112,15 +115,21 @@ def scratch_devices_are_local_disks(c: Cluster):
         seen: set[str] = set()
         for k, device in enumerate(scratch.devices):
             if device not in known:
-                yield error((*path, "devices", k), f"{device} is not one of the local_disks of {name!r}"
-                            + (f" ({', '.join(known)})" if known else " (it lists none)"))
+                yield error(
+                    (*path, "devices", k),
+                    f"{device} is not one of the local_disks of {name!r}"
+                    + (f" ({', '.join(known)})" if known else " (it lists none)"),
+                )
             elif device in seen:
                 yield error((*path, "devices", k), f"{device} is named twice")
             seen.add(device)
         size_mib = (profile.scratch_gib() or 0) * 1024
         if scratch.tmp_disk_mib is not None and scratch.tmp_disk_mib > size_mib:
-            yield error((*path, "tmp_disk_mib"), f"TmpDisk {scratch.tmp_disk_mib} MiB is more than the "
-                        f"{size_mib} MiB of its devices: slurmd would drain every node of {name!r} (Low TmpDisk)")
+            yield error(
+                (*path, "tmp_disk_mib"),
+                f"TmpDisk {scratch.tmp_disk_mib} MiB is more than the "
+                f"{size_mib} MiB of its devices: slurmd would drain every node of {name!r} (Low TmpDisk)",
+            )
 
 
 @check
@@ -130,8 +139,12 @@ def job_tmp_lies_on_local_scratch(c: Cluster):
     points: dict[str, str] = {}
     for i, group in enumerate(c.nodes):
         profile = c.profile_of(group)
-        if (group.has(Role.compute) and profile is not None and profile.scratch is not None
-                and group.hardware not in points):
+        if (
+            group.has(Role.compute)
+            and profile is not None
+            and profile.scratch is not None
+            and group.hardware not in points
+        ):
             points[group.hardware] = profile.scratch.mount_point
         if not group.job_tmp_base:
             continue
@@ -139,12 +152,21 @@ def job_tmp_lies_on_local_scratch(c: Cluster):
         base = group.job_tmp_base.rstrip("/")
         mount = scratch.mount_point.rstrip("/") if scratch is not None else None
         if mount is None or not (base == mount or base.startswith(mount + "/")):
-            where = (f"outside its local scratch {scratch.mount_point}" if scratch is not None
-                     else f"on the system disk (profile {group.hardware!r} has no scratch)")
-            yield warning(("nodes", i, "job_tmp_base"), f"jobs' private /tmp under {group.job_tmp_base} lies "
-                          f"{where}: a job's files then fill the root file system")
+            where = (
+                f"outside its local scratch {scratch.mount_point}"
+                if scratch is not None
+                else f"on the system disk (profile {group.hardware!r} has no scratch)"
+            )
+            yield warning(
+                ("nodes", i, "job_tmp_base"),
+                f"jobs' private /tmp under {group.job_tmp_base} lies "
+                f"{where}: a job's files then fill the root file system",
+            )
     if len(set(points.values())) > 1:
         listed = ", ".join(f"{name}: {point}" for name, point in points.items())
         first_other = next(name for name, point in points.items() if point != next(iter(points.values())))
-        yield error(("hardware", first_other, "scratch", "mount_point"), "Slurm's TmpFS is one path for the "
-                    f"cluster, but the Slurm nodes' scratch mount points differ ({listed}): mount them at one place")
+        yield error(
+            ("hardware", first_other, "scratch", "mount_point"),
+            "Slurm's TmpFS is one path for the "
+            f"cluster, but the Slurm nodes' scratch mount points differ ({listed}): mount them at one place",
+        )

@@ -23,8 +23,9 @@ def health_checks_apply(c: Cluster):
     if not groups:
         yield warning(HEALTH, "no compute node group: slurmd runs nowhere, so the health check never runs")
         return
-    has_gpus = any((p := c.profile_of(g)) is not None and p.gpus for g in groups) \
-        or bool(c.composable is not None and c.composable.pools)  # pool GPUs, held in some layout
+    has_gpus = any((p := c.profile_of(g)) is not None and p.gpus for g in groups) or bool(
+        c.composable is not None and c.composable.pools
+    )  # pool GPUs, held in some layout
     reasons = {
         "gpus": None if has_gpus else "no compute node has GPUs",
         "gpu_model": None if has_gpus else "no compute node has GPUs",
@@ -46,9 +47,14 @@ def health_program(c: Cluster):
     if h is None:
         return
     if h.program == "nhc" and "gpu_model" in h.checks:
-        yield warning((*HEALTH, "checks", h.checks.index("gpu_model")),
-                      "LBNL NHC has no stock GPU model check: nhc.conf checks the GPU device files only "
-                      "(program: hal checks the model and memory through nvidia-smi)")
+        yield warning(
+            (*HEALTH, "checks", h.checks.index("gpu_model")),
+            "LBNL NHC has no stock GPU model check: nhc.conf checks the GPU device files only "
+            "(program: hal checks the model and memory through nvidia-smi)",
+        )
     if h.interval_s > c.slurm.slurmd_timeout_s:
-        yield info((*HEALTH, "interval_s"), f"every {h.interval_s} s is longer than SlurmdTimeout ({c.slurm.slurmd_timeout_s} s): "
-                   "a node that fails a check keeps taking jobs for longer than a node that stops answering")
+        yield info(
+            (*HEALTH, "interval_s"),
+            f"every {h.interval_s} s is longer than SlurmdTimeout ({c.slurm.slurmd_timeout_s} s): "
+            "a node that fails a check keeps taking jobs for longer than a node that stops answering",
+        )

@@ -16,7 +16,8 @@ MON = ("monitoring",)
 def _lists(m) -> list[tuple[tuple, list[str]]]:
     """Every input list with its dotted path: per role, then per group."""
     return [((*MON, "inputs", role.value), names) for role, names in m.inputs.items()] + [
-        ((*MON, "inputs_by_group", group), names) for group, names in m.inputs_by_group.items()]
+        ((*MON, "inputs_by_group", group), names) for group, names in m.inputs_by_group.items()
+    ]
 
 
 @check
@@ -30,21 +31,29 @@ def monitoring_inputs_known(c: Cluster):
     for path, names in _lists(m):
         for i, name in enumerate(names):
             if name not in INPUTS:
-                yield error((*path, i), f"unknown input {name!r}{did_you_mean(name, known)}; known: "
-                            + ", ".join(known))
+                yield error(
+                    (*path, i), f"unknown input {name!r}{did_you_mean(name, known)}; known: " + ", ".join(known)
+                )
             elif not listable(name):
-                yield error((*path, i), f"the {name} collector is not listed: it runs on every host with backup "
-                            "jobs whenever the description has a backup section; remove it from this list")
+                yield error(
+                    (*path, i),
+                    f"the {name} collector is not listed: it runs on every host with backup "
+                    "jobs whenever the description has a backup section; remove it from this list",
+                )
         for again, first in duplicates(names):
             yield error((*path, again), f"input {names[again]!r} is listed twice (first at [{first}])")
     for role in m.inputs:
         if not c.groups_with_role(role):
-            yield warning((*MON, "inputs", role.value), f"no node group has role {role.value}: these inputs run nowhere")
+            yield warning(
+                (*MON, "inputs", role.value), f"no node group has role {role.value}: these inputs run nowhere"
+            )
     groups = [g.name for g in c.nodes]
     for group in m.inputs_by_group:
         if group not in groups:
-            yield error((*MON, "inputs_by_group", group), f"no node group is named {group!r}"
-                        f"{did_you_mean(group, groups)}; groups: " + ", ".join(groups))
+            yield error(
+                (*MON, "inputs_by_group", group),
+                f"no node group is named {group!r}{did_you_mean(group, groups)}; groups: " + ", ".join(groups),
+            )
 
 
 @check
@@ -65,22 +74,34 @@ def monitoring_inputs_fit_hardware(c: Cluster):
             if spec is None:
                 continue
             if spec.needs == "gpus" and group is not None and not group_gpus(c, group):
-                yield error((*path, i), f"{name} reads GPUs, but the nodes of group {group.name} have none: "
-                            "remove it from the group's list")
+                yield error(
+                    (*path, i),
+                    f"{name} reads GPUs, but the nodes of group {group.name} have none: "
+                    "remove it from the group's list",
+                )
             elif spec.needs == "fabric" and c.fabric is None:
-                yield error((*path, i), f"{name} reads InfiniBand port counters, but the description has no "
-                            "fabric: remove it or describe the fabric")
+                yield error(
+                    (*path, i),
+                    f"{name} reads InfiniBand port counters, but the description has no "
+                    "fabric: remove it or describe the fabric",
+                )
             elif spec.needs == "slurm_controller" and ctld and ctld_group is None:
                 continue  # an unknown slurmctld host: services.slurmctld says so, once
             elif spec.needs == "slurm_controller" and path[1] == "inputs":
                 role = path[-1]
                 if ctld_group is None or not ctld_group.has(Role(role)):
-                    yield error((*path, i), f"the {name} collector runs on the slurmctld host "
-                                f"({ctld or 'none'}), which is not a {role} node: list it under the role "
-                                "of that host")
+                    yield error(
+                        (*path, i),
+                        f"the {name} collector runs on the slurmctld host "
+                        f"({ctld or 'none'}), which is not a {role} node: list it under the role "
+                        "of that host",
+                    )
             elif spec.needs == "slurm_controller" and group is not None and group is not ctld_group:
-                yield error((*path, i), f"the {name} collector runs on the slurmctld host ({ctld or 'none'}), "
-                            f"which is not in group {group.name}: list it for the group of that host")
+                yield error(
+                    (*path, i),
+                    f"the {name} collector runs on the slurmctld host ({ctld or 'none'}), "
+                    f"which is not in group {group.name}: list it for the group of that host",
+                )
 
 
 @check
@@ -90,11 +111,19 @@ def monitoring_interval_fits_inputs(c: Cluster):
     m = c.monitoring
     if m is None:
         return
-    slow = sorted({(INPUTS[n].min_interval_seconds, n) for n in m.all_inputs() | running_inputs(c) if n in INPUTS
-                   and INPUTS[n].min_interval_seconds > m.interval_seconds})
+    slow = sorted(
+        {
+            (INPUTS[n].min_interval_seconds, n)
+            for n in m.all_inputs() | running_inputs(c)
+            if n in INPUTS and INPUTS[n].min_interval_seconds > m.interval_seconds
+        }
+    )
     for seconds, name in slow:
-        yield error((*MON, "interval_seconds"), f"interval {m.interval_seconds} s is shorter than the {name} input "
-                    f"needs for one run ({seconds} s): raise interval_seconds to at least {seconds}")
+        yield error(
+            (*MON, "interval_seconds"),
+            f"interval {m.interval_seconds} s is shorter than the {name} input "
+            f"needs for one run ({seconds} s): raise interval_seconds to at least {seconds}",
+        )
 
 
 @check
@@ -124,9 +153,12 @@ def monitoring_tls_has_a_ca(c: Cluster):
     if m is None or not m.influxdb.tls or c.services.monitoring_db is None:
         return
     if c.services.ldap is None:
-        yield error((*MON, "influxdb", "tls"), "InfluxDB over HTTPS needs the cluster CA, which lives on the "
-                    "directory host, but services.ldap names no host: place the directory (services.ldap) or set "
-                    "monitoring.influxdb.tls: false (the agents' passwords then cross the network in clear text)")
+        yield error(
+            (*MON, "influxdb", "tls"),
+            "InfluxDB over HTTPS needs the cluster CA, which lives on the "
+            "directory host, but services.ldap names no host: place the directory (services.ldap) or set "
+            "monitoring.influxdb.tls: false (the agents' passwords then cross the network in clear text)",
+        )
 
 
 @check
@@ -140,15 +172,22 @@ def monitoring_panels_have_inputs(c: Cluster):
     written = measurements(running_inputs(c))
     for board in dashboards(c):
         name = board.uid.removeprefix("hal-")
-        path = (*MON, "grafana", "dashboards", m.grafana.dashboards.index(name)) \
-            if name in m.grafana.dashboards else (*MON, "grafana", "dashboards")
+        path = (
+            (*MON, "grafana", "dashboards", m.grafana.dashboards.index(name))
+            if name in m.grafana.dashboards
+            else (*MON, "grafana", "dashboards")
+        )
         for panel in board.panels:
             for q in panel.queries:
                 missing = [f for f in q.fields if f not in written.get(q.measurement, ())]
                 if not missing:
                     continue
                 makers = producers(q.measurement)
-                yield error(path, f"dashboard {name}, panel {panel.title!r} reads {q.measurement}."
-                            + ",".join(missing) + ", which no configured input writes: add "
-                            + (" or ".join(makers) if makers else "an input that writes it")
-                            + " to monitoring.inputs of the role whose nodes it describes")
+                yield error(
+                    path,
+                    f"dashboard {name}, panel {panel.title!r} reads {q.measurement}."
+                    + ",".join(missing)
+                    + ", which no configured input writes: add "
+                    + (" or ".join(makers) if makers else "an input that writes it")
+                    + " to monitoring.inputs of the role whose nodes it describes",
+                )

@@ -42,9 +42,7 @@ def primary_network_declared(c: Cluster):
 
 @check
 def networks_disjoint(c: Cluster):
-    spans = [
-        (int(n.cidr.network_address), int(n.cidr.broadcast_address), name) for name, n in c.networks.items()
-    ]
+    spans = [(int(n.cidr.network_address), int(n.cidr.broadcast_address), name) for name, n in c.networks.items()]
     for name, other, _lo, _hi in overlapping_intervals(spans):
         yield error(
             ("networks", name, "cidr"),

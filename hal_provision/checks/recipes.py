@@ -27,8 +27,10 @@ def recipes_virtual_partitions(c: Cluster):
         if name not in known:
             return f"virtual partition {name!r} is not in swsuite.virtual_partitions{did_you_mean(name, known)}"
         if gpus and name not in gpus:
-            return (f"virtual partition {name!r} has no GPUs: the recipe's defaults are GPU partitions where the "
-                    f"cluster has them (its CPU runs: swbatch -p {name}, scaling.sh --cpu)")
+            return (
+                f"virtual partition {name!r} has no GPUs: the recipe's defaults are GPU partitions where the "
+                f"cluster has them (its CPU runs: swbatch -p {name}, scaling.sh --cpu)"
+            )
         return None
 
     if (msg := problem(r.virtual_partition)) is not None:
@@ -37,16 +39,23 @@ def recipes_virtual_partitions(c: Cluster):
         if (msg := problem(name)) is not None:
             yield error((*REC, "scaling_partitions", i), msg)
     for again, first in duplicates(r.scaling_partitions):
-        yield error((*REC, "scaling_partitions", again), f"{r.scaling_partitions[again]!r} is listed twice "
-                    f"(first at [{first}])")
+        yield error(
+            (*REC, "scaling_partitions", again), f"{r.scaling_partitions[again]!r} is listed twice (first at [{first}])"
+        )
     what, size = ("GPUs", gpus) if gpus else ("nodes", nodes)
     sizes = [size[n] for n in r.scaling_partitions if n in size]
     if sizes != sorted(sizes):
-        yield error((*REC, "scaling_partitions"), f"list the benchmark's virtual partitions from the fewest {what} "
-                    f"to the most ({what}: {sizes}): efficiency is measured against the first")
+        yield error(
+            (*REC, "scaling_partitions"),
+            f"list the benchmark's virtual partitions from the fewest {what} "
+            f"to the most ({what}: {sizes}): efficiency is measured against the first",
+        )
     if not scaling_partitions(r, c.swsuite):
-        yield error((*REC, "scaling_partitions"), f"no virtual partition with a power-of-two count of {what} to "
-                    "benchmark: list the virtual partitions to run")
+        yield error(
+            (*REC, "scaling_partitions"),
+            f"no virtual partition with a power-of-two count of {what} to "
+            "benchmark: list the virtual partitions to run",
+        )
 
 
 @check
@@ -71,5 +80,8 @@ def recipes_fabric(c: Cluster):
     """NCCL device names only where there is an InfiniBand fabric to use them."""
     r = c.recipes
     if r is not None and r.nccl_ib_hca and c.fabric is None:
-        yield warning((*REC, "nccl_ib_hca"), "NCCL_IB_HCA is set but the description has no fabric: NCCL will find "
-                      "no such adapter and fall back to TCP sockets")
+        yield warning(
+            (*REC, "nccl_ib_hca"),
+            "NCCL_IB_HCA is set but the description has no fabric: NCCL will find "
+            "no such adapter and fall back to TCP sockets",
+        )

@@ -40,8 +40,7 @@ def service_hosts_known_with_role(c: Cluster):
     for service, hosts, path in _placed(c):
         unknown = outside(hosts, c.all_hosts)
         if len(unknown):
-            yield error(path, f"{service} placed on {shown(unknown)}, not in any node group"
-                        + nearest_host(c, unknown))
+            yield error(path, f"{service} placed on {shown(unknown)}, not in any node group" + nearest_host(c, unknown))
         allowed = ALLOWED_ROLES.get(service, tuple(Role))
         for group in c.nodes:
             here = overlap(hosts, nodeset(group.hosts))
@@ -59,8 +58,12 @@ def service_hosts_known_with_role(c: Cluster):
     for service, hosts, path in _placed(c):
         allowed = ALLOWED_ROLES.get(service, tuple(Role))
         for group in c.nodes:
-            if (Role.compute in group.roles and Role.compute not in allowed and group.has(*allowed)
-                    and len(overlap(hosts, nodeset(group.hosts)))):
+            if (
+                Role.compute in group.roles
+                and Role.compute not in allowed
+                and group.has(*allowed)
+                and len(overlap(hosts, nodeset(group.hosts)))
+            ):
                 shared.setdefault(group.name, []).append((service, path))
     for name, services in shared.items():
         names = [s for s, _p in services]
@@ -88,8 +91,7 @@ def configured_sections_have_hosts(c: Cluster):
         if getattr(c, section) is not None and getattr(c.services, service) is None:
             yield warning(
                 ("services",),
-                f"{section} is configured but services.{service} names no host for it; "
-                f"set services.{service}",
+                f"{section} is configured but services.{service} names no host for it; set services.{service}",
             )
 
 
@@ -102,9 +104,11 @@ MAX_CONTROLLERS = 2
 @check
 def slurmctld_at_most_two(c: Cluster):
     if len(c.controllers) > MAX_CONTROLLERS:
-        yield error(("services", "slurmctld"),
-                    f"slurmctld placed on {shown(nodeset(c.services.slurmctld))}; hal-provision runs a primary "
-                    "controller and at most one backup: name one or two hosts")
+        yield error(
+            ("services", "slurmctld"),
+            f"slurmctld placed on {shown(nodeset(c.services.slurmctld))}; hal-provision runs a primary "
+            "controller and at most one backup: name one or two hosts",
+        )
 
 
 @check
@@ -113,7 +117,9 @@ def slurmctld_hosts_distinct(c: Cluster):
         return
     twice = [host for host, times in Counter(c.slurmctld_named).items() if times > 1]
     if twice:
-        yield error(("services", "slurmctld"),
-                    f"services.slurmctld names {', '.join(twice)} more than once: a backup controller on the "
-                    "primary's own host survives nothing the primary does not; name a second management host "
-                    "as the backup, or the host once for a single controller")
+        yield error(
+            ("services", "slurmctld"),
+            f"services.slurmctld names {', '.join(twice)} more than once: a backup controller on the "
+            "primary's own host survives nothing the primary does not; name a second management host "
+            "as the backup, or the host once for a single controller",
+        )

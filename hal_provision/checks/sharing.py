@@ -18,8 +18,10 @@ def _sharing_groups(c: Cluster):
 def gpu_sharing_needs_gpus(c: Cluster):
     for group, _sharing, path in _sharing_groups(c):
         if not group.has(Role.compute):
-            yield error(path, f"node group {group.name!r} is not compute: only slurmd's nodes offer shared GPUs "
-                              "(remove gpu_sharing)")
+            yield error(
+                path,
+                f"node group {group.name!r} is not compute: only slurmd's nodes offer shared GPUs (remove gpu_sharing)",
+            )
             continue
         profile = c.hardware.get(group.hardware) if group.hardware else None
         if profile is not None and profile.gpus is None:
@@ -37,7 +39,8 @@ def mig_needs_nvml(c: Cluster):
                 f"node group {group.name!r} splits its GPUs into MIG instances, but slurmd is built without NVML "
                 "(slurm.nvml false, as Debian's packages are): gres.conf cannot be written for them, since each "
                 "instance's device files (/dev/nvidia-caps minors of the GPU and compute instance ids the driver "
-                "picked) are known only on the node. Use a Slurm built with NVML and set slurm.nvml, or shards")
+                "picked) are known only on the node. Use a Slurm built with NVML and set slurm.nvml, or shards",
+            )
 
 
 @check
@@ -49,7 +52,8 @@ def mig_mode_without_instances(c: Cluster):
                 f"node group {group.name!r} says MIG mode is on with no instances (mig: []): slurmd's NVML "
                 "detection exits (fatal: MIG mode is enabled, but no MIG devices were found) and, without NVML, "
                 "jobs get GPUs CUDA cannot use. Make the instances and list them, or turn MIG mode off and drop "
-                "mig")
+                "mig",
+            )
 
 
 @check
@@ -62,4 +66,5 @@ def mps_count_is_percentage(c: Cluster):
                 f"node group {group.name!r} offers {per_gpu} mps per GPU, not a multiple of {MPS_PERCENT}: Slurm "
                 "gives a job CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = its mps * 100 / the GPU's count, rounded down "
                 f"and at least 1, so --gres=mps:N is not N percent of the GPU. Use {MPS_PERCENT} (or a multiple "
-                "of it)")
+                "of it)",
+            )

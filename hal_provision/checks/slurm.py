@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..findings import error, warning
 from ..hostlist import nodeset, outside, overlap, union
-from ..model import Cluster, Role
+from ..model import Cluster
 from ..model import slurmtime
 from ..model.slurm import PRIORITY_MAX
 from ..model.storage import lies_under
@@ -226,8 +226,9 @@ def _policies_in_use(c: Cluster) -> list[tuple[str, str, str]]:
     out = []
     if groups := c.fair_share_groups():
         accounts = ", ".join(repr(g.slurm_account) for _i, g in groups)
-        out.append(("fair-share", f"accounts {accounts} set a fair-share (accounts.groups[].fairshare)",
-                    "weight_fairshare"))
+        out.append(
+            ("fair-share", f"accounts {accounts} set a fair-share (accounts.groups[].fairshare)", "weight_fairshare")
+        )
     if qos := c.slurm.prioritised_qos():
         names = ", ".join(f"{q.name!r} ({q.priority})" for _i, q in qos)
         out.append(("QOS priorities", f"QOS {names} set a priority", "weight_qos"))
@@ -243,8 +244,7 @@ def priority_basic_ignores_fair_share_and_qos(c: Cluster):
     for what, who, _weight in _policies_in_use(c):
         yield error(
             (*PRIORITY, "type"),
-            f"priority/basic ignores {what}, but {who}: use type multifactor (or leave type out), "
-            f"or drop the {what}",
+            f"priority/basic ignores {what}, but {who}: use type multifactor (or leave type out), or drop the {what}",
         )
 
 
@@ -258,8 +258,7 @@ def priority_weights_reach_used_factors(c: Cluster):
         if getattr(c.slurm.priority, weight) == 0:
             yield warning(
                 (*PRIORITY, weight),
-                f"{who}, but {weight} is 0, which leaves {what} out of every job's priority: "
-                "give it a weight above 0",
+                f"{who}, but {weight} is 0, which leaves {what} out of every job's priority: give it a weight above 0",
             )
 
 
@@ -324,16 +323,22 @@ def slurmctld_state_shared(c: Cluster):
         return
     covering = [m.mount_point for m in c.shared_mounts if lies_under(path, m.mount_point)]
     if covering:
-        where = (f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not mount "
-                 f"{', '.join(dict.fromkeys(covering))}: add {'it' if len(missing) == 1 else 'them'} to the "
-                 "clients of that mount")
+        where = (
+            f"{' and '.join(missing)} {'does' if len(missing) == 1 else 'do'} not mount "
+            f"{', '.join(dict.fromkeys(covering))}: add {'it' if len(missing) == 1 else 'them'} to the "
+            "clients of that mount"
+        )
     else:
-        where = ("it lies on no shared file system of the model: put it under the mount point of a GPFS file "
-                 "system or an NFS mount that both controllers mount")
-    yield error(("slurm", "state_save_location"),
-                f"services.slurmctld ({c.written(c.services.slurmctld)}) names a backup controller, {pair[1]} "
-                f"(primary {pair[0]}), so the state directory {path} must be one both read and write, or the "
-                f"backup takes over from its own empty or stale copy and loses the queue; {where}")
+        where = (
+            "it lies on no shared file system of the model: put it under the mount point of a GPFS file "
+            "system or an NFS mount that both controllers mount"
+        )
+    yield error(
+        ("slurm", "state_save_location"),
+        f"services.slurmctld ({c.written(c.services.slurmctld)}) names a backup controller, {pair[1]} "
+        f"(primary {pair[0]}), so the state directory {path} must be one both read and write, or the "
+        f"backup takes over from its own empty or stale copy and loses the queue; {where}",
+    )
 
 
 @check
@@ -346,14 +351,20 @@ def slurmctld_state_export_lets_root_create(c: Cluster):
     path = c.slurm.state_save_location
     for mount in c.storage.nfs.mounts:
         export = c.storage.nfs.export(mount.export)
-        if (export is None or not lies_under(path, mount.mount_point) or "no_root_squash" in export.options
-                or not any(host in nodeset(mount.clients) for host in pair)):
+        if (
+            export is None
+            or not lies_under(path, mount.mount_point)
+            or "no_root_squash" in export.options
+            or not any(host in nodeset(mount.clients) for host in pair)
+        ):
             continue
-        yield warning(("slurm", "state_save_location"),
-                      f"the state directory {path} lies on NFS export {export.name!r}, which squashes root "
-                      "(exports(5)'s default): the slurm role cannot create it as root on the primary controller "
-                      "nor give it to the slurm user; add no_root_squash to that export's options, or create the "
-                      "directory, owned by slurm, on the server by hand")
+        yield warning(
+            ("slurm", "state_save_location"),
+            f"the state directory {path} lies on NFS export {export.name!r}, which squashes root "
+            "(exports(5)'s default): the slurm role cannot create it as root on the primary controller "
+            "nor give it to the slurm user; add no_root_squash to that export's options, or create the "
+            "directory, owned by slurm, on the server by hand",
+        )
 
 
 @check
@@ -361,8 +372,10 @@ def slurmctld_timeout_allows_takeover(c: Cluster):
     if _backup(c) is None or c.slurm.slurmctld_timeout_s >= TAKEOVER_MIN_S:
         return
     t = c.slurm.slurmctld_timeout_s
-    yield warning(("slurm", "slurmctld_timeout_s"),
-                  f"SlurmctldTimeout {t} s with a backup controller ({c.controllers[1]}, services.slurmctld): "
-                  f"the backup asks the primary every third of it and each ask may wait MessageTimeout "
-                  f"({MESSAGE_TIMEOUT_S} s, Slurm's default) for an answer, so below {TAKEOVER_MIN_S} s a primary that is busy or restarting for a moment is taken "
-                  "over; keep it at least that (Slurm's default is 120 s)")
+    yield warning(
+        ("slurm", "slurmctld_timeout_s"),
+        f"SlurmctldTimeout {t} s with a backup controller ({c.controllers[1]}, services.slurmctld): "
+        f"the backup asks the primary every third of it and each ask may wait MessageTimeout "
+        f"({MESSAGE_TIMEOUT_S} s, Slurm's default) for an answer, so below {TAKEOVER_MIN_S} s a primary that is busy or restarting for a moment is taken "
+        "over; keep it at least that (Slurm's default is 120 s)",
+    )

@@ -15,10 +15,13 @@ def slurm_version_shipped_by_os(c: Cluster):
     site builds its own (slurm.build_own)."""
     os = operating_system(c.cluster.os)
     if c.slurm.version != os.slurm and not c.slurm.build_own:
-        yield error(("slurm", "version"), f"{os.title} (cluster.os {os.name}) ships Slurm {os.slurm}, not "
-                                          f"{c.slurm.version}: leave slurm.version out (or set it to {os.slurm}), "
-                                          "or set slurm.build_own: true where the site provides its own Slurm "
-                                          "packages")
+        yield error(
+            ("slurm", "version"),
+            f"{os.title} (cluster.os {os.name}) ships Slurm {os.slurm}, not "
+            f"{c.slurm.version}: leave slurm.version out (or set it to {os.slurm}), "
+            "or set slurm.build_own: true where the site provides its own Slurm "
+            "packages",
+        )
 
 
 @check
@@ -41,5 +44,8 @@ def slurm_extra_not_rendered(c: Cluster):
     """A key hal-provision writes from the model would be a second line of it in slurm.conf."""
     for key in c.slurm.extra:
         if key.lower() in RENDERED_KEYS:
-            yield error(("slurm", "extra", key), f"{key} is written by hal-provision from the model; slurm.extra "
-                                                 "would write it twice (set the model's field, or ask for one)")
+            yield error(
+                ("slurm", "extra", key),
+                f"{key} is written by hal-provision from the model; slurm.extra "
+                "would write it twice (set the model's field, or ask for one)",
+            )

@@ -82,8 +82,11 @@ def storage_names_unique(c: Cluster):
         for j, server in enumerate(array.servers):
             path = ("storage", "arrays", i, "servers", j, "name")
             if server.name in seen:
-                yield error(path, f"appliance server {server.name!r} is already declared at "
-                                  f"storage.arrays[{seen[server.name][2]}].servers[{seen[server.name][4]}]")
+                yield error(
+                    path,
+                    f"appliance server {server.name!r} is already declared at "
+                    f"storage.arrays[{seen[server.name][2]}].servers[{seen[server.name][4]}]",
+                )
             else:
                 seen[server.name] = path
     yield from unique(s.nfs.exports, (*NFS, "exports"), "export name")
@@ -95,13 +98,17 @@ def storage_names_unique(c: Cluster):
             for j, run in enumerate(fs.nsds):
                 for name in nsd_names(run):
                     if name in owner and owner[name] != (i, j):
-                        yield error((*GPFS, "filesystems", i, "nsds", j, "name"),
-                                    f"NSD {name} is already named by storage.gpfs.filesystems[{owner[name][0]}]"
-                                    f".nsds[{owner[name][1]}]")
+                        yield error(
+                            (*GPFS, "filesystems", i, "nsds", j, "name"),
+                            f"NSD {name} is already named by storage.gpfs.filesystems[{owner[name][0]}]"
+                            f".nsds[{owner[name][1]}]",
+                        )
                         break
                     owner[name] = (i, j)
-    mounts = [((*GPFS, "filesystems", i, "mount_point"), fs.mount_point)
-              for i, fs in enumerate(s.gpfs.filesystems if s.gpfs else [])]
+    mounts = [
+        ((*GPFS, "filesystems", i, "mount_point"), fs.mount_point)
+        for i, fs in enumerate(s.gpfs.filesystems if s.gpfs else [])
+    ]
     mounts += [((*NFS, "mounts", i, "mount_point"), m.mount_point) for i, m in enumerate(s.nfs.mounts)]
     first: dict[str, tuple] = {}
     for path, point in mounts:
@@ -117,8 +124,11 @@ def storage_hosts_in_model(c: Cluster):
     s = c.storage
     clash = overlap(_appliance(c), c.all_hosts)
     if len(clash):
-        yield error(("storage", "arrays"), f"appliance servers {shown(clash)} are also model nodes: "
-                                           "declare each host once, as a node group or as an appliance server")
+        yield error(
+            ("storage", "arrays"),
+            f"appliance servers {shown(clash)} are also model nodes: "
+            "declare each host once, as a node group or as an appliance server",
+        )
     if s.gpfs:
         known = _known(c)
         places = _gpfs_members(s.gpfs) + [
@@ -128,14 +138,18 @@ def storage_hosts_in_model(c: Cluster):
         for path, hosts in places:
             unknown = outside(hosts, known)
             if len(unknown):
-                yield error(path, f"names {shown(unknown)}, neither a model node nor an appliance server"
-                            + nearest_host(c, unknown, appliance))
+                yield error(
+                    path,
+                    f"names {shown(unknown)}, neither a model node nor an appliance server"
+                    + nearest_host(c, unknown, appliance),
+                )
         admin = nodeset(s.gpfs.admin_host)
         if len(admin) != 1:
             yield error((*GPFS, "admin_host"), f"name one host, not {shown(admin)}")
         elif len(overlap(admin, _appliance(c))):
-            yield error((*GPFS, "admin_host"), f"{admin} is an appliance server; Ansible runs mm commands on a "
-                                                "model node")
+            yield error(
+                (*GPFS, "admin_host"), f"{admin} is an appliance server; Ansible runs mm commands on a model node"
+            )
     single = [((*NFS, "servers", i, "host"), srv.host) for i, srv in enumerate(s.nfs.servers)]
     single += [((*NFS, "exports", i, "server"), e.server) for i, e in enumerate(s.nfs.exports)]
     many = [((*NFS, "exports", i, "clients"), e.clients) for i, e in enumerate(s.nfs.exports) if e.clients]
@@ -156,8 +170,10 @@ def gpfs_node_in_one_class(c: Cluster, g: Gpfs):
     each node once, and no node silently takes whichever of two classes' values GPFS applies last."""
     classes = [nodeset(nc.hosts) for nc in g.node_classes]
     for i, j, hosts in repeated_hosts(classes):
-        yield error((*GPFS, "node_classes", i, "hosts"),
-                    f"{shown(hosts)} already in node class {g.node_classes[j].name!r}; a node belongs to one class")
+        yield error(
+            (*GPFS, "node_classes", i, "hosts"),
+            f"{shown(hosts)} already in node class {g.node_classes[j].name!r}; a node belongs to one class",
+        )
     known = _known(c)
     if any(len(outside(hosts, known)) for hosts in classes):
         return  # a class naming an unknown host is most likely a misspelt member: one error says so
@@ -174,7 +190,10 @@ def gpfs_daemon_network_reaches_members(c: Cluster):
     if g is None or g.daemon_network is None:
         return
     if g.daemon_network not in c.networks:
-        yield error((*GPFS, "daemon_network"), f"unknown network {g.daemon_network!r}" + did_you_mean(g.daemon_network, c.networks))
+        yield error(
+            (*GPFS, "daemon_network"),
+            f"unknown network {g.daemon_network!r}" + did_you_mean(g.daemon_network, c.networks),
+        )
         return
     on_network = union(grp.hosts for grp in c.nodes if g.daemon_network in grp.addresses)
     for i, nc in enumerate(g.node_classes):
@@ -182,9 +201,11 @@ def gpfs_daemon_network_reaches_members(c: Cluster):
             continue
         missing = outside(overlap(nodeset(nc.hosts), c.all_hosts), on_network)
         if len(missing):
-            yield error((*GPFS, "node_classes", i, "hosts"),
-                        f"{shown(missing)} have no address on the daemon network {g.daemon_network!r}, so their "
-                        "GPFS node names would not resolve")
+            yield error(
+                (*GPFS, "node_classes", i, "hosts"),
+                f"{shown(missing)} have no address on the daemon network {g.daemon_network!r}, so their "
+                "GPFS node names would not resolve",
+            )
 
 
 @gpfs_check
@@ -192,18 +213,25 @@ def gpfs_quorum_odd(c: Cluster, g: Gpfs):
     n = len(nodeset(g.quorum))
     if g.tiebreaker_disks:
         if n > MAX_QUORUM_WITH_TIEBREAKERS:
-            yield error((*GPFS, "quorum"), f"{n} quorum nodes with tiebreaker disks; GPFS allows at most "
-                                           f"{MAX_QUORUM_WITH_TIEBREAKERS} (drop the tiebreaker disks or quorum nodes)")
+            yield error(
+                (*GPFS, "quorum"),
+                f"{n} quorum nodes with tiebreaker disks; GPFS allows at most "
+                f"{MAX_QUORUM_WITH_TIEBREAKERS} (drop the tiebreaker disks or quorum nodes)",
+            )
         known = {name for fs in g.filesystems for name in _nsd_names(fs)}
         for k, disk in enumerate(g.tiebreaker_disks):
             if disk not in known:
-                yield error((*GPFS, "tiebreaker_disks", k), f"tiebreaker disk {disk!r} is not an NSD of any file system")
+                yield error(
+                    (*GPFS, "tiebreaker_disks", k), f"tiebreaker disk {disk!r} is not an NSD of any file system"
+                )
         if len(g.tiebreaker_disks) not in (1, 3):
             yield error((*GPFS, "tiebreaker_disks"), f"{len(g.tiebreaker_disks)} tiebreaker disks; GPFS takes 1 or 3")
     elif n % 2 == 0:
-        yield warning((*GPFS, "quorum"),
-                      f"{plural(n, 'quorum node')}: an even number survives no more failures than {n - 1} would "
-                      f"(a majority of {n} is {n // 2 + 1}); add or drop one, or declare tiebreaker_disks")
+        yield warning(
+            (*GPFS, "quorum"),
+            f"{plural(n, 'quorum node')}: an even number survives no more failures than {n - 1} would "
+            f"(a majority of {n} is {n // 2 + 1}); add or drop one, or declare tiebreaker_disks",
+        )
 
 
 @gpfs_check
@@ -213,10 +241,20 @@ def gpfs_worker_threads_ordered(c: Cluster, g: Gpfs):
         low, low_from = values["nsdMinWorkerThreads"]
         high, high_from = values["nsdMaxWorkerThreads"]
         if int(low) > int(high):
-            at = (*GPFS, "node_classes", i, "tuning", "nsdMinWorkerThreads") if low_from == "class" else (
-                (*GPFS, "tuning", "nsdMinWorkerThreads") if low_from == "cluster" else (*GPFS, "node_classes", i, "tuning"))
-            yield error(at, f"node class {nc.name!r}: nsdMinWorkerThreads {low} ({low_from}) is above "
-                            f"nsdMaxWorkerThreads {high} ({high_from}); GPFS never starts more than the maximum")
+            at = (
+                (*GPFS, "node_classes", i, "tuning", "nsdMinWorkerThreads")
+                if low_from == "class"
+                else (
+                    (*GPFS, "tuning", "nsdMinWorkerThreads")
+                    if low_from == "cluster"
+                    else (*GPFS, "node_classes", i, "tuning")
+                )
+            )
+            yield error(
+                at,
+                f"node class {nc.name!r}: nsdMinWorkerThreads {low} ({low_from}) is above "
+                f"nsdMaxWorkerThreads {high} ({high_from}); GPFS never starts more than the maximum",
+            )
 
 
 @gpfs_check
@@ -233,15 +271,21 @@ def gpfs_caches_fit_memory(c: Cluster, g: Gpfs):
         gib, what, hosts = min(members, key=lambda m: m[0])
         ram = gib * GIB
         if mem.total > ram:
-            yield error(path, f"node class {nc.name!r}: pagepool {values['pagepool']} + maxFilesToCache "
-                              f"{values['maxFilesToCache']} x 3 KiB + maxStatCache {values['maxStatCache']} x 400 B = "
-                              f"{_gib(mem.total)}, above the {gib} GiB of {what} {shown(hosts)}")
+            yield error(
+                path,
+                f"node class {nc.name!r}: pagepool {values['pagepool']} + maxFilesToCache "
+                f"{values['maxFilesToCache']} x 3 KiB + maxStatCache {values['maxStatCache']} x 400 B = "
+                f"{_gib(mem.total)}, above the {gib} GiB of {what} {shown(hosts)}",
+            )
             continue
         pct = int(values.get("pagepoolMaxPhysMemPct", DEFAULTS["pagepoolMaxPhysMemPct"]))
         if mem.pagepool > ram * pct // 100:
-            yield warning(path, f"node class {nc.name!r}: pagepool {values['pagepool']} is above {pct}% of the "
-                                f"{gib} GiB of {what} {shown(hosts)} (pagepoolMaxPhysMemPct); GPFS starts with a "
-                                "smaller pagepool")
+            yield warning(
+                path,
+                f"node class {nc.name!r}: pagepool {values['pagepool']} is above {pct}% of the "
+                f"{gib} GiB of {what} {shown(hosts)} (pagepoolMaxPhysMemPct); GPFS starts with a "
+                "smaller pagepool",
+            )
 
 
 @gpfs_check
@@ -255,37 +299,54 @@ def gpfs_block_size_supported(c: Cluster, g: Gpfs):
             if value is not None and size_bytes(value) not in supported:
                 yield error((*path, key), f"{key} {value} is not one Spectrum Scale supports: {', '.join(BLOCK_SIZES)}")
         if size_bytes(fs.block_size) > size_bytes(maxblock):
-            yield error((*path, "block_size"), f"block_size {fs.block_size} is above the cluster's maxblocksize "
-                                               f"{maxblock}; raise storage.gpfs.tuning.maxblocksize first")
+            yield error(
+                (*path, "block_size"),
+                f"block_size {fs.block_size} is above the cluster's maxblocksize "
+                f"{maxblock}; raise storage.gpfs.tuning.maxblocksize first",
+            )
         if fs.metadata_block_size is not None and not any(
             run.usage == "metadataOnly" and run.pool == "system" for run in fs.nsds
         ):
-            yield error((*path, "metadata_block_size"),
-                        "a separate metadata block size needs metadataOnly NSDs in the system pool")
+            yield error(
+                (*path, "metadata_block_size"),
+                "a separate metadata block size needs metadataOnly NSDs in the system pool",
+            )
         if fs.log_size is not None:
             meta = size_bytes(fs.metadata_block_size or fs.block_size)
             log = size_bytes(fs.log_size)
             low, high = (size_bytes(s) for s in LOG_SIZE_RANGE)
             if not low <= log <= high:
-                yield error((*path, "log_size"), f"log_size {fs.log_size} is outside {LOG_SIZE_RANGE[0]}-{LOG_SIZE_RANGE[1]}")
+                yield error(
+                    (*path, "log_size"), f"log_size {fs.log_size} is outside {LOG_SIZE_RANGE[0]}-{LOG_SIZE_RANGE[1]}"
+                )
             elif log % meta:
-                yield error((*path, "log_size"), f"log_size {fs.log_size} is not a multiple of the metadata block "
-                                                 f"size {fs.metadata_block_size or fs.block_size}")
+                yield error(
+                    (*path, "log_size"),
+                    f"log_size {fs.log_size} is not a multiple of the metadata block "
+                    f"size {fs.metadata_block_size or fs.block_size}",
+                )
 
 
 @gpfs_check
 def gpfs_replicas_have_failure_groups(c: Cluster, g: Gpfs):
     for i, fs in enumerate(g.filesystems):
         path = (*GPFS, "filesystems", i)
-        for kind, holds in (("data", ("dataAndMetadata", "dataOnly")), ("metadata", ("dataAndMetadata", "metadataOnly"))):
+        for kind, holds in (
+            ("data", ("dataAndMetadata", "dataOnly")),
+            ("metadata", ("dataAndMetadata", "metadataOnly")),
+        ):
             default, most = getattr(fs, f"{kind}_replicas"), getattr(fs, f"max_{kind}_replicas")
             if default > most:
-                yield error((*path, f"{kind}_replicas"), f"{kind}_replicas {default} is above max_{kind}_replicas {most}")
+                yield error(
+                    (*path, f"{kind}_replicas"), f"{kind}_replicas {default} is above max_{kind}_replicas {most}"
+                )
             groups = {run.failure_group for run in fs.nsds if run.usage in holds}
             if default > len(groups):
-                yield error((*path, f"{kind}_replicas"),
-                            f"{default} {kind} replicas need NSDs for {kind} in {default} failure groups; "
-                            f"{fs.name!r} has {plural(len(groups), 'failure group')} ({', '.join(map(str, sorted(groups)))})")
+                yield error(
+                    (*path, f"{kind}_replicas"),
+                    f"{default} {kind} replicas need NSDs for {kind} in {default} failure groups; "
+                    f"{fs.name!r} has {plural(len(groups), 'failure group')} ({', '.join(map(str, sorted(groups)))})",
+                )
 
 
 # ---- NFS ------------------------------------------------------------------------------------
@@ -342,8 +403,10 @@ def nfs_mounts_allowed(c: Cluster):
         refused = outside(overlap(nodeset(m.clients), c.all_hosts), allowed)
         if len(refused) and not (e.clients and len(outside(nodeset(e.clients), c.all_hosts))):
             # (an export naming unknown hosts most likely misspells the refused ones: its error says so)
-            yield error((*path, "clients"), f"{shown(refused)} would mount {e.server}:{e.path}, but export "
-                                            f"{e.name!r} does not allow them")
+            yield error(
+                (*path, "clients"),
+                f"{shown(refused)} would mount {e.server}:{e.path}, but export {e.name!r} does not allow them",
+            )
 
 
 @check
@@ -382,5 +445,8 @@ def login_and_compute_nodes_mount_home(c: Cluster):
             path = ("nodes", i)
             fix = f"mount a shared file system at {home} there (storage.nfs.mounts, clients @{group.name})"
         verb = "mounts" if len(missing) == 1 else "mount"
-        yield warning(path, f"{shown(missing)} of node group {group.name!r} ({roles}) {verb} no file system at "
-                            f"{home} ({where}), where the users' homes are: {fix}")
+        yield warning(
+            path,
+            f"{shown(missing)} of node group {group.name!r} ({roles}) {verb} no file system at "
+            f"{home} ({where}), where the users' homes are: {fix}",
+        )

@@ -17,14 +17,21 @@ import typer
 from ..node import backup as lib
 from .common import EXIT_UNUSABLE, err, out
 
-app = typer.Typer(no_args_is_help=True, help="The snapshots of the cluster's state that hal-backup wrote: list them, "
-                                             "verify their checksums.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums.",
+)
 
-DirArg = typer.Argument(..., help="The backup destination (a copy or mount of it): one directory per job.",
-                        show_default=False)
-KeyOpt = typer.Option(None, "--key", help="A copy of the key of the host that wrote the snapshots "
-                      f"({lib.KEY} there): its manifests' HMAC is checked too. Without it: checksums only.",
-                      show_default=False)
+DirArg = typer.Argument(
+    ..., help="The backup destination (a copy or mount of it): one directory per job.", show_default=False
+)
+KeyOpt = typer.Option(
+    None,
+    "--key",
+    help="A copy of the key of the host that wrote the snapshots "
+    f"({lib.KEY} there): its manifests' HMAC is checked too. Without it: checksums only.",
+    show_default=False,
+)
 
 
 def _found(directory: Path) -> list[lib.Snapshot]:
@@ -71,9 +78,9 @@ def list_snapshots(directory: Path = DirArg, key: Optional[Path] = KeyOpt) -> No
 @app.command()
 def verify(
     directory: Path = DirArg,
-    snapshots: Optional[List[str]] = typer.Argument(None, metavar="[JOB[/STAMP]]...",
-                                                    help="What to verify (default: every snapshot).",
-                                                    show_default=False),
+    snapshots: Optional[List[str]] = typer.Argument(
+        None, metavar="[JOB[/STAMP]]...", help="What to verify (default: every snapshot).", show_default=False
+    ),
     key: Optional[Path] = KeyOpt,
 ) -> None:
     """Re-hash every file of the snapshots against their manifests; exit 1 naming each missing,
@@ -86,8 +93,9 @@ def verify(
         problems = lib.verify(snap, key=secret)
         failures.extend(f"{snap.name}: {problem}" for problem in problems)
         if not problems:
-            out.print(f"ok {snap.name} ({lib.count(len(snap.files), 'file')}, {lib.human_size(snap.bytes)})",
-                      markup=False)
+            out.print(
+                f"ok {snap.name} ({lib.count(len(snap.files), 'file')}, {lib.human_size(snap.bytes)})", markup=False
+            )
     if not chosen and not unknown:
         failures.append(f"no snapshots under {directory}")
     for failure in failures:

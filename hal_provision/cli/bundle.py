@@ -36,13 +36,27 @@ def write_outputs(outputs: dict[str, bytes], directory: Path) -> None:
 
 def bundle(
     file: Optional[Path] = FileArg,
-    out_dir: Path = typer.Option(..., "--out", help="Directory to write the bundle, its manifest and current.json "
-                                 "into (created; other files there are kept).", show_default=False),
-    valid_days: int = typer.Option(30, "--valid-days", min=1, max=3650, help="Days until the release expires: a "
-                                   "node refuses an expired one, so publish at least this often."),
-    keys: Optional[Path] = typer.Option(None, "--keys", help="The release-key directory (default: $HAL_RELEASE_KEYS, "
-                                        "else ~/.config/hal-provision/release-keys); the cluster's key pair is made "
-                                        "there on the first run.", show_default=False),
+    out_dir: Path = typer.Option(
+        ...,
+        "--out",
+        help="Directory to write the bundle, its manifest and current.json into (created; other files there are kept).",
+        show_default=False,
+    ),
+    valid_days: int = typer.Option(
+        30,
+        "--valid-days",
+        min=1,
+        max=3650,
+        help="Days until the release expires: a node refuses an expired one, so publish at least this often.",
+    ),
+    keys: Optional[Path] = typer.Option(
+        None,
+        "--keys",
+        help="The release-key directory (default: $HAL_RELEASE_KEYS, "
+        "else ~/.config/hal-provision/release-keys); the cluster's key pair is made "
+        "there on the first run.",
+        show_default=False,
+    ),
 ) -> None:
     """Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its manifest
     <version>.json and current.json (the release, signed with the cluster's key), for playbooks/publish.yml to
@@ -72,7 +86,9 @@ def write_bundle(model, files: dict[str, str], out_dir: Path, valid_days: int, k
     except OSError as exc:
         _fail(f"cannot write {out_dir}: {exc}")
     signed = release.open_envelope(outputs["current.json"]) or {}
-    out.print(f"bundle {built.version} for cluster '{model.cluster.name}': {len(built.manifest['files'])} files, "
-              f"{len(built.manifest['nodes'])} pull nodes, in {out_dir}; release serial {signed.get('serial')}, "
-              f"expires {signed.get('expires')}, signed with {release.key_paths(model.cluster.name, keys)[0]}",
-              markup=False)
+    out.print(
+        f"bundle {built.version} for cluster '{model.cluster.name}': {len(built.manifest['files'])} files, "
+        f"{len(built.manifest['nodes'])} pull nodes, in {out_dir}; release serial {signed.get('serial')}, "
+        f"expires {signed.get('expires')}, signed with {release.key_paths(model.cluster.name, keys)[0]}",
+        markup=False,
+    )

@@ -35,8 +35,10 @@ def rendered_inventory(inventory: Path) -> Path:
     if not inventory.is_dir():
         raise InventoryDirError(f"{inventory} is not a directory: give the rendered tree's inventory/ directory")
     if not (inventory / "hosts.yml").is_file() or not (inventory.parent / "files").is_dir():
-        raise InventoryDirError(f"{inventory} is not a rendered inventory: expected hosts.yml in it and files/ "
-                                "beside it (written by `hal-provision render` or `hal-provision sandbox up`)")
+        raise InventoryDirError(
+            f"{inventory} is not a rendered inventory: expected hosts.yml in it and files/ "
+            "beside it (written by `hal-provision render` or `hal-provision sandbox up`)"
+        )
     return inventory.resolve()
 
 
@@ -52,8 +54,13 @@ def list_inventory(inventory: Path) -> dict:
 
     program = tools.find("ansible-inventory") or "ansible-inventory"
     try:
-        proc = subprocess.run([program, "-i", str(inventory), "--list"], capture_output=True, text=True,
-                              check=False, env=tools.child_env())
+        proc = subprocess.run(
+            [program, "-i", str(inventory), "--list"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=tools.child_env(),
+        )
     except OSError as exc:
         raise InventoryDirError(f"cannot run ansible-inventory: {exc}") from None
     if proc.returncode != 0:

@@ -12,8 +12,9 @@ from .common import checked, out
 
 
 def panels(
-    file: Optional[Path] = typer.Argument(None, help="cluster.yml to use; the embedded HAL description if omitted.",
-                                          show_default=False),
+    file: Optional[Path] = typer.Argument(
+        None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False
+    ),
 ) -> None:
     """List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros
     $timeFilter and $__interval left in)."""

@@ -27,19 +27,30 @@ class Format(str, Enum):
 
 SUFFIXES = {".svg": Format.svg, ".png": Format.png, ".dot": Format.dot, ".gv": Format.dot}
 
-NO_DOT = ("error: Graphviz's `dot` program is not installed (or not on PATH): install the Debian package "
-          "graphviz (apt-get install graphviz), or write the DOT source with --format dot")
+NO_DOT = (
+    "error: Graphviz's `dot` program is not installed (or not on PATH): install the Debian package "
+    "graphviz (apt-get install graphviz), or write the DOT source with --format dot"
+)
 
 
 def diagram(
-    file: Optional[Path] = typer.Argument(None, help="cluster.yml to use; the embedded HAL description if omitted.",
-                                          show_default=False),
+    file: Optional[Path] = typer.Argument(
+        None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False
+    ),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", show_default=False,
-        help="File to write (or an existing directory to write it into); default <cluster>-diagram.<format> here."),
+        None,
+        "-o",
+        "--output",
+        show_default=False,
+        help="File to write (or an existing directory to write it into); default <cluster>-diagram.<format> here.",
+    ),
     fmt: Optional[Format] = typer.Option(
-        None, "--format", case_sensitive=False, show_default=False,
-        help="svg, png, or dot (the Graphviz source). Default: from OUTPUT's suffix, else svg."),
+        None,
+        "--format",
+        case_sensitive=False,
+        show_default=False,
+        help="svg, png, or dot (the Graphviz source). Default: from OUTPUT's suffix, else svg.",
+    ),
 ) -> None:
     """Draw the cluster's architecture: users, login, compute, the InfiniBand fabric and storage
     top down, management, services and networks on the side."""

@@ -23,15 +23,26 @@ from .common import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, checked, err, out, pr
 
 
 def discover(
-    file: Optional[Path] = typer.Argument(None, help="cluster.yml to compare with; the embedded HAL description if "
-                                                     "omitted.", show_default=False),
-    host: Optional[str] = typer.Option(None, "--host", show_default=False,
-                                       help="The host whose profile to compare with (default: this machine's short "
-                                            "host name; with --records, the records directory's name)."),
-    records: Optional[Path] = typer.Option(None, "--records", show_default=False,
-                                           help="Read the raw outputs a records directory holds (playbooks/discover.yml "
-                                                "writes bench/out/discovery/HOST/) instead of this machine."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (the profile, notes and differences) instead of YAML."),
+    file: Optional[Path] = typer.Argument(
+        None, help="cluster.yml to compare with; the embedded HAL description if omitted.", show_default=False
+    ),
+    host: Optional[str] = typer.Option(
+        None,
+        "--host",
+        show_default=False,
+        help="The host whose profile to compare with (default: this machine's short "
+        "host name; with --records, the records directory's name).",
+    ),
+    records: Optional[Path] = typer.Option(
+        None,
+        "--records",
+        show_default=False,
+        help="Read the raw outputs a records directory holds (playbooks/discover.yml "
+        "writes bench/out/discovery/HOST/) instead of this machine.",
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print JSON (the profile, notes and differences) instead of YAML."
+    ),
 ) -> None:
     """Print this node's (or a records directory's) hardware as a profile ready to paste under
     `hardware:`, then every difference from the host's profile in the model, located in the file."""
@@ -54,9 +65,13 @@ def discover(
     name = group.hardware
     if name is None:
         _show(found, profile_name(target), target, as_json, [])
-        err.print(f"'{target}' is in node group '{group.name}' of {loaded.file}, which names no hardware profile: "
-                  "nothing to compare with (paste the profile above under `hardware:` and name it in the group "
-                  "to have one)", style="cyan", markup=False)
+        err.print(
+            f"'{target}' is in node group '{group.name}' of {loaded.file}, which names no hardware profile: "
+            "nothing to compare with (paste the profile above under `hardware:` and name it in the group "
+            "to have one)",
+            style="cyan",
+            markup=False,
+        )
         raise typer.Exit(EXIT_OK)
     findings = compare(found, model, target, loaded.locator)
     _show(found, name, target, as_json, findings)
@@ -69,10 +84,27 @@ def discover(
 
 def _show(found, name: str, host: str, as_json: bool, findings) -> None:
     if as_json:
-        doc = {"host": host, **to_json(found, name),
-               "differences": [{"level": f.level.value, "path": f.dotted, "message": f.message, "file": f.file,
-                                "line": f.line, "column": f.column} for f in findings]}
+        doc = {
+            "host": host,
+            **to_json(found, name),
+            "differences": [
+                {
+                    "level": f.level.value,
+                    "path": f.dotted,
+                    "message": f.message,
+                    "file": f.file,
+                    "line": f.line,
+                    "column": f.column,
+                }
+                for f in findings
+            ],
+        }
         out.print(json.dumps(doc, indent=2), markup=False, highlight=False, emoji=False)
     else:
-        out.print(to_yaml(found, name, f"{host}: hardware read from {found.origin}"), end="", markup=False,
-                  highlight=False, emoji=False)
+        out.print(
+            to_yaml(found, name, f"{host}: hardware read from {found.origin}"),
+            end="",
+            markup=False,
+            highlight=False,
+            emoji=False,
+        )

@@ -24,11 +24,22 @@ import typer
 
 from ..pull import fleet as lib
 from ..hostlist import HostlistError, expand, fold
-from .common import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, InventoryDirError, err, list_inventory, out, \
-    rendered_inventory
+from .common import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_UNUSABLE,
+    InventoryDirError,
+    err,
+    list_inventory,
+    out,
+    rendered_inventory,
+)
 
-app = typer.Typer(no_args_is_help=True, help="The pull-mode compute nodes: what each runs against what is published "
-                                             "(status), and converging them now (converge).")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="The pull-mode compute nodes: what each runs against what is published "
+    "(status), and converging them now (converge).",
+)
 
 # Where `hal-provision render` writes by default (its -o rendered).
 DEFAULT_INVENTORY = Path("rendered/inventory")
@@ -51,8 +62,10 @@ def load(inventory: Path) -> Fleet:
     inventory = rendered_inventory(inventory)
     path = inventory.parent / "files" / lib.DEPLOY_JSON
     if not path.is_file():
-        raise lib.FleetError(f"{path} does not exist: deploy.mode is push (the default); `fleet` reads pull-mode "
-                             "nodes (set deploy.mode: pull in cluster.yml and render)")
+        raise lib.FleetError(
+            f"{path} does not exist: deploy.mode is push (the default); `fleet` reads pull-mode "
+            "nodes (set deploy.mode: pull in cluster.yml and render)"
+        )
     deploy = lib.parse_deploy(path.read_text(), str(path))
     hostvars = list_inventory(inventory).get("_meta", {}).get("hostvars", {})
     missing = [host for host in [*deploy.nodes, *(p.host for p in deploy.points)] if host not in hostvars]
@@ -61,7 +74,9 @@ def load(inventory: Path) -> Fleet:
     return Fleet(inventory, deploy, hostvars)
 
 
-def fan_out(fleet: Fleet, hosts: list[str], command: str, timeout: int, command_timeout: int = 0) -> dict[str, str | None]:
+def fan_out(
+    fleet: Fleet, hosts: list[str], command: str, timeout: int, command_timeout: int = 0
+) -> dict[str, str | None]:
     """Run `command` on `hosts` over SSH (ClusterShell): each host's stdout when the command
     exited 0, None when it did not (or the host did not answer). command_timeout 0: no limit."""
     from ClusterShell.NodeSet import NodeSet
@@ -75,12 +90,12 @@ def fan_out(fleet: Fleet, hosts: list[str], command: str, timeout: int, command_
         task = task_self()
         task.set_info("ssh_options", f"-F {config}")
         task.set_info("connect_timeout", timeout)
-        worker = task.shell(command, nodes=NodeSet.fromlist(hosts), stderr=True,
-                            timeout=command_timeout or None)
+        worker = task.shell(command, nodes=NodeSet.fromlist(hosts), stderr=True, timeout=command_timeout or None)
         task.run()
         codes = {str(node): rc for rc, nodes in worker.iter_retcodes() for node in nodes}
-        texts = {str(node): bytes(buf).decode(errors="replace") for buf, nodes in worker.iter_buffers()
-                 for node in nodes}
+        texts = {
+            str(node): bytes(buf).decode(errors="replace") for buf, nodes in worker.iter_buffers() for node in nodes
+        }
     return {h: texts.get(h, "") if codes.get(h) == 0 else None for h in hosts}
 
 
@@ -117,11 +132,25 @@ def survey(fleet: Fleet, hosts: list[str], timeout: int) -> tuple[list[dict], li
     for point in fleet.deploy.points:
         text = texts.get(point.host)
         version = lib.published_version(text)
-        problem = None if version else (f"cannot read {fleet.deploy.bundle_root}/current.json over SSH" if text is None
-                                        else "current.json is no release (unsigned or malformed)")
+        problem = (
+            None
+            if version
+            else (
+                f"cannot read {fleet.deploy.bundle_root}/current.json over SSH"
+                if text is None
+                else "current.json is no release (unsigned or malformed)"
+            )
+        )
         published[point.url] = version
-        points.append({"host": point.host, "url": point.url, "version": version, "error": problem,
-                       "signature": signature(text, fleet.deploy.cluster) if version else None})
+        points.append(
+            {
+                "host": point.host,
+                "url": point.url,
+                "version": version,
+                "error": problem,
+                "signature": signature(text, fleet.deploy.cluster) if version else None,
+            }
+        )
     last = read_last(fleet, hosts, timeout)
     results = [lib.classify(h, last.get(h), published.get(fleet.deploy.nodes[h])) for h in hosts]
     return points, results
@@ -149,15 +178,30 @@ def _print(points: list[dict], results: list[lib.NodeResult]) -> None:
     for header in ("point", "url", "version", "signature"):
         published.add_column(header, no_wrap=header != "signature")
     for p in points:
-        published.add_row(p["host"], p["url"], p["version"] or f"unreadable: {p['error']}", p["signature"] or "-",
-                          style=None if p["version"] and (p["signature"] or "").startswith("verified") else "bold red")
+        published.add_row(
+            p["host"],
+            p["url"],
+            p["version"] or f"unreadable: {p['error']}",
+            p["signature"] or "-",
+            style=None if p["version"] and (p["signature"] or "").startswith("verified") else "bold red",
+        )
     nodes = Table(title="pull nodes", title_justify="left", box=box.SIMPLE_HEAD)
     for header in ("version", "state", "drift", "last run (UTC)", "count", "nodes"):
         nodes.add_column(header, no_wrap=header != "nodes")
     for row in lib.rows(results):
-        nodes.add_row(row.version, row.state, row.drift or "-", row.last_run, str(row.count), row.nodes,
-                      style=None if row.drift is None else "bold red" if row.drift in ("failed", "refused", "unreachable")
-                      else "yellow")
+        nodes.add_row(
+            row.version,
+            row.state,
+            row.drift or "-",
+            row.last_run,
+            str(row.count),
+            row.nodes,
+            style=None
+            if row.drift is None
+            else "bold red"
+            if row.drift in ("failed", "refused", "unreachable")
+            else "yellow",
+        )
     wide.print(published)
     wide.print(nodes)
     reasons: dict[str, list[str]] = {}  # why the drifted nodes' last runs did not converge, as they said
@@ -176,8 +220,9 @@ def _exit(results: list[lib.NodeResult]) -> None:
 
 @app.command()
 def status(
-    inventory: Path = typer.Argument(DEFAULT_INVENTORY, help="The rendered inventory directory (RENDERED/inventory).",
-                                     show_default=True),
+    inventory: Path = typer.Argument(
+        DEFAULT_INVENTORY, help="The rendered inventory directory (RENDERED/inventory).", show_default=True
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the points, the rows and each node's detail as JSON."),
     timeout: int = TIMEOUT,
 ) -> None:
@@ -195,12 +240,17 @@ def status(
 
 @app.command()
 def converge(
-    hosts: Optional[str] = typer.Argument(None, help="A hostlist of pull nodes (default: every one).",
-                                          show_default=False),
-    inventory: Path = typer.Option(DEFAULT_INVENTORY, "-i", "--inventory",
-                                   help="The rendered inventory directory (RENDERED/inventory)."),
-    wait: bool = typer.Option(False, "--wait", help="Wait for each node's run to finish, then print the status of "
-                              "those nodes and exit as `status` does."),
+    hosts: Optional[str] = typer.Argument(
+        None, help="A hostlist of pull nodes (default: every one).", show_default=False
+    ),
+    inventory: Path = typer.Option(
+        DEFAULT_INVENTORY, "-i", "--inventory", help="The rendered inventory directory (RENDERED/inventory)."
+    ),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        help="Wait for each node's run to finish, then print the status of those nodes and exit as `status` does.",
+    ),
     timeout: int = TIMEOUT,
 ) -> None:
     """Start hal-converge.service on the pull nodes now. Without --wait: exit 0 when it started on
@@ -219,8 +269,12 @@ def converge(
     if ok:
         out.print(f"{'ran' if wait else 'started'} {lib.UNIT} on {fold(ok)}", markup=False)
     if failed:
-        err.print(f"{lib.UNIT} did not {'run' if wait else 'start'} on {fold(failed)} (no answer, or systemctl "
-                  "failed: see `fleet status` and the node's journal)", style="bold red", markup=False)
+        err.print(
+            f"{lib.UNIT} did not {'run' if wait else 'start'} on {fold(failed)} (no answer, or systemctl "
+            "failed: see `fleet status` and the node's journal)",
+            style="bold red",
+            markup=False,
+        )
     if not wait:
         raise typer.Exit(EXIT_FINDINGS if failed else EXIT_OK)
     points, results = survey(fleet, chosen, timeout)

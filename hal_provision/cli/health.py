@@ -12,8 +12,10 @@ import typer
 
 from .common import EXIT_FINDINGS, EXIT_OK, EXIT_UNUSABLE, InventoryDirError, err, out, rendered_inventory
 
-app = typer.Typer(no_args_is_help=True, help="Node health beyond the periodic check: NVIDIA DCGM's active "
-                                             "diagnostic on nodes taken out of service (deep).")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Node health beyond the periodic check: NVIDIA DCGM's active diagnostic on nodes taken out of service (deep).",
+)
 
 DEFAULT_INVENTORY = Path("rendered/inventory")
 
@@ -36,8 +38,14 @@ def _table(report) -> None:
         for r in node.results:
             if r.status in ("Pass", "Skip") and not r.message:
                 continue  # a pass is counted below; the table shows what needs a look
-            table.add_row(node.host, r.test, "-" if r.gpu is None else str(r.gpu), r.status, r.message or "-",
-                          style="bold red" if r.status == "Fail" else "yellow" if r.status == "Warn" else None)
+            table.add_row(
+                node.host,
+                r.test,
+                "-" if r.gpu is None else str(r.gpu),
+                r.status,
+                r.message or "-",
+                style="bold red" if r.status == "Fail" else "yellow" if r.status == "Warn" else None,
+            )
     out.print(table)
     for node in report.nodes:
         counts: dict[str, int] = {}
@@ -50,12 +58,23 @@ def _table(report) -> None:
 @app.command()
 def deep(
     hosts: str = typer.Argument(..., metavar="HOSTLIST", help="The Slurm nodes to test, a hostlist (gpu[01-04])."),
-    inventory: Path = typer.Option(DEFAULT_INVENTORY, "-i", "--inventory",
-                                   help="The rendered inventory directory (RENDERED/inventory)."),
-    level: int = typer.Option(2, "--level", min=1, max=4, help="dcgmi diag's level: 2 about 2 minutes, 3 about "
-                              "15 minutes per node (NVIDIA's figures)."),
-    max_wait: int = typer.Option(1440, "--max-wait", min=0, help="Minutes to wait for running jobs to end "
-                                 "(0: no limit); the reservation lasts this plus the diagnostic's time."),
+    inventory: Path = typer.Option(
+        DEFAULT_INVENTORY, "-i", "--inventory", help="The rendered inventory directory (RENDERED/inventory)."
+    ),
+    level: int = typer.Option(
+        2,
+        "--level",
+        min=1,
+        max=4,
+        help="dcgmi diag's level: 2 about 2 minutes, 3 about 15 minutes per node (NVIDIA's figures).",
+    ),
+    max_wait: int = typer.Option(
+        1440,
+        "--max-wait",
+        min=0,
+        help="Minutes to wait for running jobs to end "
+        "(0: no limit); the reservation lasts this plus the diagnostic's time.",
+    ),
 ) -> None:
     """Run NVIDIA DCGM's diagnostic (dcgmi diag -r LEVEL) on HOSTLIST: a maintenance reservation
     keeps new jobs off the nodes while running jobs finish, then each node is tested, every node
@@ -86,8 +105,10 @@ def deep(
         timeout = lib.DIAG_MINUTES[level] * 60
         results = run_ad_hoc(inv, ",".join(nodes), shlex.join(argv), timeout=timeout, what=what, forks=len(nodes))
         # dcgmi exits non-zero when a test fails: its JSON is the answer all the same.
-        return {h: r.get("stdout") if not r.get("unreachable") and (r.get("stdout") or "").strip() else None
-                for h, r in results.items()}
+        return {
+            h: r.get("stdout") if not r.get("unreachable") and (r.get("stdout") or "").strip() else None
+            for h, r in results.items()
+        }
 
     def show(line: str) -> None:
         err.print(line, markup=False)

@@ -26,43 +26,81 @@ from .. import __version__
 # command's own help so that listing the commands imports none of them;
 # tests/unit/test_cli.py holds each line to the first paragraph of the loaded command's help.
 LAZY: dict[str, tuple[str, str, str]] = {
-    "init": ("hal_provision.cli.init", "init",
-             "Write a starter cluster.yml: the required sections filled from the options (or from `discover` "
-             "records), every optional section commented out with what it brings in and what it needs."),
-    "verify": ("hal_provision.cli.verify", "command",
-               "Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."),
-    "dashboards": ("hal_provision.cli.dashboards", "panels",
-                   "List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros "
-                   "$timeFilter and $__interval left in)."),
-    "discover": ("hal_provision.cli.discover", "discover",
-                 "Print this node's (or a records directory's) hardware as a profile ready to paste under "
-                 "`hardware:`, then every difference from the host's profile in the model, located in the file."),
-    "diagram": ("hal_provision.cli.diagram", "diagram",
-                "Draw the cluster's architecture: users, login, compute, the InfiniBand fabric and storage "
-                "top down, management, services and networks on the side."),
-    "plan": ("hal_provision.cli.plan", "plan",
-             "Compare NEW with what is deployed: each changed file, what its change does on which hosts "
-             "(restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or "
-             "strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error."),
-    "sandbox": ("hal_provision.cli.sandbox", "app",
-                "A scaled-down copy of the cluster in podman containers, on this machine."),
-    "storage": ("hal_provision.cli.storage", "app",
-                "Spectrum Scale tuning plans, the DL-style storage benchmarks (fio; small files in Python), "
-                "the responsiveness probe."),
-    "recipes": ("hal_provision.cli.recipes", "app",
-                "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark."),
-    "bundle": ("hal_provision.cli.bundle", "bundle",
-               "Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its "
-               "manifest <version>.json and current.json (the release, signed with the cluster's key), for "
-               "playbooks/publish.yml to publish on the distribution points."),
-    "backup": ("hal_provision.cli.backup", "app",
-               "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums."),
-    "health": ("hal_provision.cli.health", "app",
-               "Node health beyond the periodic check: NVIDIA DCGM's active diagnostic on nodes taken out of "
-               "service (deep)."),
-    "fleet": ("hal_provision.cli.fleet", "app",
-              "The pull-mode compute nodes: what each runs against what is published (status), and converging "
-              "them now (converge)."),
+    "init": (
+        "hal_provision.cli.init",
+        "init",
+        "Write a starter cluster.yml: the required sections filled from the options (or from `discover` "
+        "records), every optional section commented out with what it brings in and what it needs.",
+    ),
+    "verify": (
+        "hal_provision.cli.verify",
+        "command",
+        "Check the deployed cluster against its rendered tree (testinfra suite tests/infra).",
+    ),
+    "dashboards": (
+        "hal_provision.cli.dashboards",
+        "panels",
+        "List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros "
+        "$timeFilter and $__interval left in).",
+    ),
+    "discover": (
+        "hal_provision.cli.discover",
+        "discover",
+        "Print this node's (or a records directory's) hardware as a profile ready to paste under "
+        "`hardware:`, then every difference from the host's profile in the model, located in the file.",
+    ),
+    "diagram": (
+        "hal_provision.cli.diagram",
+        "diagram",
+        "Draw the cluster's architecture: users, login, compute, the InfiniBand fabric and storage "
+        "top down, management, services and networks on the side.",
+    ),
+    "plan": (
+        "hal_provision.cli.plan",
+        "plan",
+        "Compare NEW with what is deployed: each changed file, what its change does on which hosts "
+        "(restart, reconfigure, sacctmgr, mmchconfig, file only), and the jobs it would lose or "
+        "strand. Exit 0: no change; 2: changes; 1: blocking jobs, or an error.",
+    ),
+    "sandbox": (
+        "hal_provision.cli.sandbox",
+        "app",
+        "A scaled-down copy of the cluster in podman containers, on this machine.",
+    ),
+    "storage": (
+        "hal_provision.cli.storage",
+        "app",
+        "Spectrum Scale tuning plans, the DL-style storage benchmarks (fio; small files in Python), "
+        "the responsiveness probe.",
+    ),
+    "recipes": (
+        "hal_provision.cli.recipes",
+        "app",
+        "Training recipes (ResNet-50 with PyTorch DDP) and the scaling benchmark.",
+    ),
+    "bundle": (
+        "hal_provision.cli.bundle",
+        "bundle",
+        "Build the node bundle of a pull-mode cluster (deploy.mode pull) into DIR: <version>.tar.gz, its "
+        "manifest <version>.json and current.json (the release, signed with the cluster's key), for "
+        "playbooks/publish.yml to publish on the distribution points.",
+    ),
+    "backup": (
+        "hal_provision.cli.backup",
+        "app",
+        "The snapshots of the cluster's state that hal-backup wrote: list them, verify their checksums.",
+    ),
+    "health": (
+        "hal_provision.cli.health",
+        "app",
+        "Node health beyond the periodic check: NVIDIA DCGM's active diagnostic on nodes taken out of service (deep).",
+    ),
+    "fleet": (
+        "hal_provision.cli.fleet",
+        "app",
+        "The pull-mode compute nodes: what each runs against what is published (status), and converging "
+        "them now (converge).",
+    ),
 }
 
 
@@ -173,8 +211,12 @@ def show(file: Optional[Path] = FileArg) -> None:
 
 @app.command()
 def schema(
-    markdown: bool = typer.Option(False, "--markdown", help="Print the reference docs/cluster-yml.md instead: each "
-                                  "section and key with type, default, description and the checks that concern it."),
+    markdown: bool = typer.Option(
+        False,
+        "--markdown",
+        help="Print the reference docs/cluster-yml.md instead: each "
+        "section and key with type, default, description and the checks that concern it.",
+    ),
 ) -> None:
     """Print the JSON Schema of cluster.yml (for editors' YAML language servers)."""
     if markdown:

@@ -26,22 +26,37 @@ EXIT_ERROR = 1
 
 
 def plan(
-    file: Optional[Path] = typer.Argument(None, metavar="NEW", show_default=False,
-                                          help="The cluster.yml to converge; the embedded HAL description if omitted."),
-    old: Optional[str] = typer.Option(None, "--from", metavar="OLD",
-                                      help="The deployed cluster.yml: a FILE, or REV:PATH of a git repository. "
-                                      "Default: the deployed record DIR.deployed beside the rendered tree."),
-    rendered: Optional[Path] = typer.Option(None, "--rendered", metavar="DIR",
-                                            help="Where NEW is rendered (`hal-provision render NEW -o DIR`): the "
-                                            "commands to apply name DIR/inventory; without --from, DIR.deployed "
-                                            "is OLD. A sandbox's tree (WORKDIR/rendered): both sides as the "
-                                            "sandbox renders them, and its own render and bundle commands. "
-                                            "Default: rendered/NAME, NAME being NEW's cluster name."),
+    file: Optional[Path] = typer.Argument(
+        None,
+        metavar="NEW",
+        show_default=False,
+        help="The cluster.yml to converge; the embedded HAL description if omitted.",
+    ),
+    old: Optional[str] = typer.Option(
+        None,
+        "--from",
+        metavar="OLD",
+        help="The deployed cluster.yml: a FILE, or REV:PATH of a git repository. "
+        "Default: the deployed record DIR.deployed beside the rendered tree.",
+    ),
+    rendered: Optional[Path] = typer.Option(
+        None,
+        "--rendered",
+        metavar="DIR",
+        help="Where NEW is rendered (`hal-provision render NEW -o DIR`): the "
+        "commands to apply name DIR/inventory; without --from, DIR.deployed "
+        "is OLD. A sandbox's tree (WORKDIR/rendered): both sides as the "
+        "sandbox renders them, and its own render and bundle commands. "
+        "Default: rendered/NAME, NAME being NEW's cluster name.",
+    ),
     jobs: Optional[Path] = typer.Option(None, "--jobs", metavar="FILE", help="Saved `squeue --json` output."),
     nodes: Optional[Path] = typer.Option(None, "--nodes", metavar="FILE", help="Saved `sinfo --json` output."),
-    live: Optional[Path] = typer.Option(None, "--live", metavar="INVENTORY",
-                                        help="Read `squeue --json` and `sinfo --json` on the first slurmctld host "
-                                        "of INVENTORY (through ansible)."),
+    live: Optional[Path] = typer.Option(
+        None,
+        "--live",
+        metavar="INVENTORY",
+        help="Read `squeue --json` and `sinfo --json` on the first slurmctld host of INVENTORY (through ansible).",
+    ),
     diff: bool = typer.Option(False, "--diff", help="Show a unified diff of every changed file."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as one JSON document, nothing else."),
 ) -> None:
@@ -73,17 +88,28 @@ def plan(
         new_tree = render_tree(new_model)
         named = [str(file)] if file is not None else []
         if sandbox:  # its own render (derived model, harness changes) and bundle, in its work directory
-            render = shlex.join(["hal-provision", "sandbox", "up", *named, *sandbox.up_options(new_model), "--no-converge"])
+            render = shlex.join(
+                ["hal-provision", "sandbox", "up", *named, *sandbox.up_options(new_model), "--no-converge"]
+            )
             bundle_dir = sandbox.workdir / "bundles"
-            bundle = shlex.join(["hal-provision", "sandbox", "bundle", "--workdir", str(sandbox.workdir),
-                                 "--out", str(bundle_dir)])
+            bundle = shlex.join(
+                ["hal-provision", "sandbox", "bundle", "--workdir", str(sandbox.workdir), "--out", str(bundle_dir)]
+            )
         else:
             render = shlex.join(["hal-provision", "render", *named, "-o", str(tree_dir)])
             bundle_dir = Path("bundles") / new_model.cluster.name  # pull mode: where `bundle` writes, publish.yml reads
             bundle = shlex.join(["hal-provision", "bundle", *named, "--out", str(bundle_dir)])
-        result = build(old_tree, new_tree, jobs=job_list, nodes=node_map, with_diff=diff,
-                       inventory=str(tree_dir / "inventory"), render=None if holds(tree_dir, new_tree) else render,
-                       bundle_dir=str(bundle_dir), bundle=bundle)
+        result = build(
+            old_tree,
+            new_tree,
+            jobs=job_list,
+            nodes=node_map,
+            with_diff=diff,
+            inventory=str(tree_dir / "inventory"),
+            render=None if holds(tree_dir, new_tree) else render,
+            bundle_dir=str(bundle_dir),
+            bundle=bundle,
+        )
     except PlanError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(EXIT_ERROR) from None
@@ -158,8 +184,9 @@ def _checked(loaded: Loaded, side: str, *, findings: bool = True) -> tuple[Loade
     return loaded, loaded.model
 
 
-def _old_side(spec: Optional[str], rendered: Optional[Path], new_model: Cluster,
-              render_tree) -> tuple[dict[str, str], str]:
+def _old_side(
+    spec: Optional[str], rendered: Optional[Path], new_model: Cluster, render_tree
+) -> tuple[dict[str, str], str]:
     """OLD's rendered tree (by `render_tree`) and where it came from: --from FILE, --from REV:PATH,
     or the record."""
     from ..plan import PlanError

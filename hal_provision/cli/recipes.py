@@ -14,8 +14,9 @@ app = typer.Typer(no_args_is_help=True, help="Training recipes (ResNet-50 with P
 
 @app.command("list")
 def list_recipes(
-    file: Optional[Path] = typer.Argument(None, help="cluster.yml to use; the embedded HAL description if omitted.",
-                                          show_default=False),
+    file: Optional[Path] = typer.Argument(
+        None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False
+    ),
 ) -> None:
     """Where each recipe is installed, how to submit it, and the benchmark's virtual partitions."""
     from ..model.recipes import cpu_layouts, cpu_scaling_partitions, gpu_partitions, scaling_partitions
@@ -29,13 +30,20 @@ def list_recipes(
     d = recipe_dir(model)
     gpus = gpu_partitions(model.swsuite)
     runs = ", ".join(f"{p} ({gpus.get(p, '?')})" for p in scaling_partitions(r, model.swsuite))
-    out.print(f"resnet50: ResNet-50, PyTorch DistributedDataParallel, {r.batch_per_gpu} images per GPU, AMP", style="bold",
-              markup=False)
+    out.print(
+        f"resnet50: ResNet-50, PyTorch DistributedDataParallel, {r.batch_per_gpu} images per GPU, AMP",
+        style="bold",
+        markup=False,
+    )
     out.print(f"  installed in      {d} (login, development and compute nodes)", markup=False)
-    out.print(f"  environment       {('module load ' + r.framework_module) if r.framework_module else 'the job owner'}",
-              markup=False)
-    out.print(f"  submit            swbatch -p {r.virtual_partition} {d}/resnet50.swbatch [--data synthetic|DIR] ...",
-              markup=False)
+    out.print(
+        f"  environment       {('module load ' + r.framework_module) if r.framework_module else 'the job owner'}",
+        markup=False,
+    )
+    out.print(
+        f"  submit            swbatch -p {r.virtual_partition} {d}/resnet50.swbatch [--data synthetic|DIR] ...",
+        markup=False,
+    )
     out.print(f"  wiring probe      swbatch -p gpuxN {d}/resnet50.swbatch --wiring-probe", markup=False)
     out.print(f"  benchmark         {d}/scaling.sh [OUTDIR] [STEPS]: {runs} GPUs", markup=False)
     layouts = cpu_layouts(model)
@@ -43,18 +51,25 @@ def list_recipes(
         nodes = {vp.name: vp.nodes for vp in model.swsuite.virtual_partitions}
         cpu_runs = ", ".join(f"{p} ({nodes[p]})" for p in cpu_scaling_partitions(model.swsuite))
         for lay in layouts:
-            out.print(f"  on CPUs           partition {lay.partition} ({lay.profile}): {lay.tasks_per_node} tasks per node "
-                      f"(one per socket), {lay.cpus_per_task} CPUs and {lay.threads} threads each", markup=False)
-        out.print(f"  submit on CPUs    swbatch -p cpunN {d}/resnet50.swbatch [--arch resnet18] [--image-size 64] ...",
-                  markup=False)
-        out.print(f"  benchmark on CPUs {d}/scaling.sh --cpu [OUTDIR [STEPS [OPTIONS]]]: {cpu_runs} nodes",
-                  markup=False)
+            out.print(
+                f"  on CPUs           partition {lay.partition} ({lay.profile}): {lay.tasks_per_node} tasks per node "
+                f"(one per socket), {lay.cpus_per_task} CPUs and {lay.threads} threads each",
+                markup=False,
+            )
+        out.print(
+            f"  submit on CPUs    swbatch -p cpunN {d}/resnet50.swbatch [--arch resnet18] [--image-size 64] ...",
+            markup=False,
+        )
+        out.print(
+            f"  benchmark on CPUs {d}/scaling.sh --cpu [OUTDIR [STEPS [OPTIONS]]]: {cpu_runs} nodes", markup=False
+        )
 
 
 @app.command()
 def report(
-    directory: Path = typer.Argument(..., help="The benchmark's output directory (VPART-JOBID.out files).",
-                                     show_default=False),
+    directory: Path = typer.Argument(
+        ..., help="The benchmark's output directory (VPART-JOBID.out files).", show_default=False
+    ),
     plot: Optional[Path] = typer.Option(None, "--plot", help="PNG to write (default DIR/scaling.png)."),
     no_plot: bool = typer.Option(False, "--no-plot", help="Only the table."),
 ) -> None:

@@ -51,7 +51,8 @@ def type_text(annotation) -> str:
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
         return " \\| ".join(f"`{m.value}`" for m in annotation)
     return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation)))
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
 
 
 def default_text(field) -> str:
@@ -87,12 +88,17 @@ def check_words() -> dict[str, tuple[str, set[str]]]:
     out: dict[str, tuple[str, set[str]]] = {}
     for path in sorted(CHECKS_DIR.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        constants = {t.id: {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-                     for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
-                     for t in node.targets if isinstance(t, ast.Name)}
+        constants = {
+            t.id: {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
         for fn in tree.body:
             if not isinstance(fn, ast.FunctionDef) or not any(
-                    isinstance(d, ast.Name) and d.id == "check" for d in fn.decorator_list):
+                isinstance(d, ast.Name) and d.id == "check" for d in fn.decorator_list
+            ):
                 continue
             param = fn.args.args[0].arg if fn.args.args else "c"
             words: set[str] = set()
@@ -150,8 +156,10 @@ def reference_markdown() -> str:
         "|---|---|---|---|---|",
     ]
     for key, field in Cluster.model_fields.items():
-        out.append(f"| `{key}` | {type_text(field.annotation)} | {default_text(field)} | "
-                   f"{_cell(field.description)} | {_check_list(checks_for(key, None))} |")
+        out.append(
+            f"| `{key}` | {type_text(field.annotation)} | {default_text(field)} | "
+            f"{_cell(field.description)} | {_check_list(checks_for(key, None))} |"
+        )
     seen: set[type[BaseModel]] = set()
     for key, field in Cluster.model_fields.items():
         for model in _models_in(field.annotation):
@@ -167,14 +175,26 @@ def _model_tables(model: type[BaseModel], section: str, where: str, seen: set, o
     if model in seen:
         return
     seen.add(model)
-    out += ["", f"## {model.__name__}", "", f"At `{where}`." + (f" {_cell(model.__doc__.strip().splitlines()[0])}"
-                                                              if model.__doc__ and model.__module__.startswith(
-                                                                  "hal_provision") else ""),
-            "", "| key | type | default | description | checks |", "|---|---|---|---|---|"]
+    out += [
+        "",
+        f"## {model.__name__}",
+        "",
+        f"At `{where}`."
+        + (
+            f" {_cell(model.__doc__.strip().splitlines()[0])}"
+            if model.__doc__ and model.__module__.startswith("hal_provision")
+            else ""
+        ),
+        "",
+        "| key | type | default | description | checks |",
+        "|---|---|---|---|---|",
+    ]
     nested = []
     for key, field in model.model_fields.items():
-        out.append(f"| `{key}` | {type_text(field.annotation)} | {default_text(field)} | "
-                   f"{_cell(field.description)} | {_check_list(checks_for(section, key))} |")
+        out.append(
+            f"| `{key}` | {type_text(field.annotation)} | {default_text(field)} | "
+            f"{_cell(field.description)} | {_check_list(checks_for(section, key))} |"
+        )
         nested += [(m, f"{where}.{key}") for m in _models_in(field.annotation)]
     for m, path in nested:
         _model_tables(m, section, path, seen, out)

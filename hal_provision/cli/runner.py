@@ -76,8 +76,11 @@ class Run:
 
     @property
     def failures(self) -> list[Failure]:
-        return [Failure(e["host"], e["task"], e["status"], e.get("msg", "")) for e in self.results
-                if e["status"] in ("failed", "unreachable")]
+        return [
+            Failure(e["host"], e["task"], e["status"], e.get("msg", ""))
+            for e in self.results
+            if e["status"] in ("failed", "unreachable")
+        ]
 
     @property
     def recap(self) -> dict[str, dict[str, int]]:
@@ -126,8 +129,10 @@ class Progress:
                 self.task = ""
             self.play, self.play_n = ev["name"], ev["n"]
             if not self.live:
-                self._line(f"{self.label}: play {self.play_n}/{self.plays} {self.play} "
-                           f"({self.tasks_done} tasks done, {_clock(self.elapsed)})")
+                self._line(
+                    f"{self.label}: play {self.play_n}/{self.plays} {self.play} "
+                    f"({self.tasks_done} tasks done, {_clock(self.elapsed)})"
+                )
         elif kind == "task":
             if self.task:
                 self.tasks_done += 1
@@ -145,9 +150,15 @@ class Progress:
     def draw(self) -> None:
         if not self.live:
             return
-        host = sorted(self.waiting)[0] if len(self.waiting) == 1 else (f"{len(self.waiting)} hosts" if self.waiting else "")
-        text = (f"{self.label} {_clock(self.elapsed):>6} play {self.play_n}/{self.plays} "
-                f"tasks {self.tasks_done} | {self.task}" + (f" [{host}]" if host else ""))
+        host = (
+            sorted(self.waiting)[0]
+            if len(self.waiting) == 1
+            else (f"{len(self.waiting)} hosts" if self.waiting else "")
+        )
+        text = (
+            f"{self.label} {_clock(self.elapsed):>6} play {self.play_n}/{self.plays} "
+            f"tasks {self.tasks_done} | {self.task}" + (f" [{host}]" if host else "")
+        )
         cols = 120
         try:
             cols = os.get_terminal_size(self.stream.fileno()).columns
@@ -168,8 +179,13 @@ class Progress:
         self.stream.flush()
 
 
-def run_playbook(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None,
-                 progress: Progress | None = None, timeout: float | None = None) -> Run:
+def run_playbook(
+    cmd: list[str],
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    progress: Progress | None = None,
+    timeout: float | None = None,
+) -> Run:
     """Run `cmd` (an ansible-playbook command line) with the events callback on a pipe.
 
     Ansible's output goes to `log` (appended; None: this process's stdout, as before); every
@@ -183,9 +199,14 @@ def run_playbook(cmd: list[str], env: dict[str, str] | None = None, log: Path | 
     start = time.monotonic()
     events: list[dict] = []
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=out if out is not None else None,
-                                stderr=subprocess.STDOUT if out is not None else None,
-                                pass_fds=(write_fd,), text=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out if out is not None else None,
+            stderr=subprocess.STDOUT if out is not None else None,
+            pass_fds=(write_fd,),
+            text=True,
+        )
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
@@ -236,8 +257,11 @@ def report(run: Run, label: str, stream: TextIO | None = None) -> None:
     stream = stream if stream is not None else sys.stderr
     hosts = len(run.recap)
     if run.returncode == 0:
-        stream.write(f"{label}: {hosts} hosts, {run.tasks} tasks, {run.changed} changed, in {_clock(run.seconds)}"
-                     + (f" (log: {run.log})" if run.log else "") + "\n")
+        stream.write(
+            f"{label}: {hosts} hosts, {run.tasks} tasks, {run.changed} changed, in {_clock(run.seconds)}"
+            + (f" (log: {run.log})" if run.log else "")
+            + "\n"
+        )
         return
     stream.write(f"{label} FAILED (exit {run.returncode}) after {_clock(run.seconds)}\n")
     seen = set()

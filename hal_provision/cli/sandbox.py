@@ -25,19 +25,28 @@ app = typer.Typer(no_args_is_help=True, help="A scaled-down copy of the cluster 
 WORKDIR = typer.Option(Path(".hal-sandbox"), "--workdir", help="Where the sandbox's rendered tree lives.")
 
 
-def _plan(file: Optional[Path], workdir: Path, computes: int, subnet: str, caches: bool = True,
-          cpu_only: bool = False, release: Optional[str] = None) -> lifecycle.Sandbox:
+def _plan(
+    file: Optional[Path],
+    workdir: Path,
+    computes: int,
+    subnet: str,
+    caches: bool = True,
+    cpu_only: bool = False,
+    release: Optional[str] = None,
+) -> lifecycle.Sandbox:
     _loaded, model = checked(file)
     try:
-        return lifecycle.plan(model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only,
-                              release=release)
+        return lifecycle.plan(
+            model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only, release=release
+        )
     except SandboxError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
 
 
-def converge_sandbox(sb: lifecycle.Sandbox, *extra: str, log: Path | None = None,
-                     progress: runner.Progress | None = None) -> runner.Run:
+def converge_sandbox(
+    sb: lifecycle.Sandbox, *extra: str, log: Path | None = None, progress: runner.Progress | None = None
+) -> runner.Run:
     """site.yml on the sandbox; Ansible's output into `log` (None: on this process's stdout)."""
     cmd = runner.playbook_cmd("site.yml", lifecycle.inventories(sb.inventory), *extra)
     return runner.run_playbook(cmd, log=log, progress=progress)
@@ -45,22 +54,39 @@ def converge_sandbox(sb: lifecycle.Sandbox, *extra: str, log: Path | None = None
 
 @app.command()
 def up(
-    file: Optional[Path] = typer.Argument(None, help="cluster.yml; the embedded HAL description if omitted.", show_default=False),
+    file: Optional[Path] = typer.Argument(
+        None, help="cluster.yml; the embedded HAL description if omitted.", show_default=False
+    ),
     workdir: Path = WORKDIR,
     computes: int = typer.Option(2, min=1, max=8, help="Compute nodes in the sandbox."),
     subnet: str = typer.Option(DEFAULT_SUBNET, help="Private podman network for the sandbox."),
     converge: bool = typer.Option(True, help="Run playbooks/site.yml after the containers start."),
-    caches: bool = typer.Option(True, help="Use this machine's caches: the node image that carries the roles' "
-                                "packages and the wheelhouse of the portal's Python packages. --no-caches: bare "
-                                "nodes that install everything from the public archives, as a new site's do."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print Ansible's own output as it runs, instead of "
-                                 "a progress line and a log file."),
-    cpu_only: bool = typer.Option(False, "--cpu-only", help="Make the compute nodes a CPU-only group: their hardware "
-                                  "profile without GPUs, only the cpu virtual partitions (the recipe trains on CPUs)."),
+    caches: bool = typer.Option(
+        True,
+        help="Use this machine's caches: the node image that carries the roles' "
+        "packages and the wheelhouse of the portal's Python packages. --no-caches: bare "
+        "nodes that install everything from the public archives, as a new site's do.",
+    ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Print Ansible's own output as it runs, instead of a progress line and a log file.",
+    ),
+    cpu_only: bool = typer.Option(
+        False,
+        "--cpu-only",
+        help="Make the compute nodes a CPU-only group: their hardware "
+        "profile without GPUs, only the cpu virtual partitions (the recipe trains on CPUs).",
+    ),
     release: Optional[str] = typer.Option(
-        None, help="The nodes' Debian release: " + ", ".join(f"{r} (Slurm {v})" for r, v in RELEASE_SLURM.items())
+        None,
+        help="The nodes' Debian release: "
+        + ", ".join(f"{r} (Slurm {v})" for r, v in RELEASE_SLURM.items())
         + ". Default: the release of the description's cluster.os. The configs are rendered for that Slurm; a "
-        f"release other than {DEFAULT_RELEASE} runs without the caches (they are Debian 12's).", show_default=False),
+        f"release other than {DEFAULT_RELEASE} runs without the caches (they are Debian 12's).",
+        show_default=False,
+    ),
 ) -> None:
     """Build the node image if missing, start the containers, render and run site.yml."""
     sb = _plan(file, workdir, computes, subnet, caches, cpu_only, release)
@@ -73,8 +99,11 @@ def up(
         raise typer.Exit(2) from None
     lifecycle.record_source(sb, file, computes, subnet, cpu_only)  # sb carries the release
     for stray in lifecycle.strays(sb):  # never removed here: it may still run jobs
-        out.print(f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
-                  f"then `podman rm -f {stray}`", markup=False)
+        out.print(
+            f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
+            f"then `podman rm -f {stray}`",
+            markup=False,
+        )
     if converge:
         log = None if verbose else _log_path(sb)
         try:
@@ -92,7 +121,8 @@ def up(
     ssh = f"ssh -i {sb.ssh.private_key.absolute()} -o UserKnownHostsFile={sb.ssh.known_hosts.absolute()}"
     me = tools.self_command()
     same = (f" {file.absolute()}" if file is not None else "") + (
-        f" --workdir {workdir.absolute()}" if workdir != WORKDIR.default else "")
+        f" --workdir {workdir.absolute()}" if workdir != WORKDIR.default else ""
+    )
     out.print(
         f"\nSandbox '{sb.name}' is up: {', '.join(sb.hosts)}. Try:\n"
         f"  {ssh} -t root@{sb.addresses[login]} su - haltest\n"
@@ -152,11 +182,16 @@ def status(file: Optional[Path] = typer.Argument(None, show_default=False), work
 @app.command()
 def bundle(
     workdir: Path = WORKDIR,
-    out_dir: Path = typer.Option(..., "--out", help="Directory to write the bundle, its manifest and current.json "
-                                 "into (created; other files there are kept).", show_default=False),
+    out_dir: Path = typer.Option(
+        ...,
+        "--out",
+        help="Directory to write the bundle, its manifest and current.json into (created; other files there are kept).",
+        show_default=False,
+    ),
     valid_days: int = typer.Option(30, "--valid-days", min=1, max=3650, help="Days until the release expires."),
-    keys: Optional[Path] = typer.Option(None, "--keys", help="The release-key directory (as `hal-provision bundle`'s).",
-                                        show_default=False),
+    keys: Optional[Path] = typer.Option(
+        None, "--keys", help="The release-key directory (as `hal-provision bundle`'s).", show_default=False
+    ),
 ) -> None:
     """Build the node bundle of the sandbox's model as it renders it (its own connection settings and harness
     changes in the tree, as `sandbox up` rendered it last) into DIR, its release signed with the cluster's key:
@@ -164,8 +199,11 @@ def bundle(
     from .bundle import require_pull, write_bundle
 
     if not (workdir / lifecycle.MODEL).is_file():
-        err.print(f"error: no sandbox at {workdir} (no {lifecycle.MODEL}): `hal-provision sandbox up` makes one",
-                  style="bold red", markup=False)
+        err.print(
+            f"error: no sandbox at {workdir} (no {lifecycle.MODEL}): `hal-provision sandbox up` makes one",
+            style="bold red",
+            markup=False,
+        )
         raise typer.Exit(2)
     sb = lifecycle.load(workdir)
     require_pull(sb.cluster)

@@ -31,8 +31,14 @@ def _pool_table(c: Cluster) -> Table:
         held = comp.attached(pool)
         attached = ", ".join(f"{hosts}: {n}" for n, hosts in held) or "none"
         used = sum(n * len(nodeset(hosts)) for n, hosts in held)
-        table.add_row(pool.name, f"{pool.gpus.count}x {pool.gpus.type} {pool.gpus.memory_gib} GiB", pool.hosts,
-                      str(pool.slots_per_host), attached, str(pool.gpus.count - used))
+        table.add_row(
+            pool.name,
+            f"{pool.gpus.count}x {pool.gpus.type} {pool.gpus.memory_gib} GiB",
+            pool.hosts,
+            str(pool.slots_per_host),
+            attached,
+            str(pool.gpus.count - used),
+        )
     return table
 
 
@@ -41,16 +47,29 @@ def tables(c: Cluster) -> list[Table]:
     for col in ("group", "role", "hosts", "count", "hardware", "GPUs/node"):
         groups.add_column(col, justify="right" if col in ("count", "GPUs/node") else "left")
     for g in c.nodes:
-        groups.add_row(g.name, "+".join(r.value for r in g.roles), g.hosts, str(len(nodeset(g.hosts))),
-                       g.hardware or "-", _gpus_per_node(c, g))
+        groups.add_row(
+            g.name,
+            "+".join(r.value for r in g.roles),
+            g.hosts,
+            str(len(nodeset(g.hosts))),
+            g.hardware or "-",
+            _gpus_per_node(c, g),
+        )
 
     hw = Table(title="Hardware profiles")
     for col in ("profile", "model", "arch", "sockets x cores x threads", "CPUs", "memory", "GPUs"):
         hw.add_column(col)
     for name, p in c.hardware.items():
         gpus = f"{p.gpu_count}x {p.gpus.type} {p.gpus.memory_gib} GiB" if p.gpus else "-"
-        hw.add_row(name, p.model, p.architecture, f"{p.sockets} x {p.cores_per_socket} x {p.threads_per_core}",
-                   str(p.cpus), f"{p.memory_gib} GiB", gpus)
+        hw.add_row(
+            name,
+            p.model,
+            p.architecture,
+            f"{p.sockets} x {p.cores_per_socket} x {p.threads_per_core}",
+            str(p.cpus),
+            f"{p.memory_gib} GiB",
+            gpus,
+        )
 
     parts = Table(title="Slurm partitions")
     for col in ("partition", "nodes", "count", "GPUs", "default", "max time", "QOS"):
@@ -60,8 +79,9 @@ def tables(c: Cluster) -> list[Table]:
         gpus = sum(b.profile.gpu_count * b.count for b in c.composed_partition_hardware(part.name))
         written = c.written(part.nodes)
         nodes = part.nodes if written == part.nodes else f"{part.nodes} ({written})"
-        parts.add_row(part.name, nodes, str(len(ns)), str(gpus), "yes" if part.default else "",
-                      part.max_time, part.qos or "")
+        parts.add_row(
+            part.name, nodes, str(len(ns)), str(gpus), "yes" if part.default else "", part.max_time, part.qos or ""
+        )
 
     totals = Table(title="Totals (compute nodes)")
     for col in ("nodes", "GPUs", "cores", "hardware threads", "memory"):
@@ -85,8 +105,15 @@ def tables(c: Cluster) -> list[Table]:
         for col in ("name", "kind", "partition", "GPUs", "nodes", "mem/CPU (MiB)", "max hours"):
             vp.add_column(col)
         for v in c.swsuite.virtual_partitions:
-            vp.add_row(v.name, v.kind, v.partition, str(v.gpus or ""), str(v.nodes or ""),
-                       str(v.mem_per_cpu_mib), str(v.max_time_hours))
+            vp.add_row(
+                v.name,
+                v.kind,
+                v.partition,
+                str(v.gpus or ""),
+                str(v.nodes or ""),
+                str(v.mem_per_cpu_mib),
+                str(v.max_time_hours),
+            )
         out.append(vp)
     _ = union  # keep import for callers that compose tables
     return out

@@ -58,16 +58,35 @@ class Starter:
         return self.domain or f"{self.name}.example.org"
 
 
-def gpu_profile(model: str, architecture: str, sockets: int, cores_per_socket: int, threads_per_core: int,
-                memory_gib: int, gpus: int, gpu_model: str, gpu_type: str, gpu_memory_gib: int) -> dict:
+def gpu_profile(
+    model: str,
+    architecture: str,
+    sockets: int,
+    cores_per_socket: int,
+    threads_per_core: int,
+    memory_gib: int,
+    gpus: int,
+    gpu_model: str,
+    gpu_type: str,
+    gpu_memory_gib: int,
+) -> dict:
     """A profile from the flags of `init`: GPUs spread over the sockets in order, no NVLink known."""
-    doc: dict = {"model": model, "architecture": architecture, "sockets": sockets,
-                 "cores_per_socket": cores_per_socket, "threads_per_core": threads_per_core,
-                 "memory_gib": memory_gib}
+    doc: dict = {
+        "model": model,
+        "architecture": architecture,
+        "sockets": sockets,
+        "cores_per_socket": cores_per_socket,
+        "threads_per_core": threads_per_core,
+        "memory_gib": memory_gib,
+    }
     if gpus:
         per_socket = -(-gpus // sockets)
-        doc["gpus"] = {"type": gpu_type, "model": gpu_model, "memory_gib": gpu_memory_gib,
-                       "devices": [{"socket": i // per_socket} for i in range(gpus)]}
+        doc["gpus"] = {
+            "type": gpu_type,
+            "model": gpu_model,
+            "memory_gib": gpu_memory_gib,
+            "devices": [{"socket": i // per_socket} for i in range(gpus)],
+        }
     return doc
 
 
@@ -80,8 +99,12 @@ def _scalar(value) -> str:
     if isinstance(value, (int, float)):
         return str(value)
     text = str(value)
-    plain = text and text[0].isalnum() and not any(c in text for c in ":#{}[],&*!|>'\"%@`") \
+    plain = (
+        text
+        and text[0].isalnum()
+        and not any(c in text for c in ":#{}[],&*!|>'\"%@`")
         and text.lower() not in ("null", "true", "false", "yes", "no", "on", "off", "~")
+    )
     return text if plain else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -101,11 +124,13 @@ def _profile_lines(build: Build) -> list[str]:
             out.append(f"    {key}: {_scalar(p[key])}")
     if p.get("gpus"):
         g = p["gpus"]
-        out += ["    gpus:",
-                f"      type: {_scalar(g['type'])}                 # Slurm GRES type: users ask --gres=gpu:{g['type']}:N",
-                f"      model: {_scalar(g['model'])}",
-                f"      memory_gib: {g['memory_gib']}",
-                "      devices:                  # one per GPU: the CPU socket it hangs off"]
+        out += [
+            "    gpus:",
+            f"      type: {_scalar(g['type'])}                 # Slurm GRES type: users ask --gres=gpu:{g['type']}:N",
+            f"      model: {_scalar(g['model'])}",
+            f"      memory_gib: {g['memory_gib']}",
+            "      devices:                  # one per GPU: the CPU socket it hangs off",
+        ]
         out += [f"        - {_flow(d)}" for d in g["devices"]]
         if g.get("nvlink"):
             out.append("      nvlink:                   # NVLink connections between GPU i and GPU j")
@@ -115,8 +140,10 @@ def _profile_lines(build: Build) -> list[str]:
         out += [f"      - {_flow(a)}" for a in p["ib_adapters"]]
     else:
         out.append("#     ib_adapters: [{model: ConnectX-7, ports: 1, rate_gbps: 400}]   # with a `fabric`")
-    out.append(f"    features: {_flow(p.get('features') or [])}" + ("                  # Slurm node features"
-                                                                      if not p.get("features") else ""))
+    out.append(
+        f"    features: {_flow(p.get('features') or [])}"
+        + ("                  # Slurm node features" if not p.get("features") else "")
+    )
     return out
 
 
@@ -125,8 +152,11 @@ def _addresses(s: Starter) -> dict[str, str]:
     compute .1.1 on (a /16's third octet counting on per build)."""
     net = IPv4Network(s.cidr)
     base = int(net.network_address)
-    return {"management": str(IPv4Address(base + 2)), "login": str(IPv4Address(base + 10)),
-            "compute": str(IPv4Address(base + 256 + 1))}
+    return {
+        "management": str(IPv4Address(base + 2)),
+        "login": str(IPv4Address(base + 10)),
+        "compute": str(IPv4Address(base + 256 + 1)),
+    }
 
 
 def _mem_per_cpu(s: Starter) -> int:
@@ -144,10 +174,14 @@ def _virtual_partitions(s: Starter) -> list[str]:
     n = 1
     while per_node and n <= per_node * nodes:
         if n <= per_node or n % per_node == 0:
-            out.append(f"    - {{name: gpux{n}, kind: gpu, partition: batch, gpus: {n}, mem_per_cpu_mib: {mem}, "
-                       "max_time_hours: 48}")
+            out.append(
+                f"    - {{name: gpux{n}, kind: gpu, partition: batch, gpus: {n}, mem_per_cpu_mib: {mem}, "
+                "max_time_hours: 48}"
+            )
         n *= 2
-    out.append(f"    - {{name: cpun1, kind: cpu, partition: batch, nodes: 1, mem_per_cpu_mib: {mem}, max_time_hours: 48}}")
+    out.append(
+        f"    - {{name: cpun1, kind: cpu, partition: batch, nodes: 1, mem_per_cpu_mib: {mem}, max_time_hours: 48}}"
+    )
     return out
 
 
@@ -160,8 +194,7 @@ def starter_text(s: Starter, path: str = "cluster.yml") -> str:
     lines = [
         f"# {s.name}: the cluster's description, read by every hal-provision command.",
         "#",
-        "# Started by `hal-provision init`. Check it with `hal-provision validate "
-        f"{shlex.quote(path)}`, look at it",
+        f"# Started by `hal-provision init`. Check it with `hal-provision validate {shlex.quote(path)}`, look at it",
         "# with `show` and `diagram`, write its configs with `render`. docs/cluster-yml.md documents",
         "# every key (type, default, the checks that read it); inventory/hal/cluster.yml is a full example.",
         "# Required sections come first; optional ones follow, commented out: uncomment one (an",
@@ -231,9 +264,9 @@ def starter_text(s: Starter, path: str = "cluster.yml") -> str:
         "  # def_mem_per_cpu_mib left out: the hardware gives it (RealMemory / CPUs)",
         "  partitions:",
         "    - name: batch",
-        "      nodes: \"@role:compute\"                # every compute group: new groups join by themselves",
+        '      nodes: "@role:compute"                # every compute group: new groups join by themselves',
         "      default: true",
-        "      max_time: \"2-00:00:00\"",
+        '      max_time: "2-00:00:00"',
         "",
         "# The Slurm Wrapper Suite: users ask `swrun -p gpux2` or `swbatch -p cpun1` and get the",
         "# partition, GPUs and their share of CPUs and memory worked out from the hardware.",
@@ -247,8 +280,8 @@ def starter_text(s: Starter, path: str = "cluster.yml") -> str:
         "storage:",
         "  nfs:",
         f"    servers: [{{host: {mgmt1}, volumes: [/export]}}]",
-        f"    exports: [{{name: home, server: {mgmt1}, path: /export/home, clients: \"@login,@role:compute\"}}]",
-        "    mounts: [{export: home, mount_point: /home, clients: \"@login,@role:compute\"}]",
+        f'    exports: [{{name: home, server: {mgmt1}, path: /export/home, clients: "@login,@role:compute"}}]',
+        '    mounts: [{export: home, mount_point: /home, clients: "@login,@role:compute"}]',
         "",
         "# ---- optional sections ---------------------------------------------------------------------",
         "",
@@ -281,90 +314,114 @@ def _optional(s: Starter, mgmt1: str, gpus: bool) -> list[str]:
         "The InfiniBand fabric and its cabling.",
         "Slurm's topology.conf (jobs kept under few switches), the health check's port state and rate.",
         "the `ib` network above, and `ib_adapters` in the cabled hosts' profiles (uncomment them above).",
-        ["fabric:",
-         f"  name: {s.name}-ib",
-         "  rate_gbps: 400",
-         "  switches:",
-         "    - {name: ib-leaf1, tier: leaf, ports: 64}",
-         "  links:",
-         f"    - {{hosts: {_scalar(compute)}, port: 1, switch: ib-leaf1, first_switch_port: 1}}"])
+        [
+            "fabric:",
+            f"  name: {s.name}-ib",
+            "  rate_gbps: 400",
+            "  switches:",
+            "    - {name: ib-leaf1, tier: leaf, ports: 64}",
+            "  links:",
+            f"    - {{hosts: {_scalar(compute)}, port: 1, switch: ib-leaf1, first_switch_port: 1}}",
+        ],
+    )
     out += _block(
         "Environment modules (Lmod).",
         "one modulefile per module under software.modulefiles_root, Lmod on login and compute nodes.",
         "nothing else; the software itself is installed by you under each module's prefix.",
-        ["software:",
-         "  prefix_root: /sw",
-         "  modules:",
-         "    - {name: cuda, version: \"12.4\", kind: library, description: NVIDIA CUDA toolkit,",
-         "       paths: {PATH: [bin], LD_LIBRARY_PATH: [lib64]}, variables: {CUDA_HOME: \"{prefix}\"}}",
-         "    - {name: jupyter, version: \"1\", kind: tool, description: the portal's session software,",
-         "       roles: [login, compute]}"])
+        [
+            "software:",
+            "  prefix_root: /sw",
+            "  modules:",
+            '    - {name: cuda, version: "12.4", kind: library, description: NVIDIA CUDA toolkit,',
+            '       paths: {PATH: [bin], LD_LIBRARY_PATH: [lib64]}, variables: {CUDA_HOME: "{prefix}"}}',
+            '    - {name: jupyter, version: "1", kind: tool, description: the portal\'s session software,',
+            "       roles: [login, compute]}",
+        ],
+    )
     out += _block(
         "Containers: Apptainer (or Singularity), with fakeroot.",
         "the runtime's configuration, GPU support, /etc/subuid and /etc/subgid for fakeroot users.",
         "nothing else.",
-        ["containers:",
-         "  runtime: apptainer",
-         "  version: 1.3.4",
-         "  roles: [login, compute]",
-         f"  gpu: {'true' if gpus else 'false'}",
-         "  fakeroot:",
-         "    enabled: true",
-         "    users: [{name: alice}]             # or groups: [{name: lab}], whose members get ranges",
-         "    first_subid: 1000000",
-         "    real_ids:",
-         "      - {first: 0, last: 65535, description: local accounts}",
-         "      - {first: 100000, last: 199999, description: directory accounts}"])
+        [
+            "containers:",
+            "  runtime: apptainer",
+            "  version: 1.3.4",
+            "  roles: [login, compute]",
+            f"  gpu: {'true' if gpus else 'false'}",
+            "  fakeroot:",
+            "    enabled: true",
+            "    users: [{name: alice}]             # or groups: [{name: lab}], whose members get ranges",
+            "    first_subid: 1000000",
+            "    real_ids:",
+            "      - {first: 0, last: 65535, description: local accounts}",
+            "      - {first: 100000, last: 199999, description: directory accounts}",
+        ],
+    )
     out += _block(
         "Accounts: research groups and users in one LDAP directory.",
         "slapd on services.ldap, sssd on every node, Slurm accounts and associations.",
         "`ldap` under services (uncomment it above).",
-        ["accounts:",
-         "  id_range: {first: 100000, last: 199999}",
-         "  groups:",
-         "    - {name: lab, gid: 100100, slurm_account: lab}",
-         "  users:",
-         "    - {name: alice, uid: 100200, group: lab, full_name: Alice Example}"])
+        [
+            "accounts:",
+            "  id_range: {first: 100000, last: 199999}",
+            "  groups:",
+            "    - {name: lab, gid: 100100, slurm_account: lab}",
+            "  users:",
+            "    - {name: alice, uid: 100200, group: lab, full_name: Alice Example}",
+        ],
+    )
     out += _block(
         "The web portal: interactive apps (Jupyter, TensorBoard, ...) as Slurm jobs.",
         "JupyterHub with batchspawner (or Open OnDemand's files), on services.portal.",
         "`portal` under services, `accounts` (users log in with their directory password) and "
         "`software` (its jupyter module) uncommented.",
-        ["portal:",
-         "  user_environment: {module: jupyter/1}",
-         "  apps:",
-         "    - {name: jupyterlab, kind: jupyterlab, title: JupyterLab, modules: [jupyter],",
-         f"       virtual_partitions: [{'gpux1' if gpus else 'cpun1'}]}}"])
+        [
+            "portal:",
+            "  user_environment: {module: jupyter/1}",
+            "  apps:",
+            "    - {name: jupyterlab, kind: jupyterlab, title: JupyterLab, modules: [jupyter],",
+            f"       virtual_partitions: [{'gpux1' if gpus else 'cpun1'}]}}",
+        ],
+    )
     out += _block(
         "Monitoring: Telegraf on the nodes, InfluxDB, Grafana dashboards made from the model.",
         "telegraf.conf per node role, the database on services.monitoring_db, Grafana's provisioning.",
         "`monitoring_db` and `ldap` under services (uncomment them above): InfluxDB's HTTPS "
         "certificate comes from the cluster CA on the directory host (else `influxdb: {tls: false}`).",
-        ["monitoring:",
-         "  inputs:",
-         "    compute: [cpu, mem, system, net" + (", nvidia_smi" if gpus else "") + "]",
-         "    login: [cpu, mem, system, net, storage_responsiveness]",
-         "    management: [cpu, mem, system, net, slurm]",
-         f"  grafana: {{host: {mgmt1}, dashboards: [status, nodes]}}   # admin: add the bmc input"])
+        [
+            "monitoring:",
+            "  inputs:",
+            "    compute: [cpu, mem, system, net" + (", nvidia_smi" if gpus else "") + "]",
+            "    login: [cpu, mem, system, net, storage_responsiveness]",
+            "    management: [cpu, mem, system, net, slurm]",
+            f"  grafana: {{host: {mgmt1}, dashboards: [status, nodes]}}   # admin: add the bmc input",
+        ],
+    )
     out += _block(
         "Training recipes: ResNet-50 with PyTorch DDP, and the scaling benchmark.",
         "the recipe and its job script under recipes.prefix on login and compute nodes.",
         "GPUs, and a PyTorch module (`software`, as framework_module) on the compute nodes.",
-        ["recipes:",
-         f"  virtual_partition: {'gpux1' if gpus else 'cpun1'}",
-         f"  scaling_partitions: [{'gpux1' if gpus else 'cpun1'}]"])
+        [
+            "recipes:",
+            f"  virtual_partition: {'gpux1' if gpus else 'cpun1'}",
+            f"  scaling_partitions: [{'gpux1' if gpus else 'cpun1'}]",
+        ],
+    )
     out += _block(
         "Node health: slurmd runs a check that drains a node that differs from the model.",
         "HealthCheckProgram in slurm.conf, each compute group's expectations (CPUs, memory, GPUs, mounts).",
         "nothing else.",
-        ["health:",
-         "  interval_s: 300"])
+        ["health:", "  interval_s: 300"],
+    )
     out += _block(
         "Pull mode: the compute nodes converge themselves from a bundle the management node serves.",
         "deploy.json, the hal-converge service and timer on the compute nodes, the bundles' web site.",
         "`hal-provision bundle` and playbooks/publish.yml after each change (docs/admins-guide.md).",
-        ["deploy:",
-         "  mode: pull",
-         "  herd_size: 500                         # compute nodes per distribution point at most",
-         "  schedule: \"*:0/30\"                    # the nodes' timer (systemd OnCalendar)"])
+        [
+            "deploy:",
+            "  mode: pull",
+            "  herd_size: 500                         # compute nodes per distribution point at most",
+            '  schedule: "*:0/30"                    # the nodes\' timer (systemd OnCalendar)',
+        ],
+    )
     return out

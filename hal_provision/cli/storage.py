@@ -20,8 +20,11 @@ from ..model import gpfs_plan as gpfs
 from . import runner
 from .common import checked, err, out
 
-app = typer.Typer(no_args_is_help=True, help="Spectrum Scale tuning plans, the DL-style storage benchmarks "
-                                             "(fio; small files in Python), the responsiveness probe.")
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Spectrum Scale tuning plans, the DL-style storage benchmarks "
+    "(fio; small files in Python), the responsiveness probe.",
+)
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_PLAYBOOK = REPO / "playbooks" / "storage-bench.yml"
@@ -36,10 +39,12 @@ def _fail(message: str, code: int = EXIT_UNUSABLE) -> None:
 
 @app.command()
 def plan(
-    current: Path = typer.Option(..., "--current", help="Output of `mmlsconfig -Y` (saved to a file).",
-                                 exists=True, dir_okay=False),
-    file: Optional[Path] = typer.Argument(None, help="cluster.yml; the embedded HAL description if omitted.",
-                                          show_default=False),
+    current: Path = typer.Option(
+        ..., "--current", help="Output of `mmlsconfig -Y` (saved to a file).", exists=True, dir_okay=False
+    ),
+    file: Optional[Path] = typer.Argument(
+        None, help="cluster.yml; the embedded HAL description if omitted.", show_default=False
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (what the gpfs role reads)."),
 ) -> None:
     """Show what mmchconfig must change to reach the model's tuning, and what needs a restart."""
@@ -55,8 +60,11 @@ def plan(
         print(json.dumps(result.to_json(), indent=2))
         return
     for setting in result.overrides:
-        out.print(f"left alone: {setting.attribute} {setting.value} on {','.join(setting.nodes)} (not a node class "
-                  "of the model; remove it with mmchconfig ...=DEFAULT -N if unintended)", markup=False)
+        out.print(
+            f"left alone: {setting.attribute} {setting.value} on {','.join(setting.nodes)} (not a node class "
+            "of the model; remove it with mmchconfig ...=DEFAULT -N if unintended)",
+            markup=False,
+        )
     if not result.changes:
         out.print("GPFS tuning matches the model: nothing to change", markup=False)
         return
@@ -72,8 +80,15 @@ def plan(
         out.print(f"restart GPFS for the changes to take effect on: {scopes}", markup=False)
 
 
-def _gather(results: Optional[Path], prefix: str, run_here, error: type[Exception], playbook: Path,
-            inventory: Optional[Path], extra_vars: dict) -> Path:
+def _gather(
+    results: Optional[Path],
+    prefix: str,
+    run_here,
+    error: type[Exception],
+    playbook: Path,
+    inventory: Optional[Path],
+    extra_vars: dict,
+) -> Path:
     """The directory of per-node JSON results of a benchmark: run_here()'s document (--local:
     run_here is not None) or every chosen node's, through the benchmark's playbook."""
     results = results or Path(tempfile.mkdtemp(prefix=prefix))
@@ -88,8 +103,12 @@ def _gather(results: Optional[Path], prefix: str, run_here, error: type[Exceptio
     if inventory is None:
         _fail("give --inventory (the rendered inventory directory) or --local")
     try:
-        argv = runner.playbook_cmd(playbook.name, [inventory], "-e", json.dumps(
-            {**extra_vars, "bench_results": str(results.resolve()), "bench_report": False}))
+        argv = runner.playbook_cmd(
+            playbook.name,
+            [inventory],
+            "-e",
+            json.dumps({**extra_vars, "bench_results": str(results.resolve()), "bench_report": False}),
+        )
     except runner.RunnerError as exc:
         _fail(str(exc))
     rc = subprocess.run(argv, cwd=REPO, check=False, env=runner.ansible_env()).returncode
@@ -101,8 +120,9 @@ def _gather(results: Optional[Path], prefix: str, run_here, error: type[Exceptio
 @app.command()
 def bench(
     mount: Path = typer.Option(..., "--mount", help="Directory on the file system under test (on every node)."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i",
-                                             help="Ansible inventory of the nodes; omit with --local."),
+    inventory: Optional[Path] = typer.Option(
+        None, "--inventory", "-i", help="Ansible inventory of the nodes; omit with --local."
+    ),
     nodes: str = typer.Option("nfs_clients", "--nodes", help="Inventory hosts or group pattern to run on."),
     size: str = typer.Option("small", "--size", help=f"One of {', '.join(bench_lib.SIZES)}."),
     results: Optional[Path] = typer.Option(None, "--out", help="Where the per-node JSON results go."),
@@ -112,17 +132,26 @@ def bench(
     if size not in bench_lib.SIZES:
         _fail(f"unknown size {size!r}; one of {', '.join(bench_lib.SIZES)}")
     here = (lambda: bench_lib.run(mount, size)) if local else None
-    results = _gather(results, "hal-storage-bench-", here, bench_lib.BenchError, BENCH_PLAYBOOK, inventory,
-                      {"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size})
+    results = _gather(
+        results,
+        "hal-storage-bench-",
+        here,
+        bench_lib.BenchError,
+        BENCH_PLAYBOOK,
+        inventory,
+        {"bench_nodes": nodes, "bench_mount": str(mount), "bench_size": size},
+    )
     report(results)
 
 
 @app.command()
 def dlio(
-    dirs: List[str] = typer.Option(..., "--dir", help="NAME=PATH of a directory to compare (repeat), e.g. "
-                                                      "shared=/home/bench local=/local/bench."),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i",
-                                             help="Ansible inventory of the nodes; omit with --local."),
+    dirs: List[str] = typer.Option(
+        ..., "--dir", help="NAME=PATH of a directory to compare (repeat), e.g. shared=/home/bench local=/local/bench."
+    ),
+    inventory: Optional[Path] = typer.Option(
+        None, "--inventory", "-i", help="Ansible inventory of the nodes; omit with --local."
+    ),
     nodes: str = typer.Option("slurm_nodes", "--nodes", help="Inventory hosts or group pattern to run on."),
     files: int = typer.Option(dlio_lib.FILES, "--files", help="Files in the tree (ImageNet-like sizes)."),
     readers: int = typer.Option(dlio_lib.READERS, "--readers", help="Reader processes."),
@@ -139,9 +168,21 @@ def dlio(
     if not local and not all(path.is_absolute() for _, path in named):
         _fail("each --dir needs an absolute path on the nodes")
     here = (lambda: dlio_lib.run(named, files, readers, warm=warm)) if local else None
-    results = _gather(results, "hal-dl-io-bench-", here, dlio_lib.BenchError, DLIO_PLAYBOOK, inventory,
-                      {"bench_nodes": nodes, "bench_dirs": [f"{name}={path}" for name, path in named],
-                       "bench_files": files, "bench_readers": readers, "bench_warm": warm})
+    results = _gather(
+        results,
+        "hal-dl-io-bench-",
+        here,
+        dlio_lib.BenchError,
+        DLIO_PLAYBOOK,
+        inventory,
+        {
+            "bench_nodes": nodes,
+            "bench_dirs": [f"{name}={path}" for name, path in named],
+            "bench_files": files,
+            "bench_readers": readers,
+            "bench_warm": warm,
+        },
+    )
     try:
         out.print(dlio_lib.table(dlio_lib.load_results(results)), markup=False, end="")
     except dlio_lib.BenchError as exc:

@@ -60,11 +60,18 @@ def run(inventory: Path, faults: bool = False, extra: list[str] | None = None, c
 
 
 def command(
-    inventory: Path = typer.Argument(..., help="The rendered inventory directory (RENDERED/inventory).", show_default=False),
+    inventory: Path = typer.Argument(
+        ..., help="The rendered inventory directory (RENDERED/inventory).", show_default=False
+    ),
     faults: bool = typer.Option(False, "--faults", help="Also run the destructive fault tests (sandbox only)."),
-    changes: bool = typer.Option(False, "--changes", help="Also run the day-2 change tests, which change the model, "
-                                 "converge and put it back (sandbox only)."),
-    pytest_args: Optional[List[str]] = typer.Argument(None, help="Extra pytest arguments, after --.", show_default=False),
+    changes: bool = typer.Option(
+        False,
+        "--changes",
+        help="Also run the day-2 change tests, which change the model, converge and put it back (sandbox only).",
+    ),
+    pytest_args: Optional[List[str]] = typer.Argument(
+        None, help="Extra pytest arguments, after --.", show_default=False
+    ),
 ) -> None:
     """Check the deployed cluster against its rendered tree (testinfra suite tests/infra)."""
     try:

@@ -57,7 +57,7 @@ def one_line(text: str) -> str:
 def shown(value: object, limit: int = 60) -> str:
     """VALUE as JSON writes it, for a message, cut to LIMIT characters (a hostile value may be long)."""
     text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _no_constant(name: str):
@@ -123,11 +123,13 @@ def check_holding(pool: Pool, holding: dict[str, int], source: str) -> dict[str,
     has. DriverError naming SOURCE otherwise (the counts are already counts)."""
     for host, held in sorted(holding.items()):
         if held > pool.slots_per_host:
-            raise DriverError(f"{source}: {host} holds {held} of pool {pool.name}'s GPUs, more than its "
-                              f"{pool.slots_per_host} slots")
+            raise DriverError(
+                f"{source}: {host} holds {held} of pool {pool.name}'s GPUs, more than its {pool.slots_per_host} slots"
+            )
     if sum(holding.values()) > pool.total:
-        raise DriverError(f"{source}: the hosts hold {sum(holding.values())} of pool {pool.name}'s GPUs, "
-                          f"more than its {pool.total}")
+        raise DriverError(
+            f"{source}: the hosts hold {sum(holding.values())} of pool {pool.name}'s GPUs, more than its {pool.total}"
+        )
     return holding
 
 
@@ -139,10 +141,15 @@ def read_config(path: Path | str) -> dict:
         raise DriverError(f"cannot read the composable configuration {path}: {e.strerror}") from None
     except ValueError as e:
         raise DriverError(f"{path} is not JSON: {e}") from None
-    if (not isinstance(data, dict) or not isinstance(data.get("pools"), list) or not isinstance(data.get("layouts"), dict)
-            or not all(isinstance(p, dict) for p in data["pools"])):
-        raise DriverError(f"{path} has no 'pools' list of objects and 'layouts' mapping: is it the rendered "
-                          "composable.json?")
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("pools"), list)
+        or not isinstance(data.get("layouts"), dict)
+        or not all(isinstance(p, dict) for p in data["pools"])
+    ):
+        raise DriverError(
+            f"{path} has no 'pools' list of objects and 'layouts' mapping: is it the rendered composable.json?"
+        )
     return data
 
 
@@ -160,9 +167,13 @@ def pool_from_config(config: dict, name: str, source: str = "composable.json") -
             hosts = [name_of(h, f"{where}.hosts[{i}]") for i, h in enumerate(hosts)]
             if len(set(hosts)) != len(hosts):
                 raise DriverError(f"{where}.hosts names a host twice")
-            return Pool(name=name, gpu_type=name_of(p["gpu_type"], f"{where}.gpu_type"),
-                        total=count_of(p["count"], f"{where}.count"), hosts=tuple(sorted(hosts)),
-                        slots_per_host=count_of(p["slots_per_host"], f"{where}.slots_per_host"))
+            return Pool(
+                name=name,
+                gpu_type=name_of(p["gpu_type"], f"{where}.gpu_type"),
+                total=count_of(p["count"], f"{where}.count"),
+                hosts=tuple(sorted(hosts)),
+                slots_per_host=count_of(p["slots_per_host"], f"{where}.slots_per_host"),
+            )
     known = ", ".join(sorted(str(p.get("name")) for p in config["pools"])) or "none"
     raise DriverError(f"{source} has no pool {name!r} (pools: {known})")
 
@@ -185,14 +196,25 @@ def free(pool: Pool, holding: dict[str, int]) -> int:
 
 def listing(pool: Pool, holding: dict[str, int]) -> dict:
     """`list`'s answer."""
-    return {"pool": pool.name, "gpu_type": pool.gpu_type, "total": pool.total,
-            "hosts": {h: holding.get(h, 0) for h in sorted(pool.hosts)}, "free": free(pool, holding)}
+    return {
+        "pool": pool.name,
+        "gpu_type": pool.gpu_type,
+        "total": pool.total,
+        "hosts": {h: holding.get(h, 0) for h in sorted(pool.hosts)},
+        "free": free(pool, holding),
+    }
 
 
 def action_result(pool: Pool, action: str, host: str, count: int, holding: dict[str, int]) -> dict:
     """`attach`'s and `detach`'s answer: the holding after the action."""
-    return {"pool": pool.name, "action": action, "host": host, "count": count,
-            "hosts": {h: holding.get(h, 0) for h in sorted(pool.hosts)}, "free": free(pool, holding)}
+    return {
+        "pool": pool.name,
+        "action": action,
+        "host": host,
+        "count": count,
+        "hosts": {h: holding.get(h, 0) for h in sorted(pool.hosts)},
+        "free": free(pool, holding),
+    }
 
 
 def check_count(pool: Pool, action: str, host: str, asked: int) -> None:
@@ -216,8 +238,10 @@ def check_request(pool: Pool, holding: dict[str, int], action: str, host: str, c
         if count > available:
             raise Refusal(f"pool {pool.name} has {available} free GPU(s), {count} asked for {host}")
         if held + count > pool.slots_per_host:
-            raise Refusal(f"{host} holds {held} of pool {pool.name}'s GPUs and has {pool.slots_per_host} slots: "
-                          f"{count} more do not fit")
+            raise Refusal(
+                f"{host} holds {held} of pool {pool.name}'s GPUs and has {pool.slots_per_host} slots: "
+                f"{count} more do not fit"
+            )
     elif action == "detach":
         if count > held:
             raise Refusal(f"{host} holds {held} of pool {pool.name}'s GPUs, {count} asked to detach")
@@ -238,15 +262,26 @@ def shape_problems(command: str, answer: object) -> list[str]:
     if not isinstance(answer, dict):
         return [f"the answer is a {type(answer).__name__}, not a JSON object"]
     if set(answer) == {"error"}:
-        return [] if isinstance(answer["error"], str) and "\n" not in answer["error"] else ["'error' is not one line of text"]
+        return (
+            []
+            if isinstance(answer["error"], str) and "\n" not in answer["error"]
+            else ["'error' is not one line of text"]
+        )
     expected = {"pool": str, "hosts": dict, "free": int}
-    expected.update({"gpu_type": str, "total": int} if command == "list" else
-                    {"action": str, "host": str, "count": int})
+    expected.update(
+        {"gpu_type": str, "total": int} if command == "list" else {"action": str, "host": str, "count": int}
+    )
     problems = [f"'{k}' is missing" for k in expected if k not in answer]
-    problems += [f"'{k}' is not a {t.__name__}" for k, t in expected.items()
-                 if k in answer and (not isinstance(answer[k], t) or isinstance(answer[k], bool))]
-    problems += [f"'{k}' is negative" for k, t in expected.items()
-                 if t is int and isinstance(answer.get(k), int) and answer[k] < 0]
+    problems += [
+        f"'{k}' is not a {t.__name__}"
+        for k, t in expected.items()
+        if k in answer and (not isinstance(answer[k], t) or isinstance(answer[k], bool))
+    ]
+    problems += [
+        f"'{k}' is negative"
+        for k, t in expected.items()
+        if t is int and isinstance(answer.get(k), int) and answer[k] < 0
+    ]
     problems += [f"'{k}' is not in the contract" for k in sorted(set(answer) - set(expected))]
     if isinstance(answer.get("hosts"), dict):
         problems += [f"hosts[{h}] is not a count" for h, n in answer["hosts"].items() if not is_count(n)]

@@ -41,8 +41,10 @@ def _count(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m hal_provision.compose.driver",
-                description="Attach and detach a composable pool's GPUs (the driver contract of docs/composable-driver.md).")
+    p = _Parser(
+        prog="python -m hal_provision.compose.driver",
+        description="Attach and detach a composable pool's GPUs (the driver contract of docs/composable-driver.md).",
+    )
     p.add_argument("--driver", required=True, help="sandbox, rest, or the absolute path of a site's program")
     p.add_argument("--pool", required=True, help="the pool's name in composable.json")
     p.add_argument("--url", help="the fabric manager's base URL (rest)")
@@ -96,16 +98,20 @@ def _site_program(args: argparse.Namespace, argv: list[str]) -> tuple[dict, int]
     try:
         answer = contract.loads(proc.stdout)
     except ValueError as e:
-        raise DriverError(f"the driver program {program} exited {proc.returncode} without a JSON answer ({e})"
-                          + (f": {stderr}" if stderr else "")) from None
+        raise DriverError(
+            f"the driver program {program} exited {proc.returncode} without a JSON answer ({e})"
+            + (f": {stderr}" if stderr else "")
+        ) from None
     if proc.returncode not in (EXIT_OK, EXIT_REFUSED, EXIT_ERROR):
         raise DriverError(f"the driver program {program} exited {proc.returncode}" + (f": {stderr}" if stderr else ""))
     if proc.returncode != EXIT_OK and not (isinstance(answer, dict) and set(answer) == {"error"}):
         raise DriverError(f"the driver program {program} exited {proc.returncode} without an 'error' answer")
     problems = contract.shape_problems(args.command, answer)
     if problems or (proc.returncode == EXIT_OK and "error" in answer):
-        raise DriverError(f"the driver program {program}'s answer breaks the contract: "
-                          + ("; ".join(problems) or "an 'error' with exit 0"))
+        raise DriverError(
+            f"the driver program {program}'s answer breaks the contract: "
+            + ("; ".join(problems) or "an 'error' with exit 0")
+        )
     return answer, proc.returncode
 
 

@@ -33,8 +33,10 @@ def moves(config: dict, layout: str, listed: list[dict]) -> dict:
     it), pools in composable.json's order, hosts sorted}. LISTED holds each pool's `list` answer."""
     counts = config.get("layouts", {}).get(layout)
     if counts is None:
-        raise ComposeError(f"layout {layout!r} is not in composable.json (its layouts: "
-                           f"{', '.join(sorted(config.get('layouts', {}))) or 'none'})")
+        raise ComposeError(
+            f"layout {layout!r} is not in composable.json (its layouts: "
+            f"{', '.join(sorted(config.get('layouts', {}))) or 'none'})"
+        )
     answers = {a.get("pool"): a for a in listed}
     taken: set[str] = set()
     steps: dict[str, list[dict]] = {"detach": [], "attach": []}

@@ -44,8 +44,9 @@ class RestDriver:
     def _call(self, method: str, path: str, body: dict | None = None) -> object:
         url = f"{self.base}/v1/pools/{urllib.parse.quote(self.pool_name, safe='')}{path}"
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Accept": "application/json", "Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url, data=data, method=method, headers={"Accept": "application/json", "Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 raw = resp.read(MAX_ANSWER_BYTES + 1)
@@ -56,7 +57,9 @@ class RestDriver:
                 raise Refusal(f"the fabric manager refused {what}") from None
             raise DriverError(f"the fabric manager failed {what}") from None
         except urllib.error.URLError as e:
-            raise DriverError(f"cannot reach the fabric manager at {self.base}: {getattr(e.reason, 'strerror', None) or e.reason}") from None
+            raise DriverError(
+                f"cannot reach the fabric manager at {self.base}: {getattr(e.reason, 'strerror', None) or e.reason}"
+            ) from None
         except (TimeoutError, OSError) as e:
             raise DriverError(f"cannot reach the fabric manager at {self.base}: {e}") from None
         except http.client.HTTPException as e:
@@ -73,10 +76,16 @@ class RestDriver:
         contract reads present and of its type, counts whole numbers from 0, each host named
         once, none beyond its slots, no more held than the pool has."""
         what = "the fabric manager's pool status"
-        if not isinstance(answer, dict) or not isinstance(answer.get("gpu"), dict) or not isinstance(answer.get("hosts"), list):
+        if (
+            not isinstance(answer, dict)
+            or not isinstance(answer.get("gpu"), dict)
+            or not isinstance(answer.get("hosts"), list)
+        ):
             raise DriverError(f"{what} is not an object with a 'gpu' object and a 'hosts' list")
         gpu = answer["gpu"]
-        missing = [k for k in ("pool", "slots_per_host") if k not in answer] + [f"gpu.{k}" for k in ("type", "total") if k not in gpu]
+        missing = [k for k in ("pool", "slots_per_host") if k not in answer] + [
+            f"gpu.{k}" for k in ("type", "total") if k not in gpu
+        ]
         if missing:
             raise DriverError(f"{what} lacks {', '.join(missing)}")
         if answer["pool"] != self.pool_name:
@@ -89,9 +98,13 @@ class RestDriver:
             if host in hosts:
                 raise DriverError(f"{what} names host {host} twice")
             hosts[host] = contract.count_of(h["attached"], f"{what}: hosts[{i}].attached")
-        pool = Pool(name=self.pool_name, gpu_type=contract.name_of(gpu["type"], f"{what}: gpu.type"),
-                    total=contract.count_of(gpu["total"], f"{what}: gpu.total"), hosts=tuple(sorted(hosts)),
-                    slots_per_host=contract.count_of(answer["slots_per_host"], f"{what}: slots_per_host"))
+        pool = Pool(
+            name=self.pool_name,
+            gpu_type=contract.name_of(gpu["type"], f"{what}: gpu.type"),
+            total=contract.count_of(gpu["total"], f"{what}: gpu.total"),
+            hosts=tuple(sorted(hosts)),
+            slots_per_host=contract.count_of(answer["slots_per_host"], f"{what}: slots_per_host"),
+        )
         return pool, contract.check_holding(pool, hosts, what)
 
     def list(self) -> dict:
@@ -115,5 +128,5 @@ def _message(raw: bytes) -> str:
     try:
         text = contract.loads(raw).get("message", "")
     except (ValueError, AttributeError):
-        text = raw[:MAX_MESSAGE_CHARS * 4].decode(errors="replace")
+        text = raw[: MAX_MESSAGE_CHARS * 4].decode(errors="replace")
     return contract.one_line(text)[:MAX_MESSAGE_CHARS]

@@ -74,16 +74,22 @@ class SandboxDriver:
                 raise DriverError(f"the state file {self.state} is unreadable ({e}): {again}") from None
             if not isinstance(data, dict) or not isinstance(data.get("hosts"), dict):
                 raise DriverError(f"the state file {self.state} has no 'hosts' mapping: {again}")
-            hosts = {h: contract.count_of(n, f"the state file {self.state}: hosts[{h}]") for h, n in data["hosts"].items()}
+            hosts = {
+                h: contract.count_of(n, f"the state file {self.state}: hosts[{h}]") for h, n in data["hosts"].items()
+            }
             if data.get("pool") != self.pool.name or set(hosts) != set(self.pool.hosts):
-                raise DriverError(f"the state file {self.state} is for pool {contract.shown(data.get('pool'))} on "
-                                  f"{', '.join(sorted(hosts))}, not pool {self.pool.name} on {', '.join(self.pool.hosts)}")
+                raise DriverError(
+                    f"the state file {self.state} is for pool {contract.shown(data.get('pool'))} on "
+                    f"{', '.join(sorted(hosts))}, not pool {self.pool.name} on {', '.join(self.pool.hosts)}"
+                )
             return contract.check_holding(self.pool, hosts, f"the state file {self.state}")
         for host in self.pool.hosts:
             present = len(self.devices(host))
             if present < self.initial.get(host, 0):
-                raise DriverError(f"{host} has {present} /dev/nvidia* device file(s), fewer than the "
-                                  f"{self.initial[host]} pool GPU(s) the active layout gives it: converge it first")
+                raise DriverError(
+                    f"{host} has {present} /dev/nvidia* device file(s), fewer than the "
+                    f"{self.initial[host]} pool GPU(s) the active layout gives it: converge it first"
+                )
         self._save(self.initial)
         return dict(self.initial)
 
@@ -119,8 +125,10 @@ class SandboxDriver:
         contract.check_request(self.pool, holding, "detach", host, count)
         present = self.devices(host)
         if len(present) < count:
-            raise DriverError(f"{host} has {len(present)} /dev/nvidia* device file(s), the state says it holds "
-                              f"{holding[host]} of pool {self.pool.name}'s: the state file {self.state} is stale")
+            raise DriverError(
+                f"{host} has {len(present)} /dev/nvidia* device file(s), the state says it holds "
+                f"{holding[host]} of pool {self.pool.name}'s: the state file {self.state} is stale"
+            )
         gone = [f"/dev/nvidia{k}" for k in present[-count:]]
         self._exec(host, "rm", "-f", *gone)
         holding = contract.after(holding, "detach", host, count)

@@ -19,5 +19,14 @@ from __future__ import annotations
 from .profile import Discovery, discover, profile_name, to_json, to_yaml
 from .sources import DiscoveryError, Sources, read_live, read_records
 
-__all__ = ["Discovery", "DiscoveryError", "Sources", "discover", "profile_name", "read_live", "read_records",
-           "to_json", "to_yaml"]
+__all__ = [
+    "Discovery",
+    "DiscoveryError",
+    "Sources",
+    "discover",
+    "profile_name",
+    "read_live",
+    "read_records",
+    "to_json",
+    "to_yaml",
+]

@@ -88,11 +88,15 @@ def _cpu(found: Discovery, want: HardwareProfile, base: tuple) -> list[Finding]:
     _differs(out, base, "cores_per_socket", want.cores_per_socket, cpu.cores_per_socket, "cores per socket")
     _differs(out, base, "threads_per_core", want.threads_per_core, cpu.threads_per_core, "threads per core")
     if want.cpu_model and cpu.model_name and not same_text(want.cpu_model, cpu.model_name):
-        out.append(warning(base + ("cpu_model",), f"the node's CPU is '{cpu.model_name}', the model says "
-                                                   f"'{want.cpu_model}'", CHECK))
+        out.append(
+            warning(
+                base + ("cpu_model",), f"the node's CPU is '{cpu.model_name}', the model says '{want.cpu_model}'", CHECK
+            )
+        )
     if found.machine_model and not same_text(want.model, found.machine_model):
-        out.append(warning(base + ("model",), f"the node is a '{found.machine_model}', the model says '{want.model}'",
-                           CHECK))
+        out.append(
+            warning(base + ("model",), f"the node is a '{found.machine_model}', the model says '{want.model}'", CHECK)
+        )
     return out
 
 
@@ -102,10 +106,15 @@ def _memory(found: Discovery, want: HardwareProfile, base: tuple) -> list[Findin
     have = found.memory.memory_gib
     if abs(have - want.memory_gib) <= MEMORY_TOLERANCE * want.memory_gib:
         return []
-    return [error(base + ("memory_gib",),
-                  f"the node has {have} GiB ({found.memory.source}), the model says {want.memory_gib} GiB; "
-                  f"tolerance {MEMORY_TOLERANCE:.0%} of the model's value, since the kernel reports less than "
-                  "is installed", CHECK)]
+    return [
+        error(
+            base + ("memory_gib",),
+            f"the node has {have} GiB ({found.memory.source}), the model says {want.memory_gib} GiB; "
+            f"tolerance {MEMORY_TOLERANCE:.0%} of the model's value, since the kernel reports less than "
+            "is installed",
+            CHECK,
+        )
+    ]
 
 
 def _gpus(found: Discovery, want: HardwareProfile, base: tuple) -> list[Finding]:
@@ -116,37 +125,71 @@ def _gpus(found: Discovery, want: HardwareProfile, base: tuple) -> list[Finding]
             return []
         return [error(gpus, f"the node has {len(have)} GPU(s) ({have[0].name}), the model's profile has none", CHECK)]
     if not have:
-        return [error(gpus + ("devices",), f"the model has {want.gpu_count} GPU(s), the node shows none "
-                                           "(neither NVML nor nvidia-smi answered)", CHECK)]
+        return [
+            error(
+                gpus + ("devices",),
+                f"the model has {want.gpu_count} GPU(s), the node shows none (neither NVML nor nvidia-smi answered)",
+                CHECK,
+            )
+        ]
     out: list[Finding] = []
     if len(have) != want.gpu_count:
-        out.append(error(gpus + ("devices",), f"the node has {len(have)} GPU(s), the model has {want.gpu_count}", CHECK))
+        out.append(
+            error(gpus + ("devices",), f"the node has {len(have)} GPU(s), the model has {want.gpu_count}", CHECK)
+        )
     models = sorted({g.name for g in have if not same_text(want.gpus.model, g.name)})
     if models:
-        out.append(error(gpus + ("model",), f"the node's GPUs are {', '.join(models)}, the model says "
-                                            f"{want.gpus.model}", CHECK))
-    sizes = sorted({g.memory_gib for g in have if g.memory_gib is not None and abs(g.memory_gib - want.gpus.memory_gib) > 1})
+        out.append(
+            error(
+                gpus + ("model",), f"the node's GPUs are {', '.join(models)}, the model says {want.gpus.model}", CHECK
+            )
+        )
+    sizes = sorted(
+        {g.memory_gib for g in have if g.memory_gib is not None and abs(g.memory_gib - want.gpus.memory_gib) > 1}
+    )
     if sizes:
-        out.append(error(gpus + ("memory_gib",), f"the node's GPUs have {', '.join(map(str, sizes))} GiB, the model says "
-                                                 f"{want.gpus.memory_gib} GiB (tolerance 1 GiB)", CHECK))
+        out.append(
+            error(
+                gpus + ("memory_gib",),
+                f"the node's GPUs have {', '.join(map(str, sizes))} GiB, the model says "
+                f"{want.gpus.memory_gib} GiB (tolerance 1 GiB)",
+                CHECK,
+            )
+        )
     sockets = found.gpu_sockets()
     for i, (gpu, device) in enumerate(zip(have, want.gpus.devices)):
         where = gpus + ("devices", i)
         if sockets[i] is None:
-            out.append(info(where + ("socket",), f"socket of GPU {i} not discovered (no CPU affinity, or it spans "
-                                                 "sockets); not compared", CHECK))
+            out.append(
+                info(
+                    where + ("socket",),
+                    f"socket of GPU {i} not discovered (no CPU affinity, or it spans sockets); not compared",
+                    CHECK,
+                )
+            )
         elif sockets[i] != device.socket:
-            out.append(error(where + ("socket",), f"GPU {i} hangs off socket {sockets[i]}, the model says "
-                                                  f"{device.socket}", CHECK))
+            out.append(
+                error(
+                    where + ("socket",), f"GPU {i} hangs off socket {sockets[i]}, the model says {device.socket}", CHECK
+                )
+            )
         wanted_file = device.file or f"/dev/nvidia{i}"
         if gpu.device_file != wanted_file:
             out.append(error(where + ("file",), f"GPU {i} is {gpu.device_file}, the model says {wanted_file}", CHECK))
     for key, what in (("pcie_generation", "PCIe gen {}"), ("pcie_width", "PCIe x{}")):
         wanted = getattr(want.gpus, key)
-        low = sorted({getattr(g, key) for g in have if getattr(g, key) is not None and wanted and getattr(g, key) < wanted})
+        low = sorted(
+            {getattr(g, key) for g in have if getattr(g, key) is not None and wanted and getattr(g, key) < wanted}
+        )
         if low:
-            out.append(error(gpus + (key,), f"the node's GPU links reach {', '.join(what.format(v) for v in low)}, "
-                                            f"the model says {what.format(wanted)}", CHECK))
+            out.append(
+                error(
+                    gpus + (key,),
+                    f"the node's GPU links reach {', '.join(what.format(v) for v in low)}, "
+                    f"the model says {what.format(wanted)}",
+                    CHECK,
+                )
+            )
     out += _nvlink(found, want, gpus)
     return out
 
@@ -160,8 +203,12 @@ def _nvlink(found: Discovery, want: HardwareProfile, gpus: tuple) -> list[Findin
         return []  # the count differs: said above
     have = matrix or [[0] * n for _ in range(n)]
     model = want.gpus.nvlink or [[0] * n for _ in range(n)]
-    pairs = [f"GPU {i}-{j}: {have[i][j]} on the node, {model[i][j]} in the model"
-             for i in range(n) for j in range(i + 1, n) if have[i][j] != model[i][j]]
+    pairs = [
+        f"GPU {i}-{j}: {have[i][j]} on the node, {model[i][j]} in the model"
+        for i in range(n)
+        for j in range(i + 1, n)
+        if have[i][j] != model[i][j]
+    ]
     if not pairs:
         return []
     return [error(gpus + ("nvlink",), "NVLink connections differ: " + "; ".join(pairs), CHECK)]
@@ -173,22 +220,46 @@ def _infiniband(found: Discovery, want: HardwareProfile, base: tuple) -> list[Fi
     have, model = found.ib, want.ib_adapters
     if len(have) != len(model):
         shown = "; ".join(f"{a.model} ({', '.join(a.devices)})" for a in have) or "none"
-        out.append(error(where, f"the node has {len(have)} InfiniBand adapter(s) ({shown}), the model lists "
-                                f"{len(model)}", CHECK))
+        out.append(
+            error(
+                where, f"the node has {len(have)} InfiniBand adapter(s) ({shown}), the model lists {len(model)}", CHECK
+            )
+        )
     for i, (adapter, wanted) in enumerate(zip(have, model)):
         if len(adapter.ports) != wanted.ports:
-            out.append(error(where + (i, "ports"), f"adapter {i} ({', '.join(adapter.devices)}) has "
-                                                   f"{len(adapter.ports)} InfiniBand port(s), the model says "
-                                                   f"{wanted.ports}", CHECK))
+            out.append(
+                error(
+                    where + (i, "ports"),
+                    f"adapter {i} ({', '.join(adapter.devices)}) has "
+                    f"{len(adapter.ports)} InfiniBand port(s), the model says "
+                    f"{wanted.ports}",
+                    CHECK,
+                )
+            )
         if adapter.rate_gbps is not None and adapter.rate_gbps != wanted.rate_gbps:
-            out.append(error(where + (i, "rate_gbps"), f"adapter {i} runs at {adapter.rate_gbps} Gb/s, the model says "
-                                                       f"{wanted.rate_gbps}", CHECK))
+            out.append(
+                error(
+                    where + (i, "rate_gbps"),
+                    f"adapter {i} runs at {adapter.rate_gbps} Gb/s, the model says {wanted.rate_gbps}",
+                    CHECK,
+                )
+            )
         if not same_text(wanted.model, adapter.family):
-            out.append(warning(where + (i, "model"), f"adapter {i} is a {adapter.family} ({adapter.model}), the model "
-                                                     f"says '{wanted.model}'", CHECK))
+            out.append(
+                warning(
+                    where + (i, "model"),
+                    f"adapter {i} is a {adapter.family} ({adapter.model}), the model says '{wanted.model}'",
+                    CHECK,
+                )
+            )
         for port in adapter.ports:
             if port.state != "ACTIVE":
-                out.append(warning(where + (i,), f"port {port.name} is {port.state}"
-                                                 + (" (its rate is not compared)" if adapter.rate_gbps is None else ""),
-                                   CHECK))
+                out.append(
+                    warning(
+                        where + (i,),
+                        f"port {port.name} is {port.state}"
+                        + (" (its rate is not compared)" if adapter.rate_gbps is None else ""),
+                        CHECK,
+                    )
+                )
     return out

@@ -93,8 +93,11 @@ def parse_hwloc_xml(text: str) -> CpuTopology:
     machine = _infos(root.find("object")) if root.find("object") is not None else {}
     topo.architecture = machine.get("Architecture", "")
     product = machine.get("DMIProductName", "").strip()
-    topo.machine_model = (f"{machine.get('DMISysVendor', '').strip()} {product}".strip() if product
-                          else machine.get("PlatformModel", "").strip())
+    topo.machine_model = (
+        f"{machine.get('DMISysVendor', '').strip()} {product}".strip()
+        if product
+        else machine.get("PlatformModel", "").strip()
+    )
     models = {_infos(p).get("CPUModel", "") for p in packages} - {""}
     topo.model_name = sorted(models)[0] if models else ""
     ids = [int(p.get("os_index", n)) for n, p in enumerate(packages)]
@@ -169,8 +172,9 @@ def parse_lscpu_p(text: str) -> list[LscpuRow]:
         cells = dict(zip(columns, line.split(",")))
         try:
             node = cells.get("Node", "")
-            rows.append(LscpuRow(int(cells["CPU"]), int(cells["Core"]), int(cells["Socket"]),
-                                 int(node) if node else None))
+            rows.append(
+                LscpuRow(int(cells["CPU"]), int(cells["Core"]), int(cells["Socket"]), int(node) if node else None)
+            )
         except (KeyError, ValueError):
             raise ValueError(f"not lscpu -p output: cannot read the line {line!r}") from None
     if not rows:

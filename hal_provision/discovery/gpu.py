@@ -59,7 +59,12 @@ def gres_type(model_name: str) -> str:
     'Tesla V100-SXM2-16GB' -> 'v100'): the first word that is letters then digits. The type is
     the admin's choice (users type it in --gres=gpu:TYPE:N); 'gpu' when no word fits."""
     for word in re.split(r"[\s\-_/]+", model_name):
-        if re.fullmatch(r"[A-Za-z]{1,3}\d{1,4}[A-Za-z]?", word) and word.upper() not in ("HBM2", "HBM3", "HBM2E", "PCIE"):
+        if re.fullmatch(r"[A-Za-z]{1,3}\d{1,4}[A-Za-z]?", word) and word.upper() not in (
+            "HBM2",
+            "HBM3",
+            "HBM2E",
+            "PCIE",
+        ):
             return word.lower()
     return "gpu"
 
@@ -86,15 +91,19 @@ def parse_nvidia_smi_xml(text: str) -> list[Gpu]:
         raise ValueError(f"not nvidia-smi -q -x output: the root element is <{root.tag}>")
     gpus = []
     for index, gpu in enumerate(root.findall("gpu")):
-        gpus.append(Gpu(
-            index=index,
-            name=(gpu.findtext("product_name") or "").strip(),
-            memory_mib=_mib(gpu.findtext("fb_memory_usage/total")),
-            minor=_number(gpu.findtext("minor_number")),
-            bus_id=gpu.get("id", ""),
-            pcie_generation=_number(gpu.findtext("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
-            pcie_width=_number((gpu.findtext("pci/pci_gpu_link_info/link_widths/max_link_width") or "").rstrip("x ")),
-        ))
+        gpus.append(
+            Gpu(
+                index=index,
+                name=(gpu.findtext("product_name") or "").strip(),
+                memory_mib=_mib(gpu.findtext("fb_memory_usage/total")),
+                minor=_number(gpu.findtext("minor_number")),
+                bus_id=gpu.get("id", ""),
+                pcie_generation=_number(gpu.findtext("pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
+                pcie_width=_number(
+                    (gpu.findtext("pci/pci_gpu_link_info/link_widths/max_link_width") or "").rstrip("x ")
+                ),
+            )
+        )
     return gpus
 
 
@@ -165,8 +174,11 @@ class TopoMatrix:
             if not nic.startswith(("NIC", "mlx")):
                 continue
             name = self.nic_names.get(nic, nic)
-            out[name] = [int(g[3:]) for g in self.gpus
-                         if column < len(self.links.get(g, [])) and self.links[g][column] in ("PIX", "PXB")]
+            out[name] = [
+                int(g[3:])
+                for g in self.gpus
+                if column < len(self.links.get(g, [])) and self.links[g][column] in ("PIX", "PXB")
+            ]
         return out
 
 
@@ -185,15 +197,15 @@ def parse_topo_m(text: str) -> TopoMatrix:
         raise ValueError("not nvidia-smi topo -m output: no header with GPU0")
     names = [c.strip() for c in lines[header_at].split("\t") if c.strip()]
     devices = [n for n in names if _DEVICE.match(n)]
-    extra = names[len(devices):]
+    extra = names[len(devices) :]
     topo = TopoMatrix(devices)
-    for line in lines[header_at + 1:]:
+    for line in lines[header_at + 1 :]:
         words = line.split()
         if not words or not _DEVICE.match(words[0]):
             if topo.links:
                 break  # the legend follows the table
             continue
-        row, cells, rest = words[0], words[1:1 + len(devices)], words[1 + len(devices):]
+        row, cells, rest = words[0], words[1 : 1 + len(devices)], words[1 + len(devices) :]
         topo.links[row] = cells
         values = dict(zip(extra, rest))
         if "CPU Affinity" in values:
@@ -269,8 +281,12 @@ def _nvml_report(pynvml) -> GpuReport:
     for i, handle in enumerate(handles):
         bus = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
         bus_index[bus.lower()] = i
-        gpu = Gpu(i, _text(pynvml.nvmlDeviceGetName(handle)),
-                  round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / MIB), bus_id=bus)
+        gpu = Gpu(
+            i,
+            _text(pynvml.nvmlDeviceGetName(handle)),
+            round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / MIB),
+            bus_id=bus,
+        )
         try:
             gpu.minor = pynvml.nvmlDeviceGetMinorNumber(handle)
         except pynvml.NVMLError:

@@ -19,13 +19,26 @@ from pathlib import Path
 
 # Mellanox (NVIDIA) PCI device ids as sysfs hca_type shows them.
 HCA_FAMILIES = {
-    "MT4099": "ConnectX-3", "MT4103": "ConnectX-3 Pro", "MT4113": "Connect-IB",
-    "MT4115": "ConnectX-4", "MT4116": "ConnectX-4 VF", "MT4117": "ConnectX-4 Lx",
-    "MT4118": "ConnectX-4 Lx VF", "MT4119": "ConnectX-5", "MT4120": "ConnectX-5 VF",
-    "MT4121": "ConnectX-5 Ex", "MT4122": "ConnectX-5 Ex VF", "MT4123": "ConnectX-6",
-    "MT4124": "ConnectX-6 VF", "MT4125": "ConnectX-6 Dx", "MT4127": "ConnectX-6 Lx",
-    "MT4129": "ConnectX-7", "MT4131": "ConnectX-8", "MT41682": "BlueField",
-    "MT41686": "BlueField-2", "MT41692": "BlueField-3",
+    "MT4099": "ConnectX-3",
+    "MT4103": "ConnectX-3 Pro",
+    "MT4113": "Connect-IB",
+    "MT4115": "ConnectX-4",
+    "MT4116": "ConnectX-4 VF",
+    "MT4117": "ConnectX-4 Lx",
+    "MT4118": "ConnectX-4 Lx VF",
+    "MT4119": "ConnectX-5",
+    "MT4120": "ConnectX-5 VF",
+    "MT4121": "ConnectX-5 Ex",
+    "MT4122": "ConnectX-5 Ex VF",
+    "MT4123": "ConnectX-6",
+    "MT4124": "ConnectX-6 VF",
+    "MT4125": "ConnectX-6 Dx",
+    "MT4127": "ConnectX-6 Lx",
+    "MT4129": "ConnectX-7",
+    "MT4131": "ConnectX-8",
+    "MT41682": "BlueField",
+    "MT41686": "BlueField-2",
+    "MT41692": "BlueField-3",
 }
 PORT_WORDS = {1: "single-port", 2: "dual-port"}
 
@@ -109,16 +122,27 @@ def read_tree(root: Path) -> list[IbDevice]:
         if not entry.is_dir():
             continue
         numa = _read(entry / "device" / "numa_node")
-        device = IbDevice(entry.name, _read(entry / "hca_type"), _read(entry / "board_id"),
-                          _read(entry / "sys_image_guid"),
-                          numa_node=int(numa) if re.fullmatch(r"\d+", numa) else None)
+        device = IbDevice(
+            entry.name,
+            _read(entry / "hca_type"),
+            _read(entry / "board_id"),
+            _read(entry / "sys_image_guid"),
+            numa_node=int(numa) if re.fullmatch(r"\d+", numa) else None,
+        )
         ports_dir = entry / "ports"
         numbers = sorted(int(p.name) for p in ports_dir.iterdir() if p.name.isdigit()) if ports_dir.is_dir() else []
         for n in numbers:
             port = ports_dir / str(n)
             state = _read(port / "state")
-            device.ports.append(IbPort(entry.name, n, state.split(":", 1)[-1].strip() or "unknown",
-                                       _read(port / "rate"), _read(port / "link_layer") or "InfiniBand"))
+            device.ports.append(
+                IbPort(
+                    entry.name,
+                    n,
+                    state.split(":", 1)[-1].strip() or "unknown",
+                    _read(port / "rate"),
+                    _read(port / "link_layer") or "InfiniBand",
+                )
+            )
         devices.append(device)
     return devices
 
@@ -133,6 +157,12 @@ def adapters(devices: list[IbDevice]) -> list[IbAdapterFound]:
     for members in groups.values():
         ports = [p for d in members for p in d.ports if p.link_layer.lower() == "infiniband"]
         if ports:
-            found.append(IbAdapterFound(members[0].family, [d.name for d in members], ports,
-                                        next((d.numa_node for d in members if d.numa_node is not None), None)))
+            found.append(
+                IbAdapterFound(
+                    members[0].family,
+                    [d.name for d in members],
+                    ports,
+                    next((d.numa_node for d in members if d.numa_node is not None), None),
+                )
+            )
     return found

@@ -20,8 +20,18 @@ from .cpu import CpuTopology
 from .gpu import GpuReport, gres_type, socket_of
 from .infiniband import IbAdapterFound, adapters
 from .memory import MemoryReading, reading
-from .sources import (LSCPU_JSON, LSCPU_P, LSTOPO_XML, MEMINFO, MEMORY_BLOCKS, NVIDIA_SMI_TOPO, NVIDIA_SMI_XML,
-                      NVML_DUMP, DiscoveryError, Sources)
+from .sources import (
+    LSCPU_JSON,
+    LSCPU_P,
+    LSTOPO_XML,
+    MEMINFO,
+    MEMORY_BLOCKS,
+    NVIDIA_SMI_TOPO,
+    NVIDIA_SMI_XML,
+    NVML_DUMP,
+    DiscoveryError,
+    Sources,
+)
 
 
 @dataclass
@@ -107,7 +117,9 @@ def discover(sources: Sources) -> Discovery:
     if found.cpu is None:
         found.notes.append("cpu: not discovered (no lstopo.xml, lscpu.json or lscpu-p.txt)")
     else:
-        found.notes.append(f"cpu: {found.cpu.source}" + ("; model name and architecture from lscpu" if hwloc and lscpu else ""))
+        found.notes.append(
+            f"cpu: {found.cpu.source}" + ("; model name and architecture from lscpu" if hwloc and lscpu else "")
+        )
         found.notes.extend(f"cpu: {n}" for n in found.cpu.notes)
     found.machine_model = sources.machine_model or (hwloc.machine_model if hwloc else "")
 
@@ -121,16 +133,24 @@ def discover(sources: Sources) -> Discovery:
     if found.gpus is None:
         found.notes.append("gpus: none (neither NVML nor nvidia-smi answered: no NVIDIA GPU, or no driver)")
     else:
-        found.notes.append(f"gpus: {found.gpus.source}; affinity: {found.gpus.affinity_source or 'not known'}; "
-                           f"NVLink: {found.gpus.nvlink_source or 'not known'}")
+        found.notes.append(
+            f"gpus: {found.gpus.source}; affinity: {found.gpus.affinity_source or 'not known'}; "
+            f"NVLink: {found.gpus.nvlink_source or 'not known'}"
+        )
         names = {g.name for g in found.gpus.gpus}
         if len(names) > 1:
             found.notes.append(f"gpus: several models {sorted(names)}; the profile shows GPU 0's")
 
     found.ib = adapters(sources.infiniband)
     ports = [p for a in found.ib for p in a.ports]
-    found.notes.append("infiniband: " + (", ".join(f"{p.name} {p.state} {p.rate_text or '(no rate)'}" for p in ports)
-                                         if ports else "no InfiniBand port"))
+    found.notes.append(
+        "infiniband: "
+        + (
+            ", ".join(f"{p.name} {p.state} {p.rate_text or '(no rate)'}" for p in ports)
+            if ports
+            else "no InfiniBand port"
+        )
+    )
     return found
 
 
@@ -156,8 +176,10 @@ def _gpus(sources: Sources) -> GpuReport | None:
 # ---- output ---------------------------------------------------------------------------------------
 
 _PLAIN = re.compile(r"^[A-Za-z0-9/(][A-Za-z0-9 ._()/+@-]*$")
-_NOT_STRINGS = re.compile(r"^(?:[-+]?[0-9][0-9_.eE+-]*|0x[0-9a-fA-F]+|0o[0-7]+|\.inf|\.nan|~|null|Null|NULL"
-                          r"|true|True|TRUE|false|False|FALSE|yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$")
+_NOT_STRINGS = re.compile(
+    r"^(?:[-+]?[0-9][0-9_.eE+-]*|0x[0-9a-fA-F]+|0o[0-7]+|\.inf|\.nan|~|null|Null|NULL"
+    r"|true|True|TRUE|false|False|FALSE|yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|y|Y|n|N)$"
+)
 
 
 def _scalar(value) -> str:
@@ -196,7 +218,9 @@ def to_yaml(found: Discovery, name: str, title: str = "") -> str:
     why_null = {
         "model": "not discovered: no DMI or device-tree model (or lstopo.xml) to read it from",
         "architecture": "not discovered: no lscpu output (and hwloc's XML has none)",
-        "sockets": "not discovered", "cores_per_socket": "not discovered", "threads_per_core": "not discovered",
+        "sockets": "not discovered",
+        "cores_per_socket": "not discovered",
+        "threads_per_core": "not discovered",
         "memory_gib": "not discovered: no /proc/meminfo",
     }
     lines = [f"# {title}"] if title else []
@@ -209,18 +233,28 @@ def to_yaml(found: Discovery, name: str, title: str = "") -> str:
 
     for key in ("model", "architecture", "cpu_model", "sockets", "cores_per_socket", "threads_per_core"):
         put(2, key, _scalar(doc[key]), why_null.get(key, "") if doc[key] is None else "")
-    put(2, "memory_gib", _scalar(doc["memory_gib"]),
-        found.memory.source if found.memory else why_null["memory_gib"])
+    put(2, "memory_gib", _scalar(doc["memory_gib"]), found.memory.source if found.memory else why_null["memory_gib"])
     gpus = doc["gpus"]
     if gpus:
         lines.append("  gpus:")
         put(4, "type", _scalar(gpus["type"]), "Slurm GRES type: a default from the model name, the admin's choice")
         put(4, "model", _scalar(gpus["model"]))
         first = found.gpus.gpus[0]
-        put(4, "memory_gib", _scalar(gpus["memory_gib"]), f"{first.memory_mib} MiB" if first.memory_mib else "not discovered")
+        put(
+            4,
+            "memory_gib",
+            _scalar(gpus["memory_gib"]),
+            f"{first.memory_mib} MiB" if first.memory_mib else "not discovered",
+        )
         unknown = [str(n) for n, d in enumerate(gpus["devices"]) if d["socket"] is None]
-        lines.append("    devices:" + (f"  # socket null: the CPU affinity of GPU {', '.join(unknown)} is not known"
-                                         " or spans sockets" if unknown else ""))
+        lines.append(
+            "    devices:"
+            + (
+                f"  # socket null: the CPU affinity of GPU {', '.join(unknown)} is not known or spans sockets"
+                if unknown
+                else ""
+            )
+        )
         lines += [f"      - {_flow(d)}" for d in gpus["devices"]]
         for key in ("pcie_generation", "pcie_width"):
             if key in gpus:
@@ -246,6 +280,9 @@ def to_json(found: Discovery, name: str) -> dict:
         "hardware": {name: found.profile()},
         "notes": found.notes,
         "memtotal_kib": found.memory.memtotal_kib if found.memory else None,
-        "infiniband_ports": [{"port": p.name, "state": p.state, "rate": p.rate_text, "link_layer": p.link_layer}
-                             for a in found.ib for p in a.ports],
+        "infiniband_ports": [
+            {"port": p.name, "state": p.state, "rate": p.rate_text, "link_layer": p.link_layer}
+            for a in found.ib
+            for p in a.ports
+        ],
     }

@@ -31,8 +31,10 @@ def parse_documents(files: dict[str, str], skip_unreadable: bool = False) -> lis
 def tree_documents(tree: dict[str, str], skip_unreadable: bool = False) -> list[dict]:
     """The inventory/*.yml (and *.yaml) files of a rendered tree ({relative path: text}, as
     render_all has it or a rendered directory holds it), parsed."""
-    return parse_documents({path: text for path, text in tree.items()
-                            if path.startswith("inventory/") and path.endswith(SUFFIXES)}, skip_unreadable)
+    return parse_documents(
+        {path: text for path, text in tree.items() if path.startswith("inventory/") and path.endswith(SUFFIXES)},
+        skip_unreadable,
+    )
 
 
 @contextmanager

@@ -109,8 +109,12 @@ def cache_entry(cluster_file: str | os.PathLike, cache_dir: Path) -> tuple[Path,
     return cache_dir / f"{prefix}-{state}.marshal", prefix
 
 
-def load(cluster_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
-         use_cache: bool = True, write_cache: bool = True) -> InventoryData:
+def load(
+    cluster_file: str | os.PathLike,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    write_cache: bool = True,
+) -> InventoryData:
     """The inventory data of the description: from the cache when it holds this version of
     the file (and use_cache), else built and, when write_cache, stored."""
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()

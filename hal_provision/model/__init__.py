@@ -8,7 +8,20 @@ from typing import Literal, NamedTuple
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from ..hostlist import MAX_HOSTS, common_count, count_bound, empty, expand, fold, nodeset, outside, overlap, overlaps, pieces, union_shared
+from ..hostlist import (
+    MAX_HOSTS,
+    common_count,
+    count_bound,
+    empty,
+    expand,
+    fold,
+    nodeset,
+    outside,
+    overlap,
+    overlaps,
+    pieces,
+    union_shared,
+)
 from ..node.swsuite.translate import JobShape, SwError, job_shape
 from .accounts import Accounts, Directory, ResearchGroup, User
 from .backup import SECRET_STATES as BACKUP_SECRET_STATES, STATES as BACKUP_STATES, Backup, BackupDestination
@@ -24,13 +37,26 @@ from .sharing import GpuSharing, MigInstances
 from .placement import NodeGroups, Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
-from .monitoring import Grafana, InfluxDb, Monitoring
+from .monitoring import Grafana as Grafana, InfluxDb as InfluxDb, Monitoring  # re-exported
 from .recipes import Recipes
 from .slurm import Cgroup, Partition, Priority, Qos, Slurm, SwSuite, VirtualPartition
 from .slurm_versions import operating_system
 from .software import Containers, Module, Software
-from .storage import (ApplianceServer, Gpfs, GpfsFilesystem, GpfsTuning, Nfs, NfsExport, NfsMount, NfsServer,
-                      NodeClass, Nsd, Storage, StorageArray, lies_under)
+from .storage import (
+    ApplianceServer,
+    Gpfs,
+    GpfsFilesystem,
+    GpfsTuning,
+    Nfs,
+    NfsExport,
+    NfsMount,
+    NfsServer,
+    NodeClass,
+    Nsd,
+    Storage,
+    StorageArray,
+    lies_under,
+)
 
 SCHEMA_VERSION = 1
 
@@ -89,8 +115,10 @@ class Cluster(Strict):
     networks: dict[str, Network] = Field(min_length=1, description="Networks by name.")
     fabric: Fabric | None = Field(None, description="The InfiniBand fabric and its cabling.")
     hardware: dict[str, HardwareProfile] = Field(
-        min_length=1, description="Hardware profiles by name; node groups name them (compute and development "
-        "groups must, the others may).")
+        min_length=1,
+        description="Hardware profiles by name; node groups name them (compute and development "
+        "groups must, the others may).",
+    )
     nodes: list[NodeGroup] = Field(min_length=1, description="Node groups.")
     services: Services = Field(description="Where each service runs.")
     slurm: Slurm = Field(description="Slurm configuration.")
@@ -101,19 +129,27 @@ class Cluster(Strict):
     portal: Portal | None = Field(None, description="Web portal.")
     monitoring: Monitoring | None = Field(None, description="Monitoring stack.")
     recipes: Recipes | None = Field(None, description="Distributed training recipes and the scaling benchmark.")
-    accounts: Accounts | None = Field(None, description="Research groups and users (LDAP directory, Slurm associations).")
+    accounts: Accounts | None = Field(
+        None, description="Research groups and users (LDAP directory, Slurm associations)."
+    )
     health: Health | None = Field(
-        None, description="Node health check run by slurmd (HealthCheckProgram): compares each node with the model.")
+        None, description="Node health check run by slurmd (HealthCheckProgram): compares each node with the model."
+    )
     backup: Backup | None = Field(
-        None, description="Backups of the cluster's lasting state (accounting database, directory, monitoring "
-        "database, slurmctld's state, generated secrets) to a shared file system, on a schedule.")
+        None,
+        description="Backups of the cluster's lasting state (accounting database, directory, monitoring "
+        "database, slurmctld's state, generated secrets) to a shared file system, on a schedule.",
+    )
     composable: Composable | None = Field(
-        None, description="Composable GPUs: pools of GPUs in expansion chassis attached to the hosts cabled to "
-        "them, named layouts of how many each host holds, and the active layout (the one deployed).")
+        None,
+        description="Composable GPUs: pools of GPUs in expansion chassis attached to the hosts cabled to "
+        "them, named layouts of how many each host holds, and the active layout (the one deployed).",
+    )
     deploy: Deploy = Field(
         default_factory=Deploy,
         description="How the nodes are converged: pushed from the controller (default), or pulled by the compute "
-        "nodes from a bundle published on distribution points (mode pull).")
+        "nodes from a bundle published on distribution points (mode pull).",
+    )
 
     @field_validator("nodes", mode="before")
     @classmethod
@@ -126,8 +162,9 @@ class Cluster(Strict):
             # One expression over the bound is reported at its own line, by the Hostlist type.
             if sum(counts) > MAX_HOSTS and max(counts) <= MAX_HOSTS:
                 count = sum(counts)
-                raise ValueError(f"the node groups name {count:,} hosts together, more than the {MAX_HOSTS:,} a "
-                                 "description may")
+                raise ValueError(
+                    f"the node groups name {count:,} hosts together, more than the {MAX_HOSTS:,} a description may"
+                )
         return groups
 
     @model_validator(mode="after")
@@ -244,8 +281,13 @@ class Cluster(Strict):
         Empty without slurm.configless."""
         if not self.slurm.configless:
             return empty()
-        keep = union_shared([*(g.hosts for g in self.groups_with_role(Role.login, Role.development)),
-                             ",".join(self.controllers), *([self.services.portal] if self.services.portal else [])])
+        keep = union_shared(
+            [
+                *(g.hosts for g in self.groups_with_role(Role.login, Role.development)),
+                ",".join(self.controllers),
+                *([self.services.portal] if self.services.portal else []),
+            ]
+        )
         return outside(self.slurm_nodes, keep)
 
     def group_of(self, host: str) -> NodeGroup | None:
@@ -349,8 +391,11 @@ class Cluster(Strict):
             builds = out[part.name] = []
             for group in self.groups_with_role(Role.compute):
                 name = group.hardware
-                if name in by_profile and all(b.name != name for b in builds) \
-                        and overlaps(nodeset(group.hosts), members):
+                if (
+                    name in by_profile
+                    and all(b.name != name for b in builds)
+                    and overlaps(nodeset(group.hosts), members)
+                ):
                     builds.append(PartitionBuild(name, self.hardware[name], common_count(by_profile[name], members)))
         return out
 
@@ -416,13 +461,17 @@ class Cluster(Strict):
         if vp.gpus <= per_node:
             return None
         if vp.gpus % per_node:
-            return (f"{vp.name}: no node of {vp.partition} has {vp.gpus} GPUs {where} (the most is {per_node}, and "
-                    f"jobs span nodes only as whole nodes of {per_node})")
+            return (
+                f"{vp.name}: no node of {vp.partition} has {vp.gpus} GPUs {where} (the most is {per_node}, and "
+                f"jobs span nodes only as whole nodes of {per_node})"
+            )
         need = vp.gpus // per_node
         have = sum(b.count for b in self.composed_partition_hardware(vp.partition) if b.profile.gpu_count >= per_node)
         if have < need:
-            return (f"{vp.name}: needs {need} nodes of {vp.partition} with {per_node} GPUs, layout {comp.active} "
-                    f"gives {have}")
+            return (
+                f"{vp.name}: needs {need} nodes of {vp.partition} with {per_node} GPUs, layout {comp.active} "
+                f"gives {have}"
+            )
         return None
 
     @property
@@ -457,8 +506,11 @@ class Cluster(Strict):
         part = next((p for p in self.slurm.partitions if p.name == partition), None)
         if part is None:
             return None
-        groups = [g for g in self.groups_with_role(Role.compute)
-                  if g.hardware == hardware and overlaps(nodeset(g.hosts), nodeset(part.nodes))]
+        groups = [
+            g
+            for g in self.groups_with_role(Role.compute)
+            if g.hardware == hardware and overlaps(nodeset(g.hosts), nodeset(part.nodes))
+        ]
         counts = [g.gpu_sharing.shards_per_gpu if g.gpu_sharing else None for g in groups]
         return min(counts) if counts and None not in counts else None
 
@@ -574,8 +626,10 @@ class Cluster(Strict):
         for state in self.backup_states:
             if state == "secrets":
                 several = len(self.secret_holders) > 1
-                jobs += [BackupJob(f"secrets-{host}" if several else "secrets", state, host, services)
-                         for host, services in self.secret_holders.items()]
+                jobs += [
+                    BackupJob(f"secrets-{host}" if several else "secrets", state, host, services)
+                    for host, services in self.secret_holders.items()
+                ]
             elif state in self.backup_sources:
                 jobs.append(BackupJob(state, state, self.backup_sources[state]))
         return tuple(jobs)
@@ -605,9 +659,13 @@ class Cluster(Strict):
         mounts = self.backup_mounts
         if not mounts or None in mounts.values():
             return {}
-        return {host: (f"{mount.mount_point.rstrip('/')}/{self.backup_destination_of(host).subdirectory}",
-                       mount.mount_point)
-                for host, mount in mounts.items()}
+        return {
+            host: (
+                f"{mount.mount_point.rstrip('/')}/{self.backup_destination_of(host).subdirectory}",
+                mount.mount_point,
+            )
+            for host, mount in mounts.items()
+        }
 
     # ---- deploy (properties, not cached: a model_copy with another deploy stays right) ----
     @property
@@ -634,8 +692,9 @@ class Cluster(Strict):
         if not self.deploy_pull:
             return ()
         written = self.deploy.distribution or [DistributionPoint(host=self.deploy_default_point)]
-        return tuple(DeployPoint(p.host, nodeset(p.serves) if p.serves is not None else self.deploy_pull_nodes)
-                     for p in written)
+        return tuple(
+            DeployPoint(p.host, nodeset(p.serves) if p.serves is not None else self.deploy_pull_nodes) for p in written
+        )
 
     def host_address(self, host: str) -> str | None:
         """The host's address on the primary network (the inventory's ansible_host); None for a
@@ -654,8 +713,11 @@ class Cluster(Strict):
         """slurm.def_mem_per_cpu_mib, else the smallest RealMemory per CPU of the compute nodes."""
         if self.slurm.def_mem_per_cpu_mib is not None:
             return self.slurm.def_mem_per_cpu_mib
-        shares = [self.real_memory_mib(p) // p.cpus for p in
-                  (self.profile_of(g) for g in self.groups_with_role(Role.compute)) if p is not None]
+        shares = [
+            self.real_memory_mib(p) // p.cpus
+            for p in (self.profile_of(g) for g in self.groups_with_role(Role.compute))
+            if p is not None
+        ]
         return max(min(shares, default=1), 1)
 
     def fair_share_groups(self) -> list[tuple[int, ResearchGroup]]:
@@ -673,9 +735,65 @@ class Cluster(Strict):
 
 
 __all__ = [
-    "Accounts", "Backup", "Deploy", "DeployPoint", "DistributionPoint", "Composable", "GpuPool", "Layout", "NodeBuild", "PoolGpus", "BackupDestination", "BackupJob", "Directory", "ResearchGroup", "User", "SCHEMA_VERSION", "Cgroup", "Cluster", "ClusterInfo", "Containers", "Fabric", "FabricLink",
-    "ApplianceServer", "GpuDevice", "GpuSharing", "Gpus", "MigInstances", "HardwareProfile", "Health", "IbAdapter", "Module", "Monitoring",
-    "Network", "NodeGroup", "Partition", "Placement", "Portal", "Priority", "PortalApp", "Qos", "Recipes", "Role", "Services", "Slurm",
-    "Software", "Storage", "StorageArray", "SwSuite", "Switch", "VirtualPartition",
-    "Gpfs", "GpfsFilesystem", "GpfsTuning", "MountedFilesystem", "PartitionBuild", "Nfs", "NfsExport", "NfsMount", "NfsServer", "NodeClass", "Nsd",
+    "Accounts",
+    "Backup",
+    "Deploy",
+    "DeployPoint",
+    "DistributionPoint",
+    "Composable",
+    "GpuPool",
+    "Layout",
+    "NodeBuild",
+    "PoolGpus",
+    "BackupDestination",
+    "BackupJob",
+    "Directory",
+    "ResearchGroup",
+    "User",
+    "SCHEMA_VERSION",
+    "Cgroup",
+    "Cluster",
+    "ClusterInfo",
+    "Containers",
+    "Fabric",
+    "FabricLink",
+    "ApplianceServer",
+    "GpuDevice",
+    "GpuSharing",
+    "Gpus",
+    "MigInstances",
+    "HardwareProfile",
+    "Health",
+    "IbAdapter",
+    "Module",
+    "Monitoring",
+    "Network",
+    "NodeGroup",
+    "Partition",
+    "Placement",
+    "Portal",
+    "Priority",
+    "PortalApp",
+    "Qos",
+    "Recipes",
+    "Role",
+    "Services",
+    "Slurm",
+    "Software",
+    "Storage",
+    "StorageArray",
+    "SwSuite",
+    "Switch",
+    "VirtualPartition",
+    "Gpfs",
+    "GpfsFilesystem",
+    "GpfsTuning",
+    "MountedFilesystem",
+    "PartitionBuild",
+    "Nfs",
+    "NfsExport",
+    "NfsMount",
+    "NfsServer",
+    "NodeClass",
+    "Nsd",
 ]

@@ -42,7 +42,8 @@ class ResearchGroup(Strict):
     )
     default_qos: Name | None = Field(None, description="The account's default QOS; one of `qos`.")
     fairshare: int = Field(
-        1, ge=0, description="Fair-share shares of the account (sacctmgr Fairshare); 1 is sacctmgr's default.")
+        1, ge=0, description="Fair-share shares of the account (sacctmgr Fairshare); 1 is sacctmgr's default."
+    )
 
     @property
     def sets_fair_share(self) -> bool:
@@ -114,8 +115,9 @@ class Accounts(Strict):
     def members(self, group: str) -> list[User]:
         """Users whose primary or other groups include `group` (admins too, for the admin group),
         in declaration order."""
-        return [u for u in self.users
-                if u.group == group or group in u.groups or (u.admin and group == self.admin_group)]
+        return [
+            u for u in self.users if u.group == group or group in u.groups or (u.admin and group == self.admin_group)
+        ]
 
     def slurm_accounts_of(self, user: User) -> list[str]:
         """The Slurm accounts a user belongs to: the primary group's first, then the others'."""

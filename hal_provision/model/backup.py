@@ -40,8 +40,10 @@ _SEGMENT = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
 def _check_subdirectory(value: str) -> str:
     segments = value.split("/")
     if not all(_SEGMENT.fullmatch(s) and s not in (".", "..") for s in segments):
-        raise ValueError(f"{value!r} is not a relative directory: write names of letters, digits, '_', '.' and '-' "
-                         "joined by '/', without '.' or '..' and without a leading or trailing '/' (e.g. hal)")
+        raise ValueError(
+            f"{value!r} is not a relative directory: write names of letters, digits, '_', '.' and '-' "
+            "joined by '/', without '.' or '..' and without a leading or trailing '/' (e.g. hal)"
+        )
     return value
 
 
@@ -52,29 +54,37 @@ class BackupDestination(Strict):
     filesystem: Name = Field(
         description="The shared file system the snapshots go to: an NFS export (storage.nfs.exports[].name) or a "
         "GPFS file system (storage.gpfs.filesystems[].name), mounted on every host whose state is backed up, at "
-        "the same mount point. Best served from a host it does not back up (a check warns otherwise).")
+        "the same mount point. Best served from a host it does not back up (a check warns otherwise)."
+    )
     subdirectory: Subdirectory | None = Field(
-        None, description="Directory under the file system's mount point that holds the snapshots (relative); "
-        "None: the cluster's name.")
+        None,
+        description="Directory under the file system's mount point that holds the snapshots (relative); "
+        "None: the cluster's name.",
+    )
 
 
 class Backup(Strict):
     destination: BackupDestination = Field(
-        description="Where the snapshots go: of every host with backup jobs but those host_destinations names.")
+        description="Where the snapshots go: of every host with backup jobs but those host_destinations names."
+    )
     host_destinations: dict[Name, BackupDestination] = Field(
         default_factory=dict,
         description="Per host with backup jobs, where its snapshots go instead of destination: a host whose jobs "
         "hold secrets (the directory, slurmctld's state, the generated secrets) needs a file system no other host "
-        "mounts, so that no other host's root can read them (a check refuses one that others mount).")
+        "mounts, so that no other host's root can read them (a check refuses one that others mount).",
+    )
     schedule: str = Field(
         DEFAULT_SCHEDULE,
         description="When the backups run: the OnCalendar= expression of the hal-backup timer on each host that "
-        f"holds state (systemd.time(7); the timer adds up to 15 minutes of random delay). Accepted: {FORMS}.")
+        f"holds state (systemd.time(7); the timer adds up to 15 minutes of random delay). Accepted: {FORMS}.",
+    )
     keep: int = Field(7, ge=1, description="Complete snapshots kept per job; older ones are removed after each run.")
     state: list[State] | None = Field(
-        None, min_length=1,
+        None,
+        min_length=1,
         description="What is backed up: accounting_db (the Slurm accounting database, mariadb-dump), directory "
         "(the LDAP directory, slapcat), monitoring (the InfluxDB database, influxd backup), slurmctld_state "
         "(slurmctld's StateSaveLocation: the queue and running jobs), secrets (the files the roles generate on "
         "each host: munge key, database and directory passwords, the cluster CA and TLS keys). None: every one "
-        "of these the cluster has.")
+        "of these the cluster has.",
+    )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ..hostlist import HostlistError, nodeset
+from ..hostlist import HostlistError
 from ..hostlist import check as check_hostlist
 
 
@@ -34,14 +34,13 @@ def _check_name(value: str) -> str:
     import re
 
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", value):
-        raise ValueError(
-            f"{value!r} is not a valid name (start with a letter; letters, digits, '_' and '-')"
-        )
+        raise ValueError(f"{value!r} is not a valid name (start with a letter; letters, digits, '_' and '-')")
     return value
 
 
 # The highest ID a user namespace can map (2**32 - 2; 2**32 - 1 is the kernel's "no ID").
 MAX_ID = 2**32 - 2
+
 
 def no_dot_segments(value: str) -> str:
     """A path names its place directly: a '.' or '..' segment could lead a rendered file, a

@@ -22,8 +22,9 @@ DRIVERS = ("sandbox", "rest")
 
 def _check_driver(value: str) -> str:
     if value not in DRIVERS and not value.startswith("/"):
-        raise ValueError(f"{value!r} is not a driver: name one of {', '.join(DRIVERS)} or give the absolute "
-                         "path of a site's program")
+        raise ValueError(
+            f"{value!r} is not a driver: name one of {', '.join(DRIVERS)} or give the absolute path of a site's program"
+        )
     return value
 
 
@@ -47,18 +48,22 @@ class GpuPool(Strict):
     name: Name = Field(description="Pool (chassis) name; unique. Hosts cabled to it get the Slurm feature pool_<name>.")
     description: str = Field("", description="Free text.")
     gpus: PoolGpus = Field(description="The chassis' GPUs: one type, and how many.")
-    hosts: Hostlist = Field(description="Model hosts cabled to the chassis (a hostlist); each takes GPUs from one "
-                            "pool.")
-    slots_per_host: int = Field(ge=1, description="Most pool GPUs one host can hold at once (its chassis link's "
-                                "slots).")
-    socket: int = Field(0, ge=0, description="Host CPU socket the chassis link hangs off (0-based): gres.conf's "
-                        "Cores of the pool GPUs.")
+    hosts: Hostlist = Field(
+        description="Model hosts cabled to the chassis (a hostlist); each takes GPUs from one pool."
+    )
+    slots_per_host: int = Field(
+        ge=1, description="Most pool GPUs one host can hold at once (its chassis link's slots)."
+    )
+    socket: int = Field(
+        0, ge=0, description="Host CPU socket the chassis link hangs off (0-based): gres.conf's Cores of the pool GPUs."
+    )
     driver: Annotated[CleanPath, AfterValidator(_check_driver)] = Field(
-        "sandbox", description="What attaches and detaches the GPUs: sandbox (fake device files moved between "
+        "sandbox",
+        description="What attaches and detaches the GPUs: sandbox (fake device files moved between "
         "sandbox containers), rest (a vendor's REST API at driver_url) or the absolute path of a site's program "
-        "answering the same commands.")
-    driver_url: str | None = Field(None, description="Base URL of the fabric manager's API (the rest driver needs "
-                                   "it).")
+        "answering the same commands.",
+    )
+    driver_url: str | None = Field(None, description="Base URL of the fabric manager's API (the rest driver needs it).")
 
     @cached_property
     def host_names(self) -> list[str]:
@@ -70,8 +75,9 @@ class Layout(Strict):
     name: Name = Field(description="Layout name; unique. composable.active names the deployed one.")
     description: str = Field("", description="Free text.")
     gpus: Annotated[dict[str, int], AfterValidator(_check_layout_keys)] = Field(
-        default_factory=dict, description="Hostlist -> pool GPUs each of its hosts holds; cabled hosts not named "
-        "hold none.")
+        default_factory=dict,
+        description="Hostlist -> pool GPUs each of its hosts holds; cabled hosts not named hold none.",
+    )
 
     @cached_property
     def per_host(self) -> dict[str, int]:
@@ -83,10 +89,12 @@ class Composable(Strict):
     """Pools, layouts and the active layout."""
 
     pools: list[GpuPool] = Field(min_length=1, description="GPU pools (expansion chassis).")
-    layouts: list[Layout] = Field(min_length=1, description="Named compositions: how many pool GPUs each cabled "
-                                  "host holds.")
-    active: Name = Field(description="The layout deployed (slurm.conf, gres.conf, the health check and the "
-                         "inventory follow it).")
+    layouts: list[Layout] = Field(
+        min_length=1, description="Named compositions: how many pool GPUs each cabled host holds."
+    )
+    active: Name = Field(
+        description="The layout deployed (slurm.conf, gres.conf, the health check and the inventory follow it)."
+    )
 
     def layout(self, name: str) -> Layout | None:
         return next((layout for layout in self.layouts if layout.name == name), None)
@@ -117,7 +125,7 @@ class Composable(Strict):
 
         layout = self.active_layout
         by_count: dict[int, list[str]] = {}
-        for host, n in (self.pool_counts(layout, pool).items() if layout is not None else []):
+        for host, n in self.pool_counts(layout, pool).items() if layout is not None else []:
             if n:
                 by_count.setdefault(n, []).append(host)
         return [(n, fold(hosts)) for n, hosts in sorted(by_count.items())]

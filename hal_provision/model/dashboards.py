@@ -202,8 +202,9 @@ def _alt(alternatives: list[str], group: bool = False) -> str:
 
 def concrete(influxql: str, window_seconds: int = 900, *, interval_seconds: int) -> str:
     """The query as Grafana sends it for the last `window_seconds`, buckets of the interval."""
-    return (influxql.replace("$timeFilter", f"time > now() - {window_seconds}s")
-            .replace("$__interval", f"{interval_seconds}s"))
+    return influxql.replace("$timeFilter", f"time > now() - {window_seconds}s").replace(
+        "$__interval", f"{interval_seconds}s"
+    )
 
 
 def _q(name: str) -> str:
@@ -221,49 +222,53 @@ def _in_groups(groups: list[NodeGroup]) -> str:
 def _per_series(selects: str, measurement: str, where: str, by: tuple[str, ...]) -> str:
     """Per bucket and per series of `by` (the first shape)."""
     group = ", ".join(["time($__interval)", *map(_q, by)])
-    return (f"SELECT {selects} FROM {_q(measurement)} WHERE {_where('$timeFilter', where)} "
-            f"GROUP BY {group} fill(none)")
+    return f"SELECT {selects} FROM {_q(measurement)} WHERE {_where('$timeFilter', where)} GROUP BY {group} fill(none)"
 
 
-def _sum_of_latest(fields: tuple[str, ...], measurement: str, where: str, per: tuple[str, ...],
-                   by: tuple[str, ...] = ()) -> str:
+def _sum_of_latest(
+    fields: tuple[str, ...], measurement: str, where: str, per: tuple[str, ...], by: tuple[str, ...] = ()
+) -> str:
     """Per bucket (and per series of `by`): the sum over the series of `per` of each one's
     last value in the bucket (the second shape)."""
     inner = ", ".join(f"last({_q(f)}) AS {_q(f)}" for f in fields)
     return _sum_per_bucket(fields, inner, measurement, where, per, by)
 
 
-def _sum_of_rates(counters: dict[str, str], measurement: str, where: str, per: tuple[str, ...],
-                  scale: int = 1) -> str:
+def _sum_of_rates(counters: dict[str, str], measurement: str, where: str, per: tuple[str, ...], scale: int = 1) -> str:
     """Per bucket and host: the sum over the series of `per` of each counter's rate per second
     (`counters`: name shown -> field; `scale`: units of the counter in bytes)."""
     factor = f"{scale} * " if scale != 1 else ""
-    inner = ", ".join(f"{factor}non_negative_derivative(max({_q(field)}), 1s) AS {_q(name)}"
-                      for name, field in counters.items())
+    inner = ", ".join(
+        f"{factor}non_negative_derivative(max({_q(field)}), 1s) AS {_q(name)}" for name, field in counters.items()
+    )
     return _sum_per_bucket(tuple(counters), inner, measurement, where, per, ("host",))
 
 
-def _sum_per_bucket(columns: tuple[str, ...], inner: str, measurement: str, where: str,
-                    per: tuple[str, ...], by: tuple[str, ...]) -> str:
+def _sum_per_bucket(
+    columns: tuple[str, ...], inner: str, measurement: str, where: str, per: tuple[str, ...], by: tuple[str, ...]
+) -> str:
     """Per bucket and series of `by`: the sums of the `columns` the subquery `inner` selects per
     bucket and series of `per`."""
     outer = ", ".join(f"sum({_q(column)}) AS {_q(column)}" for column in columns)
     inner_group = ", ".join(["time($__interval)", *map(_q, per)])
     outer_group = ", ".join(["time($__interval)", *map(_q, by)])
-    return (f"SELECT {outer} FROM (SELECT {inner} FROM {_q(measurement)} WHERE {_where('$timeFilter', where)} "
-            f"GROUP BY {inner_group}) WHERE $timeFilter GROUP BY {outer_group} fill(none)")
+    return (
+        f"SELECT {outer} FROM (SELECT {inner} FROM {_q(measurement)} WHERE {_where('$timeFilter', where)} "
+        f"GROUP BY {inner_group}) WHERE $timeFilter GROUP BY {outer_group} fill(none)"
+    )
 
 
 def _now(interval: int) -> str:
     return f"time > now() - {2 * interval}s"
 
 
-def _latest_now(fields: tuple[str, ...], measurement: str, where: str, per: tuple[str, ...],
-                interval: int) -> str:
+def _latest_now(fields: tuple[str, ...], measurement: str, where: str, per: tuple[str, ...], interval: int) -> str:
     """The latest value of each series of `per` over the last two intervals (the third shape)."""
     selects = ", ".join(f"last({_q(f)}) AS {_q(f)}" for f in fields)
-    return (f"SELECT {selects} FROM {_q(measurement)} WHERE {_where(_now(interval), where)} "
-            f"GROUP BY {', '.join(map(_q, per))}")
+    return (
+        f"SELECT {selects} FROM {_q(measurement)} WHERE {_where(_now(interval), where)} "
+        f"GROUP BY {', '.join(map(_q, per))}"
+    )
 
 
 def _query(ref: str, influxql: str, measurement: str, fields, tags=(), alias="", fmt="time_series") -> Query:
@@ -289,122 +294,307 @@ def status(cluster: Cluster) -> Dashboard:
     n = len(reporting_hosts(cluster))
     gpus = slurm_gpus(cluster)
     all_hosts = _in_groups(cluster.nodes)
-    heartbeat = _latest_now(("load1",), "system", _in_groups(groups_with_input(cluster, "system")), ("host",),
-                            interval)
+    heartbeat = _latest_now(("load1",), "system", _in_groups(groups_with_input(cluster, "system")), ("host",), interval)
     panels = [
-        Panel("Nodes reporting", "stat", "none",
-              f"Nodes of the {n} expected whose system metrics arrived in the last two collection "
-              f"intervals ({2 * interval} s).",
-              (_query("A", f'SELECT count("load1") AS "reporting" FROM ({heartbeat})', "system",
-                      ("load1",), ("host",)),),
-              width=6, height=4, max=n, no_value="0"),
-        Panel("Nodes down", "stat", "none",
-              f"The {n} nodes of the model that run the system input, less those reporting: a node that "
-              f"stops shows here within two collection intervals ({2 * interval} s).",
-              (_query("A", f'SELECT {n} - count("load1") AS "down" FROM ({heartbeat})', "system",
-                      ("load1",), ("host",)),),
-              width=6, height=4, alert_at=1, no_value=str(n)),
-        Panel("Slurm nodes", "stat", "none",
-              "Slurm's view of its nodes: up, down and drained (the latest state of each node).",
-              (_query("A", _sum_of_latest(("up", "down", "drained"), "slurm_node", "", ("node",)),
-                      "slurm_node", ("up", "down", "drained"), ("node",), "$col"),),
-              width=12, height=4),
+        Panel(
+            "Nodes reporting",
+            "stat",
+            "none",
+            f"Nodes of the {n} expected whose system metrics arrived in the last two collection "
+            f"intervals ({2 * interval} s).",
+            (_query("A", f'SELECT count("load1") AS "reporting" FROM ({heartbeat})', "system", ("load1",), ("host",)),),
+            width=6,
+            height=4,
+            max=n,
+            no_value="0",
+        ),
+        Panel(
+            "Nodes down",
+            "stat",
+            "none",
+            f"The {n} nodes of the model that run the system input, less those reporting: a node that "
+            f"stops shows here within two collection intervals ({2 * interval} s).",
+            (
+                _query(
+                    "A", f'SELECT {n} - count("load1") AS "down" FROM ({heartbeat})', "system", ("load1",), ("host",)
+                ),
+            ),
+            width=6,
+            height=4,
+            alert_at=1,
+            no_value=str(n),
+        ),
+        Panel(
+            "Slurm nodes",
+            "stat",
+            "none",
+            "Slurm's view of its nodes: up, down and drained (the latest state of each node).",
+            (
+                _query(
+                    "A",
+                    _sum_of_latest(("up", "down", "drained"), "slurm_node", "", ("node",)),
+                    "slurm_node",
+                    ("up", "down", "drained"),
+                    ("node",),
+                    "$col",
+                ),
+            ),
+            width=12,
+            height=4,
+        ),
     ]
     if gpus:
-        panels.append(Panel(
-            "GPUs in use", "gauge", "none",
-            f"GPUs allocated to jobs, of the {gpus} GPUs of the Slurm nodes; and how many of them Slurm "
-            "offers now (nodes down or drained offer none).",
-            (_query("A", _sum_of_latest(("gpus_alloc",), "slurm_node", "", ("node",)), "slurm_node",
-                    ("gpus_alloc",), ("node",), "in use"),
-             _query("B", _sum_of_latest(("gpus_total",), "slurm_node", "", ("node",)), "slurm_node",
-                    ("gpus_total",), ("node",), "offered")),
-            width=12, height=6, max=gpus, alert_at=gpus))
-    jobs_by_state = _sum_of_latest(("jobs",), "slurm_jobs", "", ("partition", "user", "account", "state"),
-                                   by=("state",))
-    panels.append(Panel(
-        "Jobs by state", "stat", "none", "Jobs running, pending and in any other state Slurm reports.",
-        (_query("A", jobs_by_state, "slurm_jobs", ("jobs",), ("partition", "user", "account", "state"),
-                "$tag_state"),),
-        width=12 if gpus else 24, height=6))
+        panels.append(
+            Panel(
+                "GPUs in use",
+                "gauge",
+                "none",
+                f"GPUs allocated to jobs, of the {gpus} GPUs of the Slurm nodes; and how many of them Slurm "
+                "offers now (nodes down or drained offer none).",
+                (
+                    _query(
+                        "A",
+                        _sum_of_latest(("gpus_alloc",), "slurm_node", "", ("node",)),
+                        "slurm_node",
+                        ("gpus_alloc",),
+                        ("node",),
+                        "in use",
+                    ),
+                    _query(
+                        "B",
+                        _sum_of_latest(("gpus_total",), "slurm_node", "", ("node",)),
+                        "slurm_node",
+                        ("gpus_total",),
+                        ("node",),
+                        "offered",
+                    ),
+                ),
+                width=12,
+                height=6,
+                max=gpus,
+                alert_at=gpus,
+            )
+        )
+    jobs_by_state = _sum_of_latest(
+        ("jobs",), "slurm_jobs", "", ("partition", "user", "account", "state"), by=("state",)
+    )
+    panels.append(
+        Panel(
+            "Jobs by state",
+            "stat",
+            "none",
+            "Jobs running, pending and in any other state Slurm reports.",
+            (
+                _query(
+                    "A", jobs_by_state, "slurm_jobs", ("jobs",), ("partition", "user", "account", "state"), "$tag_state"
+                ),
+            ),
+            width=12 if gpus else 24,
+            height=6,
+        )
+    )
     used, label = ("gpus", "GPUs") if gpus else ("cpus", "CPUs")
-    latest = _latest_now((used, "jobs"), "slurm_jobs", f'"state" =~ {RUNNING}', ("partition", "user", "account"),
-                         interval)
+    latest = _latest_now(
+        (used, "jobs"), "slurm_jobs", f'"state" =~ {RUNNING}', ("partition", "user", "account"), interval
+    )
     per_user = f'SELECT sum("{used}") AS "{used}", sum("jobs") AS "jobs" FROM ({latest}) GROUP BY "user"'
-    panels.append(Panel(
-        f"Top users by {label} in use", "table", "none",
-        f"{label} held by each user's running jobs now (the last two collection intervals), most first.",
-        (_query("A", per_user, "slurm_jobs", (used, "jobs"), ("partition", "user", "account", "state"),
-                fmt="table"),),
-        width=24, height=8, sort_by=used))
-    running = _latest_now(("gpus", "cpus", "nodes", "run_seconds"), "slurm_job", "",
-                          ("job_id", "user", "partition", "account"), interval)
-    panels.append(Panel(
-        "Running jobs", "table", "none", "Every running job now: its user, partition, GPUs and run time.",
-        (_query("A", running, "slurm_job", ("gpus", "cpus", "nodes", "run_seconds"),
-                ("job_id", "user", "partition", "account"), fmt="table"),),
-        width=24, height=10, sort_by="run_seconds", field_units=(("run_seconds", "s"),)))
-    panels.append(Panel(
-        "Storage responsiveness", "timeseries", "ms",
-        f"Time to list the home directories ({cluster.monitoring.storage_probe_path}) and to stat a file, "
-        "per probing host: the slowest probe of each bucket.",
-        (_query("A", _per_series('max("list_home_ms") AS "list home", max("stat_ms") AS "stat"',
-                                 "storage_responsiveness", all_hosts, ("host",)),
-                "storage_responsiveness", ("list_home_ms", "stat_ms"), ("host",), "$tag_host $col"),),
-        width=24, height=8))
-    return Dashboard("hal-status", f"{cluster.cluster.name.upper()} status",
-                     "Nodes up and down, GPUs and jobs, top users, storage responsiveness.", tuple(panels))
+    panels.append(
+        Panel(
+            f"Top users by {label} in use",
+            "table",
+            "none",
+            f"{label} held by each user's running jobs now (the last two collection intervals), most first.",
+            (
+                _query(
+                    "A", per_user, "slurm_jobs", (used, "jobs"), ("partition", "user", "account", "state"), fmt="table"
+                ),
+            ),
+            width=24,
+            height=8,
+            sort_by=used,
+        )
+    )
+    running = _latest_now(
+        ("gpus", "cpus", "nodes", "run_seconds"), "slurm_job", "", ("job_id", "user", "partition", "account"), interval
+    )
+    panels.append(
+        Panel(
+            "Running jobs",
+            "table",
+            "none",
+            "Every running job now: its user, partition, GPUs and run time.",
+            (
+                _query(
+                    "A",
+                    running,
+                    "slurm_job",
+                    ("gpus", "cpus", "nodes", "run_seconds"),
+                    ("job_id", "user", "partition", "account"),
+                    fmt="table",
+                ),
+            ),
+            width=24,
+            height=10,
+            sort_by="run_seconds",
+            field_units=(("run_seconds", "s"),),
+        )
+    )
+    panels.append(
+        Panel(
+            "Storage responsiveness",
+            "timeseries",
+            "ms",
+            f"Time to list the home directories ({cluster.monitoring.storage_probe_path}) and to stat a file, "
+            "per probing host: the slowest probe of each bucket.",
+            (
+                _query(
+                    "A",
+                    _per_series(
+                        'max("list_home_ms") AS "list home", max("stat_ms") AS "stat"',
+                        "storage_responsiveness",
+                        all_hosts,
+                        ("host",),
+                    ),
+                    "storage_responsiveness",
+                    ("list_home_ms", "stat_ms"),
+                    ("host",),
+                    "$tag_host $col",
+                ),
+            ),
+            width=24,
+            height=8,
+        )
+    )
+    return Dashboard(
+        "hal-status",
+        f"{cluster.cluster.name.upper()} status",
+        "Nodes up and down, GPUs and jobs, top users, storage responsiveness.",
+        tuple(panels),
+    )
 
 
 def nodes(cluster: Cluster) -> Dashboard:
     """Per node: CPU, memory, GPUs, network and InfiniBand."""
     every = _in_groups(cluster.nodes)
     panels = [
-        Panel("CPU usage per node", "timeseries", "percent", "Share of CPU time not idle, all CPUs of the node.",
-              (_query("A", _per_series('100 - mean("usage_idle") AS "busy"', "cpu",
-                                       _where("\"cpu\" = 'cpu-total'", every), ("host",)),
-                      "cpu", ("usage_idle",), ("cpu", "host"), "$tag_host"),),
-              max=100),
-        Panel("Memory used per node", "timeseries", "percent", "Memory in use, of the node's total.",
-              (_query("A", _per_series('mean("used_percent") AS "used"', "mem", every, ("host",)),
-                      "mem", ("used_percent",), ("host",), "$tag_host"),),
-              max=100),
+        Panel(
+            "CPU usage per node",
+            "timeseries",
+            "percent",
+            "Share of CPU time not idle, all CPUs of the node.",
+            (
+                _query(
+                    "A",
+                    _per_series(
+                        '100 - mean("usage_idle") AS "busy"', "cpu", _where("\"cpu\" = 'cpu-total'", every), ("host",)
+                    ),
+                    "cpu",
+                    ("usage_idle",),
+                    ("cpu", "host"),
+                    "$tag_host",
+                ),
+            ),
+            max=100,
+        ),
+        Panel(
+            "Memory used per node",
+            "timeseries",
+            "percent",
+            "Memory in use, of the node's total.",
+            (
+                _query(
+                    "A",
+                    _per_series('mean("used_percent") AS "used"', "mem", every, ("host",)),
+                    "mem",
+                    ("used_percent",),
+                    ("host",),
+                    "$tag_host",
+                ),
+            ),
+            max=100,
+        ),
     ]
     gpu = gpu_groups(cluster)
     if gpu:
         panels += [
-            Panel("GPU utilization per node and GPU", "timeseries", "percent",
-                  f"Share of time a kernel ran, per GPU of the {len(gpu_hosts(cluster))} nodes with GPUs.",
-                  (_per_gpu("mean", "utilization_gpu", "utilization", gpu),), max=100),
-            Panel("GPU memory used per node and GPU", "timeseries", "mbytes",
-                  "Memory in use on each GPU (MiB); the top of the axis is a GPU's memory.",
-                  (_per_gpu("max", "memory_used", "used", gpu),), max=_gpu_memory_mib(cluster)),
+            Panel(
+                "GPU utilization per node and GPU",
+                "timeseries",
+                "percent",
+                f"Share of time a kernel ran, per GPU of the {len(gpu_hosts(cluster))} nodes with GPUs.",
+                (_per_gpu("mean", "utilization_gpu", "utilization", gpu),),
+                max=100,
+            ),
+            Panel(
+                "GPU memory used per node and GPU",
+                "timeseries",
+                "mbytes",
+                "Memory in use on each GPU (MiB); the top of the axis is a GPU's memory.",
+                (_per_gpu("max", "memory_used", "used", gpu),),
+                max=_gpu_memory_mib(cluster),
+            ),
         ]
-    net = _sum_of_rates({"in": "bytes_recv", "out": "bytes_sent"}, "net", _where(every, NOT_LOOPBACK),
-                        ("host", "interface"))
-    panels.append(Panel("Network traffic per node", "timeseries", "Bps",
-                        "Bytes per second received (in) and sent (out), all Ethernet and IPoIB interfaces "
-                        "of the node but loopback.",
-                        (_query("A", net, "net", ("bytes_recv", "bytes_sent"), ("host", "interface"),
-                                "$tag_host $col"),), width=24))
+    net = _sum_of_rates(
+        {"in": "bytes_recv", "out": "bytes_sent"}, "net", _where(every, NOT_LOOPBACK), ("host", "interface")
+    )
+    panels.append(
+        Panel(
+            "Network traffic per node",
+            "timeseries",
+            "Bps",
+            "Bytes per second received (in) and sent (out), all Ethernet and IPoIB interfaces "
+            "of the node but loopback.",
+            (_query("A", net, "net", ("bytes_recv", "bytes_sent"), ("host", "interface"), "$tag_host $col"),),
+            width=24,
+        )
+    )
     if "infiniband" in cluster.monitoring.all_inputs():
         ib_hosts = _in_groups(groups_with_input(cluster, "infiniband"))
         # The port counters count 4-byte words (InfiniBand's PortRcvData/PortXmitData).
-        ib = _sum_of_rates({"in": "port_rcv_data", "out": "port_xmit_data"}, "infiniband", ib_hosts,
-                           ("host", "device", "port"), scale=4)
-        panels.append(Panel("InfiniBand traffic per node", "timeseries", "Bps",
-                            "Bytes per second received (in) and sent (out) over all InfiniBand ports of the node.",
-                            (_query("A", ib, "infiniband", ("port_rcv_data", "port_xmit_data"),
-                                    ("host", "device", "port"), "$tag_host $col"),), width=24))
-    return Dashboard("hal-nodes", f"{cluster.cluster.name.upper()} nodes",
-                     "Per node: CPU, memory, GPUs, network and InfiniBand.", tuple(panels))
+        ib = _sum_of_rates(
+            {"in": "port_rcv_data", "out": "port_xmit_data"},
+            "infiniband",
+            ib_hosts,
+            ("host", "device", "port"),
+            scale=4,
+        )
+        panels.append(
+            Panel(
+                "InfiniBand traffic per node",
+                "timeseries",
+                "Bps",
+                "Bytes per second received (in) and sent (out) over all InfiniBand ports of the node.",
+                (
+                    _query(
+                        "A",
+                        ib,
+                        "infiniband",
+                        ("port_rcv_data", "port_xmit_data"),
+                        ("host", "device", "port"),
+                        "$tag_host $col",
+                    ),
+                ),
+                width=24,
+            )
+        )
+    return Dashboard(
+        "hal-nodes",
+        f"{cluster.cluster.name.upper()} nodes",
+        "Per node: CPU, memory, GPUs, network and InfiniBand.",
+        tuple(panels),
+    )
 
 
 def _per_gpu(aggregate: str, field: str, name: str, groups: list[NodeGroup]) -> Query:
     """One nvidia_smi field per bucket and GPU of the groups' hosts."""
-    return _query("A", _per_series(f'{aggregate}("{field}") AS "{name}"', "nvidia_smi", _in_groups(groups),
-                                   ("host", "index")),
-                  "nvidia_smi", (field,), ("host", "index"), "$tag_host GPU $tag_index")
+    return _query(
+        "A",
+        _per_series(f'{aggregate}("{field}") AS "{name}"', "nvidia_smi", _in_groups(groups), ("host", "index")),
+        "nvidia_smi",
+        (field,),
+        ("host", "index"),
+        "$tag_host GPU $tag_index",
+    )
 
 
 def _gpu_memory_mib(cluster: Cluster) -> float | None:
@@ -418,36 +608,101 @@ def admin(cluster: Cluster) -> Dashboard:
 
     def bmc(kind: str, selects: str, by: tuple[str, ...]) -> Query:
         alias = "$tag_host" if by == ("host",) else "$tag_host $tag_sensor"
-        return _query("A", _per_series(selects, "bmc", _where(f"\"kind\" = '{kind}'", every), by), "bmc",
-                      ("value",), ("kind", *by), alias)
+        return _query(
+            "A",
+            _per_series(selects, "bmc", _where(f"\"kind\" = '{kind}'", every), by),
+            "bmc",
+            ("value",),
+            ("kind", *by),
+            alias,
+        )
 
     gpu = gpu_groups(cluster)
-    panels = [Panel("Hottest BMC temperature per node", "timeseries", "celsius",
-                    "The highest temperature sensor the BMC reports, per node.",
-                    (bmc("temperature", 'max("value") AS "temperature"', ("host",)),))]
+    panels = [
+        Panel(
+            "Hottest BMC temperature per node",
+            "timeseries",
+            "celsius",
+            "The highest temperature sensor the BMC reports, per node.",
+            (bmc("temperature", 'max("value") AS "temperature"', ("host",)),),
+        )
+    ]
     if gpu:
-        panels.append(Panel("GPU temperature", "timeseries", "celsius", "Core temperature of every GPU.",
-                            (_per_gpu("max", "temperature_gpu", "temperature", gpu),)))
-    panels.append(Panel("Power per node", "timeseries", "watt", "Power readings of each node's BMC, per sensor.",
-                        (bmc("power", 'mean("value") AS "power"', ("host", "sensor")),)))
+        panels.append(
+            Panel(
+                "GPU temperature",
+                "timeseries",
+                "celsius",
+                "Core temperature of every GPU.",
+                (_per_gpu("max", "temperature_gpu", "temperature", gpu),),
+            )
+        )
+    panels.append(
+        Panel(
+            "Power per node",
+            "timeseries",
+            "watt",
+            "Power readings of each node's BMC, per sensor.",
+            (bmc("power", 'mean("value") AS "power"', ("host", "sensor")),),
+        )
+    )
     if gpu:
-        panels.append(Panel("GPU power", "timeseries", "watt", "Power drawn by every GPU.",
-                            (_per_gpu("mean", "power_draw", "power", gpu),)))
-    panels.append(Panel("Fans", "timeseries", "rotrpm", "Fan speeds the BMCs report, per node and fan.",
-                        (bmc("fan", 'mean("value") AS "speed"', ("host", "sensor")),), width=24))
+        panels.append(
+            Panel(
+                "GPU power",
+                "timeseries",
+                "watt",
+                "Power drawn by every GPU.",
+                (_per_gpu("mean", "power_draw", "power", gpu),),
+            )
+        )
+    panels.append(
+        Panel(
+            "Fans",
+            "timeseries",
+            "rotrpm",
+            "Fan speeds the BMCs report, per node and fan.",
+            (bmc("fan", 'mean("value") AS "speed"', ("host", "sensor")),),
+            width=24,
+        )
+    )
     if gpu and "gpu" in cluster.monitoring.all_inputs():
-        inventory = _latest_now(("memory_total_mib", "ecc_enabled"), "gpu_info", _in_groups(gpu),
-                                ("host", "index", "name", "pci_bus_id", "driver_version"),
-                                cluster.monitoring.interval_seconds)
-        panels.append(Panel("GPU inventory", "table", "none",
-                            "Every GPU now: model, PCI bus, driver, memory (MiB) and whether ECC is on.",
-                            (_query("A", inventory, "gpu_info", ("memory_total_mib", "ecc_enabled"),
-                                    ("host", "index", "name", "pci_bus_id", "driver_version"), fmt="table"),),
-                            width=24, height=10, field_units=(("memory_total_mib", "mbytes"),)))
+        inventory = _latest_now(
+            ("memory_total_mib", "ecc_enabled"),
+            "gpu_info",
+            _in_groups(gpu),
+            ("host", "index", "name", "pci_bus_id", "driver_version"),
+            cluster.monitoring.interval_seconds,
+        )
+        panels.append(
+            Panel(
+                "GPU inventory",
+                "table",
+                "none",
+                "Every GPU now: model, PCI bus, driver, memory (MiB) and whether ECC is on.",
+                (
+                    _query(
+                        "A",
+                        inventory,
+                        "gpu_info",
+                        ("memory_total_mib", "ecc_enabled"),
+                        ("host", "index", "name", "pci_bus_id", "driver_version"),
+                        fmt="table",
+                    ),
+                ),
+                width=24,
+                height=10,
+                field_units=(("memory_total_mib", "mbytes"),),
+            )
+        )
     backups = backup_panels(cluster)
-    return Dashboard("hal-admin", f"{cluster.cluster.name.upper()} admin",
-                     "Thermal load and power: BMC and GPU temperatures, power, fans; the GPU inventory"
-                     + ("; the backups' age." if backups else "."), tuple(panels + backups))
+    return Dashboard(
+        "hal-admin",
+        f"{cluster.cluster.name.upper()} admin",
+        "Thermal load and power: BMC and GPU temperatures, power, fans; the GPU inventory"
+        + ("; the backups' age." if backups else "."),
+        tuple(panels + backups),
+    )
 
 
 def backup_panels(cluster: Cluster) -> list[Panel]:
@@ -463,21 +718,44 @@ def backup_panels(cluster: Cluster) -> list[Panel]:
     on_hosts = f'"host" =~ /{host_regex(",".join(hosts))}/'
     # Each job's oldest age reported now; a job without a good snapshot prints no age_s, so it
     # has no row here and counts as missing, as does one whose hosts stopped reporting.
-    now = (f'SELECT max("age_s") AS "age_s" FROM "hal_backup" '
-           f'WHERE {_where(_now(cluster.monitoring.interval_seconds), on_hosts)} GROUP BY "job"')
+    now = (
+        f'SELECT max("age_s") AS "age_s" FROM "hal_backup" '
+        f'WHERE {_where(_now(cluster.monitoring.interval_seconds), on_hosts)} GROUP BY "job"'
+    )
     count = f'SELECT {jobs} - count("age_s") AS "late or missing" FROM ({now}) WHERE "age_s" < {late * 3600:.0f}'
     schedule = cluster.backup.schedule
     return [
-        Panel("Backups late or missing", "stat", "none",
-              f"Of the {jobs} backup jobs, those whose last good snapshot is older than {late:g} h, that have none, "
-              f"or whose age was not reported in the last two collection intervals (schedule {schedule}).",
-              (_query("A", count, "hal_backup", ("age_s",), ("host", "job")),),
-              width=6, height=8, alert_at=1, no_value=str(jobs)),
-        Panel("Backup age", "timeseries", "h",
-              f"Hours since each backup job's last good snapshot (hal-backup age: complete, every file there at its "
-              f"size); red from {late:g} h (schedule {schedule}). A job without a good snapshot has no line: "
-              "Backups late or missing counts it.",
-              (_query("A", _per_series('max("age_s") / 3600 AS "age"', "hal_backup", on_hosts, ("job",)),
-                      "hal_backup", ("age_s",), ("host", "job"), "$tag_job"),),
-              width=18, height=8, alert_at=late),
+        Panel(
+            "Backups late or missing",
+            "stat",
+            "none",
+            f"Of the {jobs} backup jobs, those whose last good snapshot is older than {late:g} h, that have none, "
+            f"or whose age was not reported in the last two collection intervals (schedule {schedule}).",
+            (_query("A", count, "hal_backup", ("age_s",), ("host", "job")),),
+            width=6,
+            height=8,
+            alert_at=1,
+            no_value=str(jobs),
+        ),
+        Panel(
+            "Backup age",
+            "timeseries",
+            "h",
+            f"Hours since each backup job's last good snapshot (hal-backup age: complete, every file there at its "
+            f"size); red from {late:g} h (schedule {schedule}). A job without a good snapshot has no line: "
+            "Backups late or missing counts it.",
+            (
+                _query(
+                    "A",
+                    _per_series('max("age_s") / 3600 AS "age"', "hal_backup", on_hosts, ("job",)),
+                    "hal_backup",
+                    ("age_s",),
+                    ("host", "job"),
+                    "$tag_job",
+                ),
+            ),
+            width=18,
+            height=8,
+            alert_at=late,
+        ),
     ]

@@ -16,6 +16,7 @@ from urllib.parse import unquote
 
 from .gpfs_tuning import CLUSTER, DEFAULTS, IMMEDIATE, OFFLINE, same_value
 
+
 class MmlsconfigError(ValueError):
     """Output that is not `mmlsconfig -Y`."""
 
@@ -81,7 +82,8 @@ class Change:
 
     def describe(self) -> str:
         was = {"set": "{}", "cluster": "{} (cluster-wide)", "default": "{} (GPFS default)"}[self.source].format(
-            "unset" if self.current is None else self.current)
+            "unset" if self.current is None else self.current
+        )
         when = "offline only" if self.offline else "now (-i)" if self.immediate else "after a restart"
         return f"{self.scope}: {self.attribute} {was} -> {self.desired} [{when}]"
 
@@ -149,8 +151,15 @@ class Plan:
         return {
             "changed": bool(self.applicable),
             "changes": [
-                {"scope": c.scope, "attribute": c.attribute, "current": c.current, "desired": c.desired,
-                 "immediate": c.immediate, "offline": c.offline, "text": c.describe()}
+                {
+                    "scope": c.scope,
+                    "attribute": c.attribute,
+                    "current": c.current,
+                    "desired": c.desired,
+                    "immediate": c.immediate,
+                    "offline": c.offline,
+                    "text": c.describe(),
+                }
                 for c in self.changes
             ],
             "commands": self.commands(),

@@ -35,16 +35,29 @@ DEFAULTS: dict[str, str] = {
 
 SIZE_ATTRIBUTES = frozenset({"pagepool", "maxblocksize"})
 
-IMMEDIATE = frozenset({
-    # Attributes `mmchconfig -i` accepts (immediate and permanent), from the mmchconfig
-    # reference of Spectrum Scale 5.0. Every other attribute is treated as needing a daemon
-    # restart: the safe side, a restart that turns out unneeded costs a maintenance window,
-    # never a false belief that a change is live.
-    "pagepool", "nsdBufSpace", "maxMBpS", "ignorePrefetchLUNCount", "nsdInlineWriteMax",
-    "nsdMultiQueue", "pitWorkerThreadsPerNode", "readReplicaPolicy", "seqDiscardThreshold",
-    "syncbuffsperiteration", "unmountOnDiskFail", "verbsRdmaRoCEToS",
-    "deadlockDetectionThreshold", "deadlockDataCollectionDailyLimit", "expelDataCollectionDailyLimit",
-})
+IMMEDIATE = frozenset(
+    {
+        # Attributes `mmchconfig -i` accepts (immediate and permanent), from the mmchconfig
+        # reference of Spectrum Scale 5.0. Every other attribute is treated as needing a daemon
+        # restart: the safe side, a restart that turns out unneeded costs a maintenance window,
+        # never a false belief that a change is live.
+        "pagepool",
+        "nsdBufSpace",
+        "maxMBpS",
+        "ignorePrefetchLUNCount",
+        "nsdInlineWriteMax",
+        "nsdMultiQueue",
+        "pitWorkerThreadsPerNode",
+        "readReplicaPolicy",
+        "seqDiscardThreshold",
+        "syncbuffsperiteration",
+        "unmountOnDiskFail",
+        "verbsRdmaRoCEToS",
+        "deadlockDetectionThreshold",
+        "deadlockDataCollectionDailyLimit",
+        "expelDataCollectionDailyLimit",
+    }
+)
 
 OFFLINE = frozenset({"maxblocksize"})
 """Attributes mmchconfig changes only while GPFS is down on every node: planned, never run."""

@@ -27,20 +27,26 @@ class Gpus(Strict):
     type: Name = Field(description="Slurm GRES type, e.g. v100; users ask --gres=gpu:<type>:N.")
     model: str = Field(description="Full model name, e.g. NVIDIA Tesla V100-SXM2-16GB.")
     memory_gib: int = Field(gt=0, description="Memory per GPU in GiB.")
-    devices: list[GpuDevice] = Field(
-        min_length=1, description="One entry per GPU, in device-index order."
-    )
+    devices: list[GpuDevice] = Field(min_length=1, description="One entry per GPU, in device-index order.")
     nvlink: list[list[int]] = Field(
         default_factory=list,
         description="Square matrix: NVLink connection counts between GPUs i and j (0: none; "
         "the diagonal is ignored). Empty when GPUs have no NVLink.",
     )
     pcie_generation: int | None = Field(
-        None, ge=1, le=6, description="PCIe generation each GPU's link trains to at most (the health check's "
-        "gpu_faults compares it with nvidia-smi's max_link_gen). None: not checked.")
+        None,
+        ge=1,
+        le=6,
+        description="PCIe generation each GPU's link trains to at most (the health check's "
+        "gpu_faults compares it with nvidia-smi's max_link_gen). None: not checked.",
+    )
     pcie_width: int | None = Field(
-        None, ge=1, le=32, description="PCIe lanes of each GPU's link, e.g. 16 (gpu_faults compares it with "
-        "nvidia-smi's max and current link width). None: not checked.")
+        None,
+        ge=1,
+        le=32,
+        description="PCIe lanes of each GPU's link, e.g. 16 (gpu_faults compares it with "
+        "nvidia-smi's max and current link width). None: not checked.",
+    )
 
 
 # An InfiniBand device port as the driver shows it: DEVICE (its port 1) or DEVICE:PORT.
@@ -69,26 +75,30 @@ class IbAdapter(Strict):
         description="Each port's device as the driver shows it (/sys/class/infiniband, ibstat), DEVICE or "
         "DEVICE:PORT, e.g. [mlx5_4] or [mlx5_0:1, mlx5_0:2]; one entry per port. Empty: the mlx5 driver's "
         "naming (ConnectX-4 and later), where every port is a device of its own, numbered over the profile's "
-        "adapters in order: mlx5_0, mlx5_1, ..., each its port 1. `hal-provision discover` writes them.")
+        "adapters in order: mlx5_0, mlx5_1, ..., each its port 1. `hal-provision discover` writes them.",
+    )
     numa_node: int | None = Field(None, ge=0, description="NUMA node the adapter hangs off (discover fills it).")
     gpus: list[int] = Field(
         default_factory=list,
         description="Indices of the GPUs nearest to the adapter (behind the same PCIe switch); on a "
         "rail-optimised node, each GPU's own adapter. NCCL_IB_HCA lists the adapters in the order of their "
-        "nearest GPUs.")
+        "nearest GPUs.",
+    )
 
     @model_validator(mode="after")
     def _a_device_per_port(self) -> "IbAdapter":
         if self.devices and len(self.devices) != self.ports:
-            raise ValueError(f"devices lists {len(self.devices)} device ports for an adapter of {self.ports} "
-                             f"port{'s' if self.ports != 1 else ''}: one each")
+            raise ValueError(
+                f"devices lists {len(self.devices)} device ports for an adapter of {self.ports} "
+                f"port{'s' if self.ports != 1 else ''}: one each"
+            )
         return self
 
 
 class LocalDisk(Strict):
     device: DevicePath = Field(
-        description="Block device path, e.g. /dev/nvme0n1 (a /dev/disk/by-id/ name survives "
-        "renumbering).")
+        description="Block device path, e.g. /dev/nvme0n1 (a /dev/disk/by-id/ name survives renumbering)."
+    )
     kind: Literal["nvme", "ssd", "hdd"] = Field("nvme", description="What the device is.")
     size_gib: int = Field(gt=0, description="Size in GiB.")
 
@@ -98,15 +108,20 @@ class LocalScratch(Strict):
     and each job's private /tmp lives on (a node group's job_tmp_base)."""
 
     devices: list[DevicePath] = Field(
-        min_length=1, description="Devices of local_disks it is made of (their `device` paths).")
+        min_length=1, description="Devices of local_disks it is made of (their `device` paths)."
+    )
     layout: Literal["single", "raid0"] = Field(
-        "single", description="single: one device as it is; raid0: the devices striped with mdadm.")
+        "single", description="single: one device as it is; raid0: the devices striped with mdadm."
+    )
     filesystem: Literal["xfs", "ext4"] = Field("xfs", description="File system made on it.")
     mount_point: AbsolutePath = Field("/local", description="Where it is mounted (slurm.conf TmpFS).")
     tmp_disk_mib: int | None = Field(
-        None, gt=0, description="TmpDisk Slurm is told for these nodes, in MiB. None: "
+        None,
+        gt=0,
+        description="TmpDisk Slurm is told for these nodes, in MiB. None: "
         f"{int(TMP_DISK_SHARE * 100)} % of the devices' size (the file system takes the rest; slurmd drains a "
-        "node whose TmpFS is smaller than its TmpDisk).")
+        "node whose TmpFS is smaller than its TmpDisk).",
+    )
 
     @model_validator(mode="after")
     def _layout_fits_devices(self) -> "LocalScratch":
@@ -131,9 +146,11 @@ class HardwareProfile(Strict):
         default_factory=list, description="Slurm node features every node of this profile gets."
     )
     local_disks: list[LocalDisk] = Field(
-        default_factory=list, description="Node-local disks besides the system disk (NVMe, SSD).")
+        default_factory=list, description="Node-local disks besides the system disk (NVMe, SSD)."
+    )
     scratch: LocalScratch | None = Field(
-        None, description="Local scratch made of local_disks: Slurm's TmpFS and TmpDisk, each job's private /tmp.")
+        None, description="Local scratch made of local_disks: Slurm's TmpFS and TmpDisk, each job's private /tmp."
+    )
 
     @property
     def cores(self) -> int:
@@ -144,8 +161,10 @@ class HardwareProfile(Strict):
         names = [str(p) for p in self.ib_ports()]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise ValueError(f"ib_adapters name {', '.join(twice)} more than once: each device port is one "
-                             "adapter's (give each adapter its `devices`)")
+            raise ValueError(
+                f"ib_adapters name {', '.join(twice)} more than once: each device port is one "
+                "adapter's (give each adapter its `devices`)"
+            )
         return self
 
     def ib_ports(self) -> list[IbPort]:

@@ -22,15 +22,19 @@ class ClusterInfo(Strict):
         description="Network whose address a host's plain name resolves to (and Ansible reaches)."
     )
     prefix: AbsolutePath | None = Field(
-        None, description="Directory everything the toolkit installs on the nodes lives under, unless a section "
+        None,
+        description="Directory everything the toolkit installs on the nodes lives under, unless a section "
         "names its own: the module tree (PREFIX/modulefiles), the portal (PREFIX/portal), the recipes "
-        "(PREFIX/recipes). Default: /opt/NAME.")
+        "(PREFIX/recipes). Default: /opt/NAME.",
+    )
     os: Literal[OS_NAMES] = Field(  # type: ignore[valid-type]
-        DEFAULT_OS, description="The Debian release every node runs: "
+        DEFAULT_OS,
+        description="The Debian release every node runs: "
         + ", ".join(f"{o.name} ({o.title} {o.release}, Slurm {o.slurm})" for o in OPERATING_SYSTEMS)
         + ". Both are tested: the daemons of each one's Slurm load the rendered configs in tests/acceptance. It "
         "sets slurm.version's default to the major its archive ships, and the node image `hal-provision sandbox "
-        "up` runs.")
+        "up` runs.",
+    )
 
     @model_validator(mode="after")
     def _default_prefix(self) -> ClusterInfo:

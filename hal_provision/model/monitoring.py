@@ -51,50 +51,119 @@ class InputSpec:
 
 INPUTS: dict[str, InputSpec] = {
     # ---- Telegraf's own inputs (documented schemas; the fields the dashboards use) ----
-    "cpu": InputSpec("builtin", {"cpu": ("usage_user", "usage_system", "usage_idle", "usage_iowait")},
-                     {"cpu": ("cpu",)}, 1, description="CPU time shares, per CPU and cpu-total"),
-    "mem": InputSpec("builtin", {"mem": ("total", "used", "available", "used_percent")}, {"mem": ()}, 1,
-                     description="memory"),
-    "system": InputSpec("builtin", {"system": ("load1", "load5", "load15", "n_cpus", "uptime")}, {"system": ()}, 1,
-                        description="load and uptime; its points are each node's heartbeat"),
-    "disk": InputSpec("builtin", {"disk": ("total", "used", "free", "used_percent")}, {"disk": ("path", "fstype")}, 1,
-                      description="file system usage"),
-    "net": InputSpec("builtin", {"net": ("bytes_recv", "bytes_sent")}, {"net": ("interface",)}, 1,
-                     description="network interface counters"),
-    "processes": InputSpec("builtin", {"processes": ("total", "running", "sleeping", "zombies")}, {"processes": ()}, 1,
-                           description="process counts"),
-    "nvidia_smi": InputSpec("builtin", {"nvidia_smi": ("utilization_gpu", "utilization_memory", "memory_used",
-                                                       "memory_total", "temperature_gpu", "power_draw")},
-                            {"nvidia_smi": ("index", "name", "uuid", "pstate")}, 5, needs="gpus",
-                            description="per-GPU utilization, memory, temperature and power (nvidia-smi -q -x)"),
-    "infiniband": InputSpec("builtin", {"infiniband": ("port_rcv_data", "port_xmit_data")},
-                            {"infiniband": ("device", "port")}, 1, needs="fabric",
-                            description="InfiniBand port counters (/sys/class/infiniband)"),
+    "cpu": InputSpec(
+        "builtin",
+        {"cpu": ("usage_user", "usage_system", "usage_idle", "usage_iowait")},
+        {"cpu": ("cpu",)},
+        1,
+        description="CPU time shares, per CPU and cpu-total",
+    ),
+    "mem": InputSpec(
+        "builtin", {"mem": ("total", "used", "available", "used_percent")}, {"mem": ()}, 1, description="memory"
+    ),
+    "system": InputSpec(
+        "builtin",
+        {"system": ("load1", "load5", "load15", "n_cpus", "uptime")},
+        {"system": ()},
+        1,
+        description="load and uptime; its points are each node's heartbeat",
+    ),
+    "disk": InputSpec(
+        "builtin",
+        {"disk": ("total", "used", "free", "used_percent")},
+        {"disk": ("path", "fstype")},
+        1,
+        description="file system usage",
+    ),
+    "net": InputSpec(
+        "builtin",
+        {"net": ("bytes_recv", "bytes_sent")},
+        {"net": ("interface",)},
+        1,
+        description="network interface counters",
+    ),
+    "processes": InputSpec(
+        "builtin",
+        {"processes": ("total", "running", "sleeping", "zombies")},
+        {"processes": ()},
+        1,
+        description="process counts",
+    ),
+    "nvidia_smi": InputSpec(
+        "builtin",
+        {
+            "nvidia_smi": (
+                "utilization_gpu",
+                "utilization_memory",
+                "memory_used",
+                "memory_total",
+                "temperature_gpu",
+                "power_draw",
+            )
+        },
+        {"nvidia_smi": ("index", "name", "uuid", "pstate")},
+        5,
+        needs="gpus",
+        description="per-GPU utilization, memory, temperature and power (nvidia-smi -q -x)",
+    ),
+    "infiniband": InputSpec(
+        "builtin",
+        {"infiniband": ("port_rcv_data", "port_xmit_data")},
+        {"infiniband": ("device", "port")},
+        1,
+        needs="fabric",
+        description="InfiniBand port counters (/sys/class/infiniband)",
+    ),
     # ---- HAL's collectors (hal_provision.node.monitoring), run by inputs.exec ----
-    "slurm": InputSpec("exec", {
-        "slurm_jobs": ("jobs", "gpus", "cpus", "nodes"),
-        "slurm_job": ("gpus", "cpus", "nodes", "run_seconds"),
-        "slurm_node": ("up", "down", "drained", "gpus_total", "gpus_alloc", "cpus_total", "cpus_alloc"),
-    }, {
-        "slurm_jobs": ("partition", "user", "account", "state"),
-        "slurm_job": ("job_id", "partition", "user", "account"),
-        "slurm_node": ("node", "state"),
-    }, 10, needs="slurm_controller",
-        description="jobs per partition/user/account, running jobs, node states (squeue, sacct, sinfo -p/-P output)"),
-    "bmc": InputSpec("exec", {"bmc": ("value", "ok")}, {"bmc": ("sensor", "kind", "unit")}, 30,
-                     description="BMC temperatures, fans and power (ipmitool sdr; crassd on HAL's AC922s)"),
-    "gpu": InputSpec("exec", {"gpu_info": ("memory_total_mib", "ecc_enabled")},
-                     {"gpu_info": ("index", "name", "uuid", "pci_bus_id", "driver_version")}, 5, needs="gpus",
-                     description="GPU inventory facts nvidia_smi lacks (nvidia-smi --query-gpu CSV)"),
-    "storage_responsiveness": InputSpec("exec", {"storage_responsiveness": ("list_home_ms", "stat_ms", "entries")},
-                                        {"storage_responsiveness": ("path",)}, 5,
-                                        description="time to list the home directories and stat a file"),
+    "slurm": InputSpec(
+        "exec",
+        {
+            "slurm_jobs": ("jobs", "gpus", "cpus", "nodes"),
+            "slurm_job": ("gpus", "cpus", "nodes", "run_seconds"),
+            "slurm_node": ("up", "down", "drained", "gpus_total", "gpus_alloc", "cpus_total", "cpus_alloc"),
+        },
+        {
+            "slurm_jobs": ("partition", "user", "account", "state"),
+            "slurm_job": ("job_id", "partition", "user", "account"),
+            "slurm_node": ("node", "state"),
+        },
+        10,
+        needs="slurm_controller",
+        description="jobs per partition/user/account, running jobs, node states (squeue, sacct, sinfo -p/-P output)",
+    ),
+    "bmc": InputSpec(
+        "exec",
+        {"bmc": ("value", "ok")},
+        {"bmc": ("sensor", "kind", "unit")},
+        30,
+        description="BMC temperatures, fans and power (ipmitool sdr; crassd on HAL's AC922s)",
+    ),
+    "gpu": InputSpec(
+        "exec",
+        {"gpu_info": ("memory_total_mib", "ecc_enabled")},
+        {"gpu_info": ("index", "name", "uuid", "pci_bus_id", "driver_version")},
+        5,
+        needs="gpus",
+        description="GPU inventory facts nvidia_smi lacks (nvidia-smi --query-gpu CSV)",
+    ),
+    "storage_responsiveness": InputSpec(
+        "exec",
+        {"storage_responsiveness": ("list_home_ms", "stat_ms", "entries")},
+        {"storage_responsiveness": ("path",)},
+        5,
+        description="time to list the home directories and stat a file",
+    ),
     # Not listed in monitoring.inputs: it follows from the backup section (module text).
-    "backup": InputSpec("exec", {"hal_backup": ("age_s", "bytes")}, {"hal_backup": ("job",)}, 10,
-                        needs="backup_jobs",
-                        description="per backup job, seconds since its newest good snapshot and that snapshot's "
-                        "size (hal-backup age --influx, run as root: the secret jobs' snapshots are root's); a job "
-                        "without one has bytes=0 and no age_s"),
+    "backup": InputSpec(
+        "exec",
+        {"hal_backup": ("age_s", "bytes")},
+        {"hal_backup": ("job",)},
+        10,
+        needs="backup_jobs",
+        description="per backup job, seconds since its newest good snapshot and that snapshot's "
+        "size (hal-backup age --influx, run as root: the secret jobs' snapshots are root's); a job "
+        "without one has bytes=0 and no age_s",
+    ),
 }
 # Inputs that run on chosen hosts only, in a file of their own (files/etc/telegraf/hosts/<host>/).
 HOST_ONLY = ("slurm_controller", "backup_jobs")
@@ -117,13 +186,17 @@ def producers(measurement: str) -> list[str]:
 class InfluxDb(Strict):
     database: Name = Field("telegraf", description="Database Telegraf writes into.")
     retention: str = Field(
-        "90d", description="Retention policy duration (InfluxDB syntax: 12h, 90d, 52w, INF); the database's default "
-        "policy, named after it.")
+        "90d",
+        description="Retention policy duration (InfluxDB syntax: 12h, 90d, 52w, INF); the database's default "
+        "policy, named after it.",
+    )
     port: int = Field(8086, ge=1, le=65535, description="InfluxDB HTTP API port on services.monitoring_db.")
     tls: bool = Field(
-        True, description="HTTPS on that port, with a certificate the cluster CA (on services.ldap, the directory "
+        True,
+        description="HTTPS on that port, with a certificate the cluster CA (on services.ldap, the directory "
         "host) signs: Telegraf and Grafana verify it and send their passwords only inside TLS. false: plain HTTP, "
-        "the agents' and Grafana's basic authentication readable on the cluster network.")
+        "the agents' and Grafana's basic authentication readable on the cluster network.",
+    )
 
     @field_validator("retention")
     @classmethod
@@ -137,19 +210,24 @@ class Grafana(Strict):
     host: Placement = Field(description="The one node Grafana runs on (management role)." + PLACED)
     port: int = Field(3000, ge=1, le=65535, description="Grafana's HTTP port.")
     datasource: str | None = Field(
-        None, min_length=1, description="Name of the provisioned InfluxDB datasource. Default: NAME InfluxDB, "
-        "NAME the cluster's name in capitals.")
+        None,
+        min_length=1,
+        description="Name of the provisioned InfluxDB datasource. Default: NAME InfluxDB, "
+        "NAME the cluster's name in capitals.",
+    )
     dashboards: list[Literal["status", "nodes", "admin"]] = Field(
         default_factory=lambda: list(DASHBOARDS),
         description="Dashboards provisioned: status (nodes up/down/drained, GPUs in use, jobs, top users, storage "
         "responsiveness), nodes (per-node CPU, memory, GPU, network), admin (thermal load and power; the age of "
-        "each backup job's last good snapshot where there is a backup section).")
+        "each backup job's last good snapshot where there is a backup section).",
+    )
 
 
 class Monitoring(Strict):
-    stack: Literal["telegraf-influxdb-grafana"] = Field(
-        "telegraf-influxdb-grafana", description="Metrics pipeline.")
-    interval_seconds: int = Field(60, gt=0, description="Collection interval of every input (Telegraf's agent interval).")
+    stack: Literal["telegraf-influxdb-grafana"] = Field("telegraf-influxdb-grafana", description="Metrics pipeline.")
+    interval_seconds: int = Field(
+        60, gt=0, description="Collection interval of every input (Telegraf's agent interval)."
+    )
     influxdb: InfluxDb = Field(default_factory=InfluxDb, description="The database on services.monitoring_db.")
     inputs: dict[Role, list[Name]] = Field(
         default_factory=dict,
@@ -159,14 +237,17 @@ class Monitoring(Strict):
         "names it. Inputs that read GPUs (nvidia_smi, gpu) run only on groups whose hardware profile has GPUs: "
         "a CPU-only compute group takes the compute list without them. Not listed: the backup collector (the "
         "age of each backup job's last good snapshot), which runs on every host with backup jobs whenever "
-        "there is a backup section.")
+        "there is a backup section.",
+    )
     inputs_by_group: dict[Name, Annotated[list[Name], Field(min_length=1)]] = Field(
         default_factory=dict,
         description="Telegraf inputs of one node group, by the group's name: the group's whole list, in place "
         "of its roles' lists (more specific, so it wins; nothing is merged). For a group that differs from the "
-        "rest of its role, e.g. compute nodes without a BMC the bmc collector could read.")
+        "rest of its role, e.g. compute nodes without a BMC the bmc collector could read.",
+    )
     storage_probe_path: ProbePath = Field(
-        "/home", description="Directory the storage_responsiveness collector lists (the users' homes).")
+        "/home", description="Directory the storage_responsiveness collector lists (the users' homes)."
+    )
     grafana: Grafana | None = Field(None, description="Grafana and its dashboards; None: no Grafana.")
 
     def listed_for(self, group: NodeGroup) -> list[str] | None:
@@ -196,7 +277,7 @@ def measurements(inputs) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name in inputs:
         spec = INPUTS.get(name)
-        for meas, fields in (spec.measurements.items() if spec else ()):
+        for meas, fields in spec.measurements.items() if spec else ():
             out.setdefault(meas, set()).update(fields)
     return out
 

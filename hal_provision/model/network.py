@@ -38,8 +38,10 @@ class Network(Strict):
 def _one_of(entry, one: str, many: str, what: str) -> None:
     given = [key for key in (one, many) if getattr(entry, key) is not None]
     if len(given) != 1:
-        raise ValueError(f"give either `{one}` (one {what}) or `{many}` (several, as a hostlist expression)"
-                         + (", not both" if given else ""))
+        raise ValueError(
+            f"give either `{one}` (one {what}) or `{many}` (several, as a hostlist expression)"
+            + (", not both" if given else "")
+        )
 
 
 def _check_switch_names(expr: str) -> None:
@@ -64,9 +66,7 @@ class Switch(Strict):
         description="leaf switches connect nodes; spine/core switches connect switches."
     )
     ports: int = Field(gt=0, le=2048, description="Number of ports on the switch.")
-    uplinks: list[Name] = Field(
-        default_factory=list, description="Names of the switches this switch is cabled up to."
-    )
+    uplinks: list[Name] = Field(default_factory=list, description="Names of the switches this switch is cabled up to.")
     model: str = Field("", description="Vendor model, informational.")
 
     @model_validator(mode="after")
@@ -84,14 +84,21 @@ class Switch(Strict):
 
 class FabricLink(Strict):
     hosts: Hostlist = Field(description="Nodes cabled by this entry, in hostlist order.")
-    port: int = Field(1, ge=1, le=8, description="The node's InfiniBand port, 1-based, counted over the "
-                      "profile's ib_adapters in order (port 3 of a node with four single-port adapters is the third "
-                      "adapter's); or give `device`.")
+    port: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="The node's InfiniBand port, 1-based, counted over the "
+        "profile's ib_adapters in order (port 3 of a node with four single-port adapters is the third "
+        "adapter's); or give `device`.",
+    )
     device: IbDevicePort | None = Field(
-        None, description="The port as the driver names it, DEVICE or DEVICE:PORT (mlx5_3, mlx5_0:2), instead of "
+        None,
+        description="The port as the driver names it, DEVICE or DEVICE:PORT (mlx5_3, mlx5_0:2), instead of "
         "`port`: the port of that name in the hosts' hardware profile (ib_adapters[].devices, else the mlx5 "
         "naming). On a rail-optimised fabric, one link per rail: {hosts: gpu[01-48], device: mlx5_3, "
-        "switch: rail4-leaf, ...}. With `port` too, both must name the same port.")
+        "switch: rail4-leaf, ...}. With `port` too, both must name the same port.",
+    )
     switch: Name | None = Field(
         None, description="Switch the nodes' port goes to (one switch; or give `switches` and `hosts_per_switch`)."
     )
@@ -135,8 +142,7 @@ class FabricLink(Strict):
         if self.switch is not None:
             return [(self.switch, 0, total)]
         per = self.hosts_per_switch
-        return [(name, start, min(per, total - start))
-                for name, start in zip(self.switch_names, range(0, total, per))]
+        return [(name, start, min(per, total - start)) for name, start in zip(self.switch_names, range(0, total, per))]
 
     def runs(self) -> list[tuple[str, str]]:
         """(switch, the hosts it takes as a folded hostlist) for each switch that gets a host,
@@ -150,10 +156,10 @@ class Fabric(Strict):
     name: Name = Field(description="Fabric name.")
     kind: Literal["infiniband"] = Field("infiniband", description="Fabric technology.")
     rate_gbps: int = Field(gt=0, description="Link rate in Gb/s (EDR: 100).")
-    switches: list[Switch] = Field(description="Every switch of the fabric (one entry per switch, or per alike switches).")
-    links: list[FabricLink] = Field(
-        default_factory=list, description="Which node port goes to which switch port."
+    switches: list[Switch] = Field(
+        description="Every switch of the fabric (one entry per switch, or per alike switches)."
     )
+    links: list[FabricLink] = Field(default_factory=list, description="Which node port goes to which switch port.")
 
     def every_switch(self) -> list[tuple[int, str, Switch]]:
         """(index of its entry in `switches`, name, entry) for every switch, in order."""

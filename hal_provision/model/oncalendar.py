@@ -25,21 +25,42 @@ from __future__ import annotations
 
 import re
 
-SHORTHANDS = ("minutely", "hourly", "daily", "weekly", "monthly", "quarterly", "semiannually", "semi-annually",
-              "yearly", "annually")
+SHORTHANDS = (
+    "minutely",
+    "hourly",
+    "daily",
+    "weekly",
+    "monthly",
+    "quarterly",
+    "semiannually",
+    "semi-annually",
+    "yearly",
+    "annually",
+)
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
-FORMS = ("a shorthand (minutely, hourly, daily, weekly, monthly, quarterly, semiannually, yearly) or "
-         "'[DOW] [Y-]M-D H:M[:S]' with *, lists (1,15), ranges (1..5) and repetitions (0/15), optionally "
-         "followed by UTC, e.g. '*-*-* 02:30:00' or 'Mon..Fri 02:30'")
+FORMS = (
+    "a shorthand (minutely, hourly, daily, weekly, monthly, quarterly, semiannually, yearly) or "
+    "'[DOW] [Y-]M-D H:M[:S]' with *, lists (1,15), ranges (1..5) and repetitions (0/15), optionally "
+    "followed by UTC, e.g. '*-*-* 02:30:00' or 'Mon..Fri 02:30'"
+)
 """What calendar_problem accepts, for messages and descriptions."""
 
 # The longest time between two elapses of each shorthand (a month of 31 days, a quarter of 92,
 # half a year of 184, a leap year).
 _DAY = 86400
-SHORTHAND_PERIODS = {"minutely": 60, "hourly": 3600, "daily": _DAY, "weekly": 7 * _DAY, "monthly": 31 * _DAY,
-                     "quarterly": 92 * _DAY, "semiannually": 184 * _DAY, "semi-annually": 184 * _DAY,
-                     "yearly": 366 * _DAY, "annually": 366 * _DAY}
+SHORTHAND_PERIODS = {
+    "minutely": 60,
+    "hourly": 3600,
+    "daily": _DAY,
+    "weekly": 7 * _DAY,
+    "monthly": 31 * _DAY,
+    "quarterly": 92 * _DAY,
+    "semiannually": 184 * _DAY,
+    "semi-annually": 184 * _DAY,
+    "yearly": 366 * _DAY,
+    "annually": 366 * _DAY,
+}
 _EVERY_DAY = ("*-*-*", "*-*")
 _NUMBER = re.compile(r"[0-9]+", re.ASCII)
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]{1,6})?", re.ASCII)
@@ -158,8 +179,9 @@ def _time(text: str) -> None:
         _component(value, name, low, high, text, seconds=name == "second")
 
 
-def _component(value: str, name: str, low: int, high: int, text: str, year: bool = False,
-               seconds: bool = False) -> None:
+def _component(
+    value: str, name: str, low: int, high: int, text: str, year: bool = False, seconds: bool = False
+) -> None:
     """One field of a date or time: *, or a list of values, ranges and repetitions."""
     if value == "*":
         return

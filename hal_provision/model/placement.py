@@ -30,8 +30,10 @@ from ..hostlist import HostlistError, fold_hostlists, pieces
 from ..hostlist import check as check_hostlist
 from .nodes import Role
 
-PLACED = (" Takes a hostlist, node groups as @GROUP and roles as @role:ROLE (every group playing the role, "
-          "also under `also`), mixed with commas: @login,@role:compute,hal-dev.")
+PLACED = (
+    " Takes a hostlist, node groups as @GROUP and roles as @role:ROLE (every group playing the role, "
+    "also under `also`), mixed with commas: @login,@role:compute,hal-dev."
+)
 """How a placement is written: the end of every placement field's description (the schema and the
 generated docs show it)."""
 
@@ -86,10 +88,11 @@ class NodeGroups:
     def _groups(self, piece: str) -> list[str]:
         name = piece[1:]
         if name.startswith(ROLE_PREFIX):
-            role = name[len(ROLE_PREFIX):]
+            role = name[len(ROLE_PREFIX) :]
             if role not in {r.value for r in Role}:
-                raise ValueError(f"unknown role in {piece!r}"
-                                 + did_you_mean(piece, (f"@{ROLE_PREFIX}{r.value}" for r in Role)))
+                raise ValueError(
+                    f"unknown role in {piece!r}" + did_you_mean(piece, (f"@{ROLE_PREFIX}{r.value}" for r in Role))
+                )
             if not self.roles.get(role):
                 raise ValueError(f"{piece!r} names no host: no node group plays role {role!r}")
             return self.roles[role]

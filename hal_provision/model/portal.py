@@ -53,14 +53,19 @@ class PortalApp(Strict):
 
 class PortalTls(Strict):
     certificate: AbsolutePath | None = Field(
-        None, description="Site certificate (PEM, chain included) on the portal node; None: one signed by the "
-        "cluster CA (made by the ldap_server role) at deploy time."
+        None,
+        description="Site certificate (PEM, chain included) on the portal node; None: one signed by the "
+        "cluster CA (made by the ldap_server role) at deploy time.",
     )
     key: AbsolutePath | None = Field(None, description="Its private key on the portal node (root-only).")
 
 
 DEFAULT_PACKAGES = [
-    "jupyterlab>=4,<5", "notebook>=7,<8", "jupyter-server-proxy>=4,<5", "tensorboard>=2,<3", "h2o>=3.40,<4",
+    "jupyterlab>=4,<5",
+    "notebook>=7,<8",
+    "jupyter-server-proxy>=4,<5",
+    "tensorboard>=2,<3",
+    "h2o>=3.40,<4",
 ]
 
 
@@ -91,7 +96,8 @@ class Portal(Strict):
     port: int = Field(443, ge=1, le=65535, description="HTTPS port of the portal.")
     tls: PortalTls = Field(default_factory=PortalTls, description="The portal's certificate.")
     start_timeout_seconds: int = Field(
-        300, gt=0,
+        300,
+        gt=0,
         description="How long a session may wait in the queue and start before the portal gives up (and "
         "cancels the job); batchspawner's start_timeout.",
     )
@@ -100,11 +106,13 @@ class Portal(Strict):
     )
     sessions_per_user: int = Field(1, ge=1, le=16, description="Sessions a user may run at once.")
     prefix: AbsolutePath | None = Field(
-        None, description="Where the portal's own software (the hub's virtualenv) lives on the portal node. "
-        "Default: cluster.prefix/portal."
+        None,
+        description="Where the portal's own software (the hub's virtualenv) lives on the portal node. "
+        "Default: cluster.prefix/portal.",
     )
     jupyterhub_version: str = Field(
-        "5.2.1", pattern=r"^[0-9]+(\.[0-9]+)*$",
+        "5.2.1",
+        pattern=r"^[0-9]+(\.[0-9]+)*$",
         description="JupyterHub on the hub and jupyterhub-singleuser in the sessions (they must match).",
     )
     batchspawner_version: str = Field("1.3.0", pattern=r"^[0-9]+(\.[0-9]+)*$", description="batchspawner, likewise.")

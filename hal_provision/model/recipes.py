@@ -24,23 +24,28 @@ class Recipes(Strict):
     prefix: AbsolutePath | None = Field(
         None,
         description="Where the recipes are installed on every login, development and compute node "
-        "(PREFIX/resnet50/...). Default: cluster.prefix/recipes.")
+        "(PREFIX/resnet50/...). Default: cluster.prefix/recipes.",
+    )
     framework_module: ModuleRef | None = Field(
         None,
         description="software.modules entry that provides PyTorch and torchvision, loaded by the job scripts "
-        "before the program starts; None: the job's own environment (a virtualenv the user activates).")
+        "before the program starts; None: the job's own environment (a virtualenv the user activates).",
+    )
     cpu_framework_module: ModuleRef | None = Field(
         None,
         description="software.modules entry with a CPU build of PyTorch, loaded instead of framework_module by "
         "jobs without GPUs (the cpu virtual partitions: gloo, threads and pinning from the hardware profile); "
-        "None: framework_module there too.")
+        "None: framework_module there too.",
+    )
     virtual_partition: Name = Field(
         description="The wrapper suite's GPU virtual partition the job script asks for by default "
-        "(`#SWBATCH -p`); `swbatch -p gpuxN resnet50.swbatch` overrides it.")
+        "(`#SWBATCH -p`); `swbatch -p gpuxN resnet50.swbatch` overrides it."
+    )
     scaling_partitions: list[Name] = Field(
         default_factory=list,
         description="Virtual partitions the scaling benchmark runs, smallest first; empty: every GPU virtual "
-        "partition whose GPU count is a power of two.")
+        "partition whose GPU count is a power of two.",
+    )
     batch_per_gpu: int = Field(256, ge=1, le=4096, description="Images per GPU per step (the paper: 256).")
     time_hours: float = Field(1.0, gt=0, description="Time limit of one benchmark job, in hours.")
     nccl_ib_hca: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]+:[0-9]+$")]] | None = Field(
@@ -48,7 +53,8 @@ class Recipes(Strict):
         description="NCCL_IB_HCA entries (DEVICE:PORT, e.g. mlx5_0:1); None: derived from the fabric: the "
         "cabled ports of the compute nodes, each as its hardware profile's ib_adapters name it (`devices`, "
         "else the mlx5 driver's naming for ConnectX-4 and later: the node's i-th port is mlx5_<i-1>:1). "
-        "Without a fabric NCCL uses TCP sockets (NCCL_IB_DISABLE=1).")
+        "Without a fabric NCCL uses TCP sockets (NCCL_IB_DISABLE=1).",
+    )
 
 
 def gpu_partitions(swsuite) -> dict[str, int]:
@@ -106,17 +112,23 @@ class CpuLayout(NamedTuple):
     convolutions and costs cache)."""
 
     partition: str
-    profile: str          # the hardware profile it was derived from
-    tasks_per_node: int   # = sockets
-    cpus_per_task: int    # = cores_per_socket * threads_per_core
-    threads: int          # = cores_per_socket: OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads
-    profiles: int         # how many profiles the partition's nodes have (more than 1: the smallest taken)
+    profile: str  # the hardware profile it was derived from
+    tasks_per_node: int  # = sockets
+    cpus_per_task: int  # = cores_per_socket * threads_per_core
+    threads: int  # = cores_per_socket: OMP_NUM_THREADS, MKL_NUM_THREADS, torch.set_num_threads
+    profiles: int  # how many profiles the partition's nodes have (more than 1: the smallest taken)
 
 
 def cpu_layout(partition: str, name: str, profile, profiles: int = 1) -> CpuLayout:
     """The layout of the nodes of hardware profile `profile` (named `name`)."""
-    return CpuLayout(partition, name, profile.sockets, profile.cores_per_socket * profile.threads_per_core,
-                     profile.cores_per_socket, profiles)
+    return CpuLayout(
+        partition,
+        name,
+        profile.sockets,
+        profile.cores_per_socket * profile.threads_per_core,
+        profile.cores_per_socket,
+        profiles,
+    )
 
 
 def cpu_layouts(cluster) -> list[CpuLayout]:

@@ -12,7 +12,8 @@ class Services(Strict):
     slurmctld: Placement = Field(
         description="Slurm controller host(s): one, or two for a backup controller, the first named the primary and "
         "the second its backup (slurm.conf's SlurmctldHost lines in that order). Two controllers share "
-        "slurm.state_save_location, which must then lie on a shared file system both mount." + PLACED)
+        "slurm.state_save_location, which must then lie on a shared file system both mount." + PLACED
+    )
     slurmdbd: Placement = Field(description="Slurm accounting daemon host." + PLACED)
     accounting_db: Placement = Field(description="MariaDB server holding Slurm accounting." + PLACED)
     monitoring_db: Placement | None = Field(None, description="InfluxDB host for metrics." + PLACED)

@@ -43,8 +43,9 @@ class Versioned:
 
     def read_by(self, version: str) -> bool:
         v = version_key(version)
-        return ((self.first is None or version_key(self.first) <= v)
-                and (self.last is None or v <= version_key(self.last)))
+        return (self.first is None or version_key(self.first) <= v) and (
+            self.last is None or v <= version_key(self.last)
+        )
 
     def refusal(self, version: str) -> str:
         """Why `version` does not read it, naming the version and what to write instead."""
@@ -62,8 +63,10 @@ _FIRST, _LAST = "first", "last"
 
 def _keys(which: str, version: str, names: str, why: str = "") -> tuple[Versioned, ...]:
     """Keys that appeared in (which=_FIRST) or were last read by (_LAST) `version`."""
-    return tuple(Versioned(k, None, version if which == _FIRST else None, version if which == _LAST else None,
-                           why=why) for k in names.split())
+    return tuple(
+        Versioned(k, None, version if which == _FIRST else None, version if which == _LAST else None, why=why)
+        for k in names.split()
+    )
 
 
 VERSIONED: tuple[Versioned, ...] = (
@@ -84,21 +87,28 @@ VERSIONED: tuple[Versioned, ...] = (
     *_keys(_LAST, "22.05", "SlurmctldPlugstack"),
     *_keys(_FIRST, "23.02", "MaxBatchRequeue PreemptParameters SuspendExcStates"),
     *_keys(_LAST, "23.02", "ExtSensorsFreq ExtSensorsType", why="the external sensors plugins are gone"),
-    *_keys(_LAST, "23.02", "JobCredentialPrivateKey JobCredentialPublicCertificate",
-           why="job credentials are signed by the CredType plugin"),
+    *_keys(
+        _LAST,
+        "23.02",
+        "JobCredentialPrivateKey JobCredentialPublicCertificate",
+        why="job credentials are signed by the CredType plugin",
+    ),
     *_keys(_LAST, "23.11", "CoreSpecPlugin PowerParameters PowerPlugin"),
     *_keys(_FIRST, "24.05", "HashPlugin TLSParameters TLSType"),
     *_keys(_FIRST, "24.11", "CertmgrParameters CertmgrType DataParserParameters"),
     *_keys(_LAST, "24.11", "FrontendName GetEnvTimeout"),
     *_keys(_FIRST, "25.05", "CertgenParameters CertgenType EpilogTimeout PrologTimeout"),
     *_keys(_LAST, "25.05", "AccountingStorageLoc AccountingStorageUser"),
-    *_keys(_FIRST, "25.11", "CliFilterParameters HttpParserType JobCompPassScript MetricsType NamespaceType "
-           "UrlParserType"),
+    *_keys(
+        _FIRST, "25.11", "CliFilterParameters HttpParserType JobCompPassScript MetricsType NamespaceType UrlParserType"
+    ),
 )
 
 # slurm.conf keys hal-provision writes itself, from the model (tests/unit/test_slurm_versions.py
 # holds this list to every rendered slurm.conf); slurm.extra may not name them.
-RENDERED_KEYS = frozenset(k.lower() for k in """
+RENDERED_KEYS = frozenset(
+    k.lower()
+    for k in """
     AccountingStorageEnforce AccountingStorageHost AccountingStoragePort AccountingStorageTRES AccountingStorageType
     AuthType ClusterName CredType DefMemPerCPU GresTypes HealthCheckInterval HealthCheckNodeState HealthCheckProgram
     JobAcctGatherType JobContainerType MpiDefault NamespaceType NodeName NodeSet PartitionName PriorityCalcPeriod
@@ -106,7 +116,8 @@ RENDERED_KEYS = frozenset(k.lower() for k in """
     PriorityWeightFairshare PriorityWeightJobSize PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES
     Epilog ProctrackType Prolog PrologFlags ReturnToService SchedulerType SelectType SelectTypeParameters SlurmUser SlurmctldHost
     SlurmctldLogFile SlurmctldParameters SlurmctldPidFile SlurmctldPort SlurmctldTimeout SlurmdLogFile SlurmdPidFile SlurmdPort
-    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin""".split())
+    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin""".split()
+)
 
 
 def versioned(key: str, value: str | None = None) -> Versioned | None:
@@ -182,7 +193,7 @@ def window(version: str) -> int:
 def upgrades_from(version: str) -> tuple[str, ...]:
     """The majors of SLURM_VERSIONS that `version` upgrades from in one step, oldest first."""
     i = SLURM_VERSIONS.index(version)
-    return SLURM_VERSIONS[max(0, i - window(version)):i]
+    return SLURM_VERSIONS[max(0, i - window(version)) : i]
 
 
 def upgrade_path(old: str, new: str) -> list[str] | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, NamedTuple
 
 from pydantic import AfterValidator, Field
 
-from .base import MAX_ID, AbsolutePath, CleanPath, IdRange, Name, Strict
+from .base import AbsolutePath, CleanPath, IdRange, Name, Strict
 from .nodes import Role
 
 if TYPE_CHECKING:
@@ -29,9 +29,11 @@ Version = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")]
 
 def _check_module_ref(value: str) -> str:
     name, _, version = value.partition("/")
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name) or (
-        version and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", version)
-    ) or value.count("/") > 1:
+    if (
+        not re.fullmatch(r"[A-Za-z][A-Za-z0-9_\-]*", name)
+        or (version and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", version))
+        or value.count("/") > 1
+    ):
         raise ValueError(f"{value!r} is not a module reference: give NAME or NAME/VERSION, e.g. cuda/10.2")
     return value
 
@@ -53,11 +55,15 @@ class PipEnvironment(Strict):
     made by the lmod role on one node of the module's roles (the prefix is on the shared tree)."""
 
     packages: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._+\-\[\],<>=!~ ]*$")]] = Field(
-        min_length=1, description="Requirements pip installs into it, pinned where it matters, e.g. "
-        "torch==2.13.0 for a CPU build that the site's wheelhouse holds.")
+        min_length=1,
+        description="Requirements pip installs into it, pinned where it matters, e.g. "
+        "torch==2.13.0 for a CPU build that the site's wheelhouse holds.",
+    )
     python: str = Field(
-        "python3", pattern=r"^\S+$",
-        description="The nodes' Python that makes the virtualenv (its version decides which wheels fit).")
+        "python3",
+        pattern=r"^\S+$",
+        description="The nodes' Python that makes the virtualenv (its version decides which wheels fit).",
+    )
 
 
 class Module(Strict):
@@ -105,13 +111,14 @@ class Module(Strict):
     )
     default: bool = Field(
         False,
-        description="The version `module load NAME` picks. At most one per name; without one, the last "
-        "version listed.",
+        description="The version `module load NAME` picks. At most one per name; without one, the last version listed.",
     )
     pip: PipEnvironment | None = Field(
-        None, description="Install the module's software as a Python virtualenv at its prefix (e.g. a CPU "
+        None,
+        description="Install the module's software as a Python virtualenv at its prefix (e.g. a CPU "
         "build of PyTorch), from software.wheelhouse where set. None: hal-provision writes the modulefile "
-        "only; the site installs what is behind it.")
+        "only; the site installs what is behind it.",
+    )
 
     @property
     def full_name(self) -> str:
@@ -140,9 +147,11 @@ class Software(Strict):
     )
     modules: list[Module] = Field(default_factory=list, description="Environment modules.")
     wheelhouse: AbsolutePath | None = Field(
-        None, description="A directory of wheels on the nodes (the site's wheelhouse): the modules' pip "
+        None,
+        description="A directory of wheels on the nodes (the site's wheelhouse): the modules' pip "
         "environments are installed from it alone (pip --no-index). None: from the package index, as pip is "
-        "configured on the nodes.")
+        "configured on the nodes.",
+    )
 
     def resolve(self, ref: str) -> list[Module]:
         """The modules a NAME or NAME/VERSION reference can load."""
@@ -205,9 +214,7 @@ class Fakeroot(Strict):
         description="Where automatic ranges start. Slots are handed out in declaration order (users, then "
         "each group's members), so appending a user never moves another user's range.",
     )
-    count: int = Field(
-        FAKEROOT_MIN_COUNT, ge=1, description="IDs per user; Apptainer needs at least 65536."
-    )
+    count: int = Field(FAKEROOT_MIN_COUNT, ge=1, description="IDs per user; Apptainer needs at least 65536.")
     real_ids: list[IdRange] = Field(
         default_factory=lambda: [IdRange(first=0, last=65535, description="system and local accounts")],
         description="UID/GID ranges real accounts use (local, LDAP); no subordinate range may touch them.",

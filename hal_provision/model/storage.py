@@ -96,8 +96,12 @@ class GpfsTuning(Strict):
     maxStatCache: int | None = Field(
         None, ge=0, description="Stat-only entries cached per node (default 1000); about 400 bytes each."
     )
-    maxMBpS: int | None = Field(None, ge=1, description="Expected I/O rate per node in MB/s, sizes prefetch (default 2048).")
-    maxblocksize: Size | None = Field(None, description="Largest file-system block size the cluster accepts (5.x default 4M).")
+    maxMBpS: int | None = Field(
+        None, ge=1, description="Expected I/O rate per node in MB/s, sizes prefetch (default 2048)."
+    )
+    maxblocksize: Size | None = Field(
+        None, description="Largest file-system block size the cluster accepts (5.x default 4M)."
+    )
     pagepoolMaxPhysMemPct: int | None = Field(
         None, ge=10, le=90, description="Largest pagepool as percent of physical memory (default 75)."
     )
@@ -124,7 +128,8 @@ class Nsd(Strict):
         min_length=1, max_length=8, description="NSD servers, primary first (GPFS allows up to 8)."
     )
     rotate_servers: bool = Field(
-        True, description="Rotate the server order from one NSD to the next, so each server is primary for an equal share."
+        True,
+        description="Rotate the server order from one NSD to the next, so each server is primary for an equal share.",
     )
     failure_group: int = Field(ge=-1, le=4000, description="Failure group; replicas go to different groups.")
     usage: Literal["dataAndMetadata", "dataOnly", "metadataOnly", "descOnly"] = Field(
@@ -140,7 +145,9 @@ class GpfsFilesystem(Strict):
     metadata_block_size: Size | None = Field(
         None, description="Metadata block size (--metadata-block-size); needs metadataOnly NSDs in the system pool."
     )
-    log_size: Size | None = Field(None, description="Internal log size (mmcrfs -L); a multiple of the metadata block size.")
+    log_size: Size | None = Field(
+        None, description="Internal log size (mmcrfs -L); a multiple of the metadata block size."
+    )
     inode_limit: int | None = Field(None, ge=1, description="Most inodes (--inode-limit).")
     inodes_preallocated: int | None = Field(None, ge=1, description="Inodes allocated at creation (--inode-limit N:M).")
     data_replicas: int = Field(1, ge=1, le=3, description="Default data replicas (-r).")
@@ -155,10 +162,13 @@ class GpfsFilesystem(Strict):
 
 
 class Gpfs(Strict):
-    cluster_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]*$", description="GPFS cluster name (mmcrcluster -C).")
+    cluster_name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9.\-]*$", description="GPFS cluster name (mmcrcluster -C)."
+    )
     release: str = Field("", description="Spectrum Scale release, informational (e.g. 5.0.4).")
     admin_host: Placement = Field(
-        description="The model node Ansible runs mm commands on (one host, a member of the cluster)." + PLACED)
+        description="The model node Ansible runs mm commands on (one host, a member of the cluster)." + PLACED
+    )
     daemon_network: Name | None = Field(
         None,
         description="Network whose names the daemons use (node file NodeName = host + its host_suffix); "
@@ -197,7 +207,8 @@ class NfsExport(Strict):
     server: Placement = Field(description="The NFS server (one host, declared under nfs.servers)." + PLACED)
     path: AbsolutePath = Field(description="Exported directory on the server; inside one of its volumes.")
     clients: Placement | None = Field(
-        None, description="Model nodes allowed to mount, one exports(5) entry each." + PLACED)
+        None, description="Model nodes allowed to mount, one exports(5) entry each." + PLACED
+    )
     networks: list[Name] = Field(
         default_factory=list, description="Networks (keys of `networks`) allowed to mount, as their CIDR."
     )

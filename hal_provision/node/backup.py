@@ -104,10 +104,14 @@ class ConfigError(Exception):
 
 # ---- the configuration (rendered from the model: files/etc/hal-provision/backup.json) ----------
 
+
 # Per kind: required keys (with their type check) and optional ones.
 def _str_list(value) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v and not v.startswith("-")
-                                                           for v in value)
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, str) and v and not v.startswith("-") for v in value)
+    )
 
 
 def _abs_list(value) -> bool:
@@ -150,7 +154,7 @@ class Job:
 
 @dataclass(frozen=True)
 class Destination:
-    path: Path         # where the host's snapshots go: DEST
+    path: Path  # where the host's snapshots go: DEST
     mount_point: Path  # the shared file system's mount point DEST lies on
 
 
@@ -165,13 +169,16 @@ class Config:
     def destination(self, host: str) -> Destination:
         """`host`'s destination; ConfigError where backup.json names none for it."""
         if host not in self.destinations:
-            raise ConfigError(f"{self.source} names no destination for host {host} (its hosts: "
-                              f"{', '.join(sorted(self.destinations)) or 'none'}; --host names another)")
+            raise ConfigError(
+                f"{self.source} names no destination for host {host} (its hosts: "
+                f"{', '.join(sorted(self.destinations)) or 'none'}; --host names another)"
+            )
         return self.destinations[host]
 
 
 def parse_config(doc, source: str = CONFIG) -> Config:
     """The configuration in `doc` (backup.json's JSON); ConfigError naming the first bad field."""
+
     def fail(where: str, why: str) -> ConfigError:
         return ConfigError(f"{source}: {where}: {why}")
 
@@ -224,15 +231,18 @@ def parse_config(doc, source: str = CONFIG) -> Config:
         required, optional = KIND_KEYS[kind]
         unknown = sorted(set(entry) - set(COMMON_KEYS) - set(required) - set(optional))
         if unknown:
-            raise fail(f"{where}.{unknown[0]}", f"not a key of a {kind} job "
-                       f"(its keys: {', '.join(COMMON_KEYS + required + optional)})")
+            raise fail(
+                f"{where}.{unknown[0]}",
+                f"not a key of a {kind} job (its keys: {', '.join(COMMON_KEYS + required + optional)})",
+            )
         for key in required + optional:
             if key not in entry and key in optional:
                 continue
             ok, what = _CHECKS[key]
             if not ok(entry.get(key)):
-                raise fail(f"{where}.{key}", f"{'missing' if key not in entry else repr(entry[key])}: "
-                           f"{kind} jobs need {what}")
+                raise fail(
+                    f"{where}.{key}", f"{'missing' if key not in entry else repr(entry[key])}: {kind} jobs need {what}"
+                )
         if name in {job.name for job in parsed}:
             raise fail(f"{where}.name", f"job {name!r} is named twice")
         parsed.append(Job(name, kind, host, secret, {k: entry[k] for k in required + optional if k in entry}))
@@ -252,14 +262,17 @@ def load_config(path: str | os.PathLike = CONFIG) -> Config:
 
 # ---- the manifests' key: HMAC-SHA256 (hmac, hashlib) over each manifest --------------------------
 
+
 def load_key(path: str | os.PathLike = KEY) -> bytes:
     """The key's bytes (surrounding whitespace dropped); ConfigError, one line, where it is
     missing, open to group or others, or too short."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
-        raise ConfigError(f"no manifest key at {path}: the backup role makes it (hal-backup keygen), or installs "
-                          "the one Ansible Vault holds (backup_manifest_key); --key names another") from None
+        raise ConfigError(
+            f"no manifest key at {path}: the backup role makes it (hal-backup keygen), or installs "
+            "the one Ansible Vault holds (backup_manifest_key); --key names another"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read the manifest key {path}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as f:
@@ -297,8 +310,9 @@ def key_id(key: bytes) -> str:
 def _mac(manifest: dict, key: bytes) -> str:
     """The HMAC of the manifest's content but its "hmac" field, in one canonical JSON form (sorted
     keys, no spaces, ASCII): the MAC covers the values the readers use, however the file is spaced."""
-    body = json.dumps({k: v for k, v in manifest.items() if k != "hmac"}, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True)
+    body = json.dumps(
+        {k: v for k, v in manifest.items() if k != "hmac"}, sort_keys=True, separators=(",", ":"), ensure_ascii=True
+    )
     return hmac.new(key, b"hal-backup manifest\n" + body.encode(), hashlib.sha256).hexdigest()
 
 
@@ -323,13 +337,14 @@ def authenticity(manifest: dict, key: bytes) -> str | None:
 
 # ---- the payload of each kind ----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Command:
-    argv: tuple[str, ...]           # argv[0] a bare tool name, found at run time (tool())
-    stdout: str | None = None       # the payload file stdout goes to, relative to the snapshot
-    mkdir: str | None = None        # a directory (relative) the command writes into, made first
+    argv: tuple[str, ...]  # argv[0] a bare tool name, found at run time (tool())
+    stdout: str | None = None  # the payload file stdout goes to, relative to the snapshot
+    mkdir: str | None = None  # a directory (relative) the command writes into, made first
     warn_codes: tuple[int, ...] = ()  # exit statuses that are a warning, not a failure
-    hint: str | None = None         # said after a failure's message
+    hint: str | None = None  # said after a failure's message
 
 
 def commands(job: Job, snapshot: Path) -> list[Command]:
@@ -338,24 +353,46 @@ def commands(job: Job, snapshot: Path) -> list[Command]:
     if job.kind == "mariadb":
         # --defaults-file must come first; without it root logs in through the unix socket.
         first = (f"--defaults-file={o['defaults_file']}",) if "defaults_file" in o else ()
-        return [Command(("mariadb-dump", *first, "--single-transaction", "--routines", "--events",
-                         "--databases", *o["databases"]), stdout=SQL_FILE)]
+        return [
+            Command(
+                (
+                    "mariadb-dump",
+                    *first,
+                    "--single-transaction",
+                    "--routines",
+                    "--events",
+                    "--databases",
+                    *o["databases"],
+                ),
+                stdout=SQL_FILE,
+            )
+        ]
     if job.kind == "slapd":
         conf = ("-F", o["config_dir"]) if "config_dir" in o else ()
-        return [Command(("slapcat", *conf, "-n", "0", "-l", str(snapshot / "config.ldif"))),
-                Command(("slapcat", *conf, "-b", o["suffix"], "-l", str(snapshot / "data.ldif")))]
+        return [
+            Command(("slapcat", *conf, "-n", "0", "-l", str(snapshot / "config.ldif"))),
+            Command(("slapcat", *conf, "-b", o["suffix"], "-l", str(snapshot / "data.ldif"))),
+        ]
     if job.kind == "influxdb":
         address = o.get("address", INFLUXDB_ADDRESS)
-        return [Command(("influxd", "backup", "-portable", "-database", db, "-host", address,
-                         str(snapshot / "influxdb" / db)), mkdir="influxdb",
-                        hint=f"does {address} answer, and has it a database {db}?")  # influxd says just "EOF"
-                for db in o["databases"]]
+        return [
+            Command(
+                ("influxd", "backup", "-portable", "-database", db, "-host", address, str(snapshot / "influxdb" / db)),
+                mkdir="influxdb",
+                hint=f"does {address} answer, and has it a database {db}?",
+            )  # influxd says just "EOF"
+            for db in o["databases"]
+        ]
     # files: member names relative to / (no "Removing leading '/'" noise; restore with -C /).
     # GNU tar's exit status 1 on --create means a file changed while it was read (slurmctld
     # renames its state files into place): kept, with tar's line printed as a warning.
     members = [p.strip("/") or "." for p in o["paths"]]
-    return [Command(("tar", "--create", "--file", str(snapshot / "files.tar"), "--numeric-owner",
-                     "-C", "/", "--", *members), warn_codes=(1,))]
+    return [
+        Command(
+            ("tar", "--create", "--file", str(snapshot / "files.tar"), "--numeric-owner", "-C", "/", "--", *members),
+            warn_codes=(1,),
+        )
+    ]
 
 
 def tool(name: str) -> str:
@@ -382,8 +419,9 @@ def execute(command: Command, snapshot: Path) -> str | None:
         (snapshot / command.mkdir).mkdir(exist_ok=True)
     out = open(snapshot / command.stdout, "wb") if command.stdout else None
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out or subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, check=False)
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=out or subprocess.DEVNULL, stderr=subprocess.PIPE, check=False
+        )
     except OSError as exc:
         raise BackupError(f"{name}: {exc.strerror or exc}") from None
     finally:
@@ -394,8 +432,10 @@ def execute(command: Command, snapshot: Path) -> str | None:
     if done.returncode != 0:
         how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
         if _full(snapshot, done.stderr):  # tar's last line is "Error is not recoverable", mariadb-dump's "errno 28"
-            raise BackupError(f"No space left on device: the destination's file system is full "
-                              f"({name} failed, {how}: {_why(done.stderr)})")
+            raise BackupError(
+                f"No space left on device: the destination's file system is full "
+                f"({name} failed, {how}: {_why(done.stderr)})"
+            )
         hint = f" ({command.hint})" if command.hint else ""
         raise BackupError(f"{name} failed ({how}): {_why(done.stderr)}{hint}")
     return None
@@ -420,6 +460,7 @@ def check_paths(job: Job) -> None:
 
 
 # ---- writing a snapshot ----------------------------------------------------------------------
+
 
 def stamp_of(when: dt.datetime) -> str:
     return when.astimezone(dt.timezone.utc).strftime(STAMP_FORMAT)
@@ -477,8 +518,10 @@ def _make_private(root: Path) -> None:
                 try:
                     os.chown(path, 0, 0)
                 except PermissionError:
-                    raise BackupError(f"cannot make {path} owned by root (a file system that squashes root? "
-                                      "the backup destination must keep root's ownership)") from None
+                    raise BackupError(
+                        f"cannot make {path} owned by root (a file system that squashes root? "
+                        "the backup destination must keep root's ownership)"
+                    ) from None
 
 
 def _write_manifest(snapshot: Path, record: dict) -> None:
@@ -497,16 +540,20 @@ def check_destination(destination: Destination) -> None:
     that is not mounted."""
     dest = destination.path
     if not os.path.ismount(destination.mount_point):
-        raise BackupError(f"{destination.mount_point} is not a mount point: the file system of the destination "
-                          f"{dest} is not mounted (hal-backup writes nothing there)")
+        raise BackupError(
+            f"{destination.mount_point} is not a mount point: the file system of the destination "
+            f"{dest} is not mounted (hal-backup writes nothing there)"
+        )
     if not dest.exists():
-        raise BackupError(f"destination {dest} does not exist: is its file system mounted? "
-                          "(hal-backup does not create it)")
+        raise BackupError(
+            f"destination {dest} does not exist: is its file system mounted? (hal-backup does not create it)"
+        )
     if not dest.is_dir():
         raise BackupError(f"destination {dest} is not a directory")
     if not os.access(dest, os.W_OK | os.X_OK):
-        raise BackupError(f"destination {dest} is not writable (mounted read-only, or a file system "
-                          "that squashes root?)")
+        raise BackupError(
+            f"destination {dest} is not writable (mounted read-only, or a file system that squashes root?)"
+        )
 
 
 @dataclass
@@ -562,8 +609,15 @@ def _new_partial(jobdir: Path, mode: int, now: Callable[[], dt.datetime], sleep)
     raise BackupError(f"no free snapshot name in {jobdir}")
 
 
-def run_job(config: Config, job: Job, host: str, key: bytes, now: Callable[[], dt.datetime] = _utcnow,
-            clock: Callable[[], float] = time.monotonic, sleep=time.sleep) -> Result:
+def run_job(
+    config: Config,
+    job: Job,
+    host: str,
+    key: bytes,
+    now: Callable[[], dt.datetime] = _utcnow,
+    clock: Callable[[], float] = time.monotonic,
+    sleep=time.sleep,
+) -> Result:
     """Write one snapshot of `job` under `host`'s destination, its manifest sealed with `key`,
     then prune; BackupError (not naming the job: the caller does) on any failure, with the
     partial directory removed."""
@@ -595,9 +649,20 @@ def run_job(config: Config, job: Job, host: str, key: bytes, now: Callable[[], d
                 files.append({"name": name, "bytes": path.stat().st_size, "sha256": _hash(path, sync=True)})
             for d in reversed(dirs):
                 _fsync_dir(partial / d)
-            record = seal({"format": FORMAT, "cluster": config.cluster, "job": job.name, "kind": job.kind,
-                           "host": host, "created": when.strftime(CREATED_FORMAT),
-                           "seconds": round(clock() - start, 3), "secret": job.secret, "files": files}, key)
+            record = seal(
+                {
+                    "format": FORMAT,
+                    "cluster": config.cluster,
+                    "job": job.name,
+                    "kind": job.kind,
+                    "host": host,
+                    "created": when.strftime(CREATED_FORMAT),
+                    "seconds": round(clock() - start, 3),
+                    "secret": job.secret,
+                    "files": files,
+                },
+                key,
+            )
             _write_manifest(partial, record)
             _fsync_dir(partial)
             final = jobdir / stamp
@@ -615,8 +680,9 @@ def run_job(config: Config, job: Job, host: str, key: bytes, now: Callable[[], d
             removed, notes = prune(jobdir, config.keep, when, key, config.cluster)
         except OSError as exc:
             raise BackupError(f"{final} is written, but pruning {jobdir} failed: {exc.strerror or exc}") from None
-    return Result(job.name, final, len(files), sum(f["bytes"] for f in files), record["seconds"], removed,
-                  warnings + notes)
+    return Result(
+        job.name, final, len(files), sum(f["bytes"] for f in files), record["seconds"], removed, warnings + notes
+    )
 
 
 def _fill(job: Job, partial: Path) -> list[str]:
@@ -629,7 +695,9 @@ def _fill(job: Job, partial: Path) -> list[str]:
     return warnings
 
 
-def prune(jobdir: Path, keep: int, now: dt.datetime, key: bytes, cluster: str | None = None) -> tuple[list[str], list[str]]:
+def prune(
+    jobdir: Path, keep: int, now: dt.datetime, key: bytes, cluster: str | None = None
+) -> tuple[list[str], list[str]]:
     """Keep the newest `keep` snapshots that authenticate with `key`, newest by the creation time
     their manifests give; remove older ones, .removing-* left by a cut short removal, and
     .partial-* started more than a day before `now`. A snapshot that does not authenticate, or is
@@ -656,8 +724,8 @@ def prune(jobdir: Path, keep: int, now: dt.datetime, key: bytes, cluster: str | 
         stale = False
         if name.startswith(REMOVING):
             stale = True
-        elif name.startswith(PARTIAL) and STAMP_RE.fullmatch(name[len(PARTIAL):]):
-            started = parse_stamp(name[len(PARTIAL):])
+        elif name.startswith(PARTIAL) and STAMP_RE.fullmatch(name[len(PARTIAL) :]):
+            started = parse_stamp(name[len(PARTIAL) :])
             stale = (now - started).total_seconds() > STALE_PARTIAL_S
         if stale:
             shutil.rmtree(entry, ignore_errors=True)
@@ -665,6 +733,7 @@ def prune(jobdir: Path, keep: int, now: dt.datetime, key: bytes, cluster: str | 
 
 
 # ---- reading snapshots: list, verify, age ------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -724,9 +793,14 @@ def read_manifest(path: Path) -> tuple[dict | None, str | None]:
         return None, f"{MANIFEST} is not of format {' or '.join(map(str, MANIFEST_FORMATS))}"
     files = doc.get("files")
     good = isinstance(files, list) and all(
-        isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("bytes"), int)
-        and isinstance(f.get("sha256"), str) and not f["name"].startswith("/") and ".." not in f["name"].split("/")
-        for f in files)
+        isinstance(f, dict)
+        and isinstance(f.get("name"), str)
+        and isinstance(f.get("bytes"), int)
+        and isinstance(f.get("sha256"), str)
+        and not f["name"].startswith("/")
+        and ".." not in f["name"].split("/")
+        for f in files
+    )
     if not good:
         return None, f"{MANIFEST} has no valid list of files"
     return doc, None
@@ -741,8 +815,8 @@ def job_snapshots(jobdir: Path) -> list[Snapshot]:
         if STAMP_RE.fullmatch(entry.name):
             manifest, problem = read_manifest(entry)
             found.append(Snapshot(jobdir.name, entry.name, entry, manifest, problem))
-        elif entry.name.startswith(PARTIAL) and STAMP_RE.fullmatch(entry.name[len(PARTIAL):]):
-            found.append(Snapshot(jobdir.name, entry.name[len(PARTIAL):], entry, None, "unfinished", partial=True))
+        elif entry.name.startswith(PARTIAL) and STAMP_RE.fullmatch(entry.name[len(PARTIAL) :]):
+            found.append(Snapshot(jobdir.name, entry.name[len(PARTIAL) :], entry, None, "unfinished", partial=True))
     return found
 
 
@@ -794,7 +868,9 @@ def future(snapshot: Snapshot, now: dt.datetime) -> str:
     return f"dated in the future (made {snapshot.created.strftime(CREATED_FORMAT)}, now {now.strftime(CREATED_FORMAT)})"
 
 
-def verify(snapshot: Snapshot, by_size: bool = False, key: bytes | None = None, cluster: str | None = None) -> list[str]:
+def verify(
+    snapshot: Snapshot, by_size: bool = False, key: bytes | None = None, cluster: str | None = None
+) -> list[str]:
     """What is wrong with a snapshot, each problem naming its file (empty: it verifies): with
     `key`, first that its manifest authenticates; that the manifest belongs where it lies; then
     every file against the manifest. by_size: only that each listed file is there with its size
@@ -870,9 +946,14 @@ class Age:
         return f"hal_backup,job={self.job} {','.join(fields)}"
 
 
-def ages(dest: Path, jobs: Iterable[str] | None = None, now: dt.datetime | None = None,
-         warn: Callable[[str], None] = lambda _line: None, key: bytes | None = None,
-         cluster: str | None = None) -> list[Age]:
+def ages(
+    dest: Path,
+    jobs: Iterable[str] | None = None,
+    now: dt.datetime | None = None,
+    warn: Callable[[str], None] = lambda _line: None,
+    key: bytes | None = None,
+    cluster: str | None = None,
+) -> list[Age]:
     """Per job (those given, else every job directory under `dest`), the age of its newest
     complete snapshot, by the creation time its manifest gives, whose manifest authenticates
     with `key` (where there is one) and whose files are all there at their size. A snapshot dated
@@ -943,8 +1024,18 @@ def rows(found: list[Snapshot], now: dt.datetime | None = None, key: bytes | Non
                 notes.append("NOT AUTHENTIC")
             elif key is None and s.get("format") == 1:
                 notes.append("no HMAC")
-            out.append((s.job, s.stamp, str(s.get("host", "?")), str(s.get("kind", "?")), human_size(s.bytes),
-                        str(len(s.files)), age, ", ".join(notes)))
+            out.append(
+                (
+                    s.job,
+                    s.stamp,
+                    str(s.get("host", "?")),
+                    str(s.get("kind", "?")),
+                    human_size(s.bytes),
+                    str(len(s.files)),
+                    age,
+                    ", ".join(notes),
+                )
+            )
         else:
             out.append((s.job, s.path.name if s.stamp else "-", "-", "-", "-", "-", age, s.problem or ""))
     return out
@@ -955,13 +1046,15 @@ HEADER = ("JOB", "SNAPSHOT", "HOST", "KIND", "SIZE", "FILES", "AGE", "NOTE")
 
 # ---- the command line ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Where:
     """What a reading command reads: the destination, and what it can check there."""
+
     dest: Path
     config: Config | None
     host: str
-    key: bytes | None       # None: checksums only (no --key beside --dest)
+    key: bytes | None  # None: checksums only (no --key beside --dest)
     key_path: str | None
 
 
@@ -995,11 +1088,15 @@ def cmd_run(args) -> int:
     if args.job:
         named = [job for job in config.jobs if job.name == args.job]
         if not named:
-            raise ConfigError(f"{config.source} has no job {args.job!r} "
-                              f"(its jobs: {', '.join(j.name for j in config.jobs) or 'none'})")
+            raise ConfigError(
+                f"{config.source} has no job {args.job!r} "
+                f"(its jobs: {', '.join(j.name for j in config.jobs) or 'none'})"
+            )
         if named[0].host != host:
-            raise ConfigError(f"job {args.job} runs on {named[0].host}, not on {host} (--host {named[0].host} "
-                              "runs it here all the same)")
+            raise ConfigError(
+                f"job {args.job} runs on {named[0].host}, not on {host} (--host {named[0].host} "
+                "runs it here all the same)"
+            )
         jobs = named
     if not jobs:
         print(f"hal-backup: {config.source} has no job for host {host}")
@@ -1037,8 +1134,9 @@ def cmd_list(args) -> int:
 
 
 # Said after a verification without the key: what it did not check.
-CHECKSUMS_ONLY = ("checksums only: without the host's key (--key) a payload rewritten together with its manifest "
-                  "is not detected")
+CHECKSUMS_ONLY = (
+    "checksums only: without the host's key (--key) a payload rewritten together with its manifest is not detected"
+)
 
 
 def cmd_verify(args) -> int:
@@ -1070,8 +1168,13 @@ def cmd_verify(args) -> int:
 def cmd_age(args) -> int:
     where = _where(args)
     jobs = [job.name for job in where.config.jobs if job.host == where.host] if where.config else None
-    result = ages(where.dest, jobs, key=where.key, cluster=where.config.cluster if where.config else None,
-                  warn=lambda line: print(f"hal-backup: warning: {line}", file=sys.stderr))
+    result = ages(
+        where.dest,
+        jobs,
+        key=where.key,
+        cluster=where.config.cluster if where.config else None,
+        warn=lambda line: print(f"hal-backup: warning: {line}", file=sys.stderr),
+    )
     lines = [a.line_protocol() if args.influx else a.text() for a in result]
     if lines:
         sys.stdout.write("\n".join(lines) + "\n")
@@ -1092,11 +1195,13 @@ def _parser() -> argparse.ArgumentParser:
         group = p.add_mutually_exclusive_group() if dest_too else p
         group.add_argument("--config", default=CONFIG, help=f"the job list (default {CONFIG})")
         if dest_too:
-            group.add_argument("--dest", default=None,
-                               help="read this destination directory instead of the configuration's")
+            group.add_argument(
+                "--dest", default=None, help="read this destination directory instead of the configuration's"
+            )
         p.add_argument("--host", default=None, help="this host's jobs and destination (default: its short name)")
-        p.add_argument("--key", default=None,
-                       help=f"the manifests' HMAC key (default {KEY}; beside --dest: none, checksums only)")
+        p.add_argument(
+            "--key", default=None, help=f"the manifests' HMAC key (default {KEY}; beside --dest: none, checksums only)"
+        )
 
     run = sub.add_parser("run", help="write a snapshot of each job of this host, then prune old ones")
     where(run, dest_too=False)
@@ -1105,8 +1210,9 @@ def _parser() -> argparse.ArgumentParser:
     lister = sub.add_parser("list", help="the snapshots under the destination")
     where(lister)
     lister.set_defaults(func=cmd_list)
-    verifier = sub.add_parser("verify", help="authenticate each manifest and re-hash every file against it; exit 1 "
-                                             "on any difference")
+    verifier = sub.add_parser(
+        "verify", help="authenticate each manifest and re-hash every file against it; exit 1 on any difference"
+    )
     where(verifier)
     verifier.add_argument("snapshots", nargs="*", metavar="JOB[/STAMP]", help="what to verify (default: all)")
     verifier.set_defaults(func=cmd_verify)

@@ -109,8 +109,9 @@ class Refused(ConvergeError):
     cluster's, expired, or older than the one it took last."""
 
 
-def run_command(argv: list[str], *, env: dict | None = None, cwd: str | None = None,
-                timeout: float | None = None) -> subprocess.CompletedProcess:
+def run_command(
+    argv: list[str], *, env: dict | None = None, cwd: str | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     """Every command hal-converge runs goes through here (the tests replace it), but minisign
     (verify_signature): the tests verify real signatures."""
     return subprocess.run(argv, env=env, cwd=cwd, timeout=timeout, capture_output=True, text=True)
@@ -129,6 +130,7 @@ def _iso(moment: dt.datetime) -> str:
 
 # ---- configuration and the record ------------------------------------------------------------
 
+
 def load_config(path: Path) -> dict:
     try:
         doc = json.loads(path.read_text())
@@ -136,8 +138,13 @@ def load_config(path: Path) -> dict:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}") from None
-    for key, kind in (("version_file", str), ("nodes", dict), ("drain_wait_s", int), ("release_key", str),
-                      ("cluster", str)):
+    for key, kind in (
+        ("version_file", str),
+        ("nodes", dict),
+        ("drain_wait_s", int),
+        ("release_key", str),
+        ("cluster", str),
+    ):
         if not isinstance(doc.get(key), kind):
             raise ConfigError(f"{path}: {key} is missing or not a {kind.__name__}")
     return doc
@@ -176,6 +183,7 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 # ---- the source ------------------------------------------------------------------------------
 
+
 def _get(url: str, limit: int, into=None):
     """The body of GET URL (at most LIMIT bytes, else refused): returned, or streamed into the
     binary file INTO (then its sha256 is returned)."""
@@ -212,8 +220,12 @@ def verify_signature(message: bytes, signature: bytes, public_key: str) -> str |
         msg.write_bytes(message)
         sig.write_bytes(signature)
         try:
-            done = subprocess.run(["minisign", "-V", "-q", "-p", public_key, "-m", str(msg), "-x", str(sig)],
-                                  capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                ["minisign", "-V", "-q", "-p", public_key, "-m", str(msg), "-x", str(sig)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         except FileNotFoundError:
             return "minisign is not installed"
         except subprocess.TimeoutExpired:
@@ -231,8 +243,12 @@ def check_release(raw: bytes, config: dict, last_serial: int | None, now: dt.dat
         envelope = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise Refused("current.json is not JSON") from None
-    if not isinstance(envelope, dict) or envelope.get("format") != RELEASE_FORMAT \
-            or not isinstance(envelope.get("release"), str) or not isinstance(envelope.get("signature"), str):
+    if (
+        not isinstance(envelope, dict)
+        or envelope.get("format") != RELEASE_FORMAT
+        or not isinstance(envelope.get("release"), str)
+        or not isinstance(envelope.get("signature"), str)
+    ):
         raise Refused("current.json is not a signed release (no signature): unsigned or forged")
     release = envelope["release"].encode()
     why = verify_signature(release, envelope["signature"].encode(), config["release_key"])
@@ -242,9 +258,14 @@ def check_release(raw: bytes, config: dict, last_serial: int | None, now: dt.dat
         doc = json.loads(release)
     except json.JSONDecodeError:
         raise Refused("the signed release is not JSON") from None
-    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) and doc[k]
-                                            for k in ("cluster", "version", "bundle", "sha256", "expires")) \
-            or not isinstance(doc.get("serial"), int) or not isinstance(doc.get("size"), int):
+    if (
+        not isinstance(doc, dict)
+        or not all(
+            isinstance(doc.get(k), str) and doc[k] for k in ("cluster", "version", "bundle", "sha256", "expires")
+        )
+        or not isinstance(doc.get("serial"), int)
+        or not isinstance(doc.get("size"), int)
+    ):
         raise Refused("the signed release lacks cluster, version, bundle, sha256, size, serial or expires")
     if doc["cluster"] != config["cluster"]:
         raise Refused(f"the release is cluster {doc['cluster']!r}'s, this node is {config['cluster']!r}'s")
@@ -257,8 +278,10 @@ def check_release(raw: bytes, config: dict, last_serial: int | None, now: dt.dat
     if expires <= (now or _now()):
         raise Refused(f"release {doc['version']} expired at {doc['expires']}: publish a new one")
     if last_serial is not None and doc["serial"] < last_serial:
-        raise Refused(f"release {doc['version']} has serial {doc['serial']}, older than {last_serial}, the "
-                      "release this node took last: a rollback, refused (publish the older model as a new release)")
+        raise Refused(
+            f"release {doc['version']} has serial {doc['serial']}, older than {last_serial}, the "
+            "release this node took last: a rollback, refused (publish the older model as a new release)"
+        )
     return doc
 
 
@@ -276,8 +299,13 @@ def _extract(tar: tarfile.TarFile, into: Path) -> None:
     members, total = [], 0
     for member in tar:  # headers one at a time: a bomb is refused at its first member over the cap
         parts = Path(member.name).parts
-        if member.name.startswith("/") or ".." in parts or not parts or parts[0] != "bundle" \
-                or not (member.isfile() or member.isdir()):
+        if (
+            member.name.startswith("/")
+            or ".." in parts
+            or not parts
+            or parts[0] != "bundle"
+            or not (member.isfile() or member.isdir())
+        ):
             raise tarfile.TarError(f"member {member.name!r} is not a file or directory under bundle/")
         total += member.size
         if len(members) >= MAX_MEMBERS or total > MAX_UNPACKED_BYTES:
@@ -305,8 +333,10 @@ def fetch_bundle(url: str, current: dict, bundles: Path) -> Path:
         with open(archive, "wb") as stream:
             digest = _get(url + current["bundle"], min(current["size"], MAX_BUNDLE_BYTES), into=stream)
         if digest != current["sha256"].lower():
-            raise ConvergeError(f"{current['bundle']}: sha256 {digest} is not the published "
-                                f"{current['sha256']}: refused, nothing unpacked")
+            raise ConvergeError(
+                f"{current['bundle']}: sha256 {digest} is not the published "
+                f"{current['sha256']}: refused, nothing unpacked"
+            )
         try:
             with tarfile.open(archive, "r:gz") as tar:
                 _extract(tar, staging)
@@ -327,8 +357,11 @@ def fetch_bundle(url: str, current: dict, bundles: Path) -> Path:
 
 def prune(bundles: Path, keep: int = KEEP) -> list[str]:
     """Removes all but the `keep` most recently used bundles; returns the removed versions."""
-    versions = sorted((p for p in bundles.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                      key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    versions = sorted(
+        (p for p in bundles.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        key=lambda p: (p.stat().st_mtime, p.name),
+        reverse=True,
+    )
     for old in versions[keep:]:
         shutil.rmtree(old, ignore_errors=True)
     return [p.name for p in versions[keep:]]
@@ -338,15 +371,31 @@ def prune(bundles: Path, keep: int = KEEP) -> list[str]:
 
 MAX_TASKS_SHOWN = 20  # the changed tasks' names last.json keeps, in run order
 
+
 def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None, list[str]]:
     """(changed, failed task or None, the changed tasks' names) of one local run of the bundle's
     pull.yml."""
-    argv = ["ansible-playbook", "-c", "local", "-i", str(bundle / "inventory" / "hosts.json"),
-            "-l", host, str(bundle / "playbooks" / "pull.yml"),
-            # Extra variables win over the inventory's: a connection it names (ssh) is not this run's.
-            "-e", f"hal_rendered_dir={bundle / 'files'}", "-e", "ansible_connection=local"] + (["--check"] if check else [])
-    env = {**os.environ, "ANSIBLE_CONFIG": str(bundle / "ansible.cfg"),
-           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json", "ANSIBLE_NOCOLOR": "1"}
+    argv = [
+        "ansible-playbook",
+        "-c",
+        "local",
+        "-i",
+        str(bundle / "inventory" / "hosts.json"),
+        "-l",
+        host,
+        str(bundle / "playbooks" / "pull.yml"),
+        # Extra variables win over the inventory's: a connection it names (ssh) is not this run's.
+        "-e",
+        f"hal_rendered_dir={bundle / 'files'}",
+        "-e",
+        "ansible_connection=local",
+    ] + (["--check"] if check else [])
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(bundle / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
     try:
         done = run_command(argv, env=env, cwd=str(bundle))
     except OSError as exc:
@@ -357,7 +406,7 @@ def ansible(bundle: Path, host: str, check: bool) -> tuple[int, str | None, list
 def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple[int, str | None, list[str]]:
     # The JSON callback's document, then whatever other callbacks print (ansible.posix.timer).
     try:
-        doc = json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])[0] if "{" in stdout else None
+        doc = json.JSONDecoder().raw_decode(stdout[stdout.index("{") :])[0] if "{" in stdout else None
     except json.JSONDecodeError:
         doc = None
     if not isinstance(doc, dict):
@@ -378,6 +427,7 @@ def parse_ansible(returncode: int, stdout: str, stderr: str, host: str) -> tuple
 
 
 # ---- Slurm -----------------------------------------------------------------------------------
+
 
 def slurm_node(host: str) -> dict | None:
     """{"state": ..., "reason": ...} of the node (as drains.parse reads sinfo), or None when
@@ -410,8 +460,16 @@ def scontrol_update(host: str, *settings: str) -> None:
 
 
 def jobs_on(host: str) -> list[str]:
-    done = run_command(["squeue", "--noheader", f"--nodelist={host}",
-                        "--states=RUNNING,SUSPENDED,COMPLETING,CONFIGURING", "--format=%i"], timeout=60)
+    done = run_command(
+        [
+            "squeue",
+            "--noheader",
+            f"--nodelist={host}",
+            "--states=RUNNING,SUSPENDED,COMPLETING,CONFIGURING",
+            "--format=%i",
+        ],
+        timeout=60,
+    )
     if done.returncode != 0:
         raise ConvergeError(f"squeue --nodelist={host}: {(done.stderr or done.stdout).strip()}")
     return done.stdout.split()
@@ -430,6 +488,7 @@ def wait_for_jobs(host: str, wait_s: float, poll_s: float) -> list[str]:
 
 # ---- one run ---------------------------------------------------------------------------------
 
+
 def short_hostname() -> str:
     done = run_command(["hostname", "--short"])
     name = done.stdout.strip()
@@ -447,17 +506,26 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
         raise ConfigError(f"{host} is not a pull node of deploy.json (nodes)")
     url = url if url.endswith("/") else url + "/"
     last_serial = last.get("serial") if isinstance(last.get("serial"), int) else None
-    result = {"host": host, "version": before, "previous": before, "state": "current", "changed": 0,
-              "changed_tasks": [], "failed_task": None, "drained": False, "drained_for_change": False,
-              "serial": last_serial, "expires": last.get("expires")}
+    result = {
+        "host": host,
+        "version": before,
+        "previous": before,
+        "state": "current",
+        "changed": 0,
+        "changed_tasks": [],
+        "failed_task": None,
+        "drained": False,
+        "drained_for_change": False,
+        "serial": last_serial,
+        "expires": last.get("expires"),
+    }
     try:
         current = published(url, config, last_serial)
     except Refused as exc:
         result.update(state="refused", failed_task=f"release refused: {exc}", drained=drained_by_us(slurm_node(host)))
         return result
     except ConvergeError as exc:
-        result.update(state="unreachable-source", failed_task=str(exc),
-                      drained=drained_by_us(slurm_node(host)))
+        result.update(state="unreachable-source", failed_task=str(exc), drained=drained_by_us(slurm_node(host)))
         return result
     version = current["version"]
     result.update(version=version, serial=current["serial"], expires=current["expires"])
@@ -486,8 +554,11 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
     if node is not None:
         jobs = wait_for_jobs(host, config["drain_wait_s"], poll_s)
         if jobs:
-            result.update(state="waiting", drained=True,
-                          failed_task=f"{len(jobs)} job(s) still running after {config['drain_wait_s']} s")
+            result.update(
+                state="waiting",
+                drained=True,
+                failed_task=f"{len(jobs)} job(s) still running after {config['drain_wait_s']} s",
+            )
             return result
 
     changed, failed, tasks = ansible(bundle, host, check=False)
@@ -522,20 +593,33 @@ def run(args: argparse.Namespace) -> int:
             result = converge(config, host, Path(args.bundles), force=args.force, poll_s=args.poll_s)
         except ConvergeError as exc:
             before = running_version(previous)
-            result = {"host": host, "version": before, "previous": before, "state": "failed",
-                      "changed": 0, "failed_task": str(exc), "drained": False,
-                      "serial": previous.get("serial"), "expires": previous.get("expires")}
+            result = {
+                "host": host,
+                "version": before,
+                "previous": before,
+                "state": "failed",
+                "changed": 0,
+                "failed_task": str(exc),
+                "drained": False,
+                "serial": previous.get("serial"),
+                "expires": previous.get("expires"),
+            }
         finished = _now()
-        result.update(started=_iso(started), finished=_iso(finished),
-                      seconds=round((finished - started).total_seconds(), 3))
+        result.update(
+            started=_iso(started), finished=_iso(finished), seconds=round((finished - started).total_seconds(), 3)
+        )
         write_atomic(version_file, json.dumps(result, indent=2, sort_keys=True) + "\n")
     if result["state"] in ("failed", "refused", "unreachable-source"):
-        print(f"hal-converge: {host}: {result['state']}: version {result['version']}: {result['failed_task']}",
-              file=sys.stderr)
+        print(
+            f"hal-converge: {host}: {result['state']}: version {result['version']}: {result['failed_task']}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
-    print(f"hal-converge: {host}: {result['state']}: version {result['version']}"
-          + (f", {result['changed']} changed" if result["state"] == "changed" else "")
-          + (f" ({result['failed_task']})" if result["failed_task"] else ""))
+    print(
+        f"hal-converge: {host}: {result['state']}: version {result['version']}"
+        + (f", {result['changed']} changed" if result["state"] == "changed" else "")
+        + (f" ({result['failed_task']})" if result["failed_task"] else "")
+    )
     return EXIT_OK
 
 

@@ -45,15 +45,17 @@ import tempfile
 import time
 from pathlib import Path
 
-MEAN_BYTES = 110_000   # ImageNet-1k training JPEGs: about 110 KB on average
-SIGMA = 0.5            # spread of the lognormal (ln of the size)
+MEAN_BYTES = 110_000  # ImageNet-1k training JPEGs: about 110 KB on average
+SIGMA = 0.5  # spread of the lognormal (ln of the size)
 MIN_BYTES, MAX_BYTES = 1_000, 4_000_000
 CLASSES = 100
 FILES = 10_000
 READERS = 4
-COLD = ("cold: each file's cached pages were dropped before the pass with posix_fadvise(POSIX_FADV_DONTNEED) "
-        "(after fdatasync); local file systems and NFS clients honour it as far as the kernel does, a file "
-        "system with its own cache (GPFS pagepool) may still serve from memory")
+COLD = (
+    "cold: each file's cached pages were dropped before the pass with posix_fadvise(POSIX_FADV_DONTNEED) "
+    "(after fdatasync); local file systems and NFS clients honour it as far as the kernel does, a file "
+    "system with its own cache (GPFS pagepool) may still serve from memory"
+)
 WARM = "warm: every file was read once, untimed, before the pass (page cache)"
 
 
@@ -62,6 +64,7 @@ class BenchError(RuntimeError):
 
 
 # ---- the data set ------------------------------------------------------------------------------
+
 
 def file_sizes(files: int, seed: int = 0, mean: int = MEAN_BYTES, sigma: float = SIGMA) -> list[int]:
     """`files` sizes from a lognormal whose mean is `mean` bytes (before clipping to MIN..MAX)."""
@@ -76,8 +79,9 @@ def layout(files: int, classes: int = CLASSES) -> list[str]:
     return [f"n{i % classes:08d}/n{i % classes:08d}_{i // classes:06d}.JPEG" for i in range(files)]
 
 
-def prepare(root: Path, files: int, classes: int = CLASSES, seed: int = 0,
-            mean: int = MEAN_BYTES) -> list[tuple[Path, int]]:
+def prepare(
+    root: Path, files: int, classes: int = CLASSES, seed: int = 0, mean: int = MEAN_BYTES
+) -> list[tuple[Path, int]]:
     """Write the tree under `root`; (path, size) per file, in layout order."""
     sizes = file_sizes(files, seed, mean)
     noise = os.urandom(MAX_BYTES + (1 << 20))  # each file a slice of it, at a seeded offset
@@ -89,7 +93,7 @@ def prepare(root: Path, files: int, classes: int = CLASSES, seed: int = 0,
             path.parent.mkdir(parents=True)
         start = rng.randrange(len(noise) - size)
         with open(path, "wb") as f:
-            f.write(noise[start:start + size])
+            f.write(noise[start : start + size])
         out.append((path, size))
     return out
 
@@ -112,6 +116,7 @@ def read_whole(path) -> int:
 
 # ---- the pass ----------------------------------------------------------------------------------
 
+
 def shards(files: int, readers: int, seed: int = 0) -> list[list[int]]:
     """An epoch's order (seeded shuffle of 0..files-1), dealt round-robin to `readers`."""
     order = list(range(files))
@@ -130,8 +135,10 @@ def read_pass(paths: list[Path], readers: int, seed: int = 0) -> dict:
     """Time one pass of `readers` processes over `paths`: totals and each reader's figures."""
     context = multiprocessing.get_context("fork")
     barrier, results = context.Barrier(readers), context.Queue()
-    procs = [context.Process(target=_reader, args=(r, [str(paths[i]) for i in share], barrier, results))
-             for r, share in enumerate(shards(len(paths), readers, seed))]
+    procs = [
+        context.Process(target=_reader, args=(r, [str(paths[i]) for i in share], barrier, results))
+        for r, share in enumerate(shards(len(paths), readers, seed))
+    ]
     for p in procs:
         p.start()
     done = [results.get() for _ in procs]
@@ -140,14 +147,29 @@ def read_pass(paths: list[Path], readers: int, seed: int = 0) -> dict:
     if any(p.exitcode for p in procs):
         raise BenchError(f"a reader failed (exit codes {[p.exitcode for p in procs]})")
     first, last = min(d["start"] for d in done), max(d["end"] for d in done)
-    each = [{"reader": d["reader"], "files": d["files"], "bytes": d["bytes"],
-             "seconds": max(d["end"] - d["start"], 1e-9)} for d in sorted(done, key=lambda d: d["reader"])]
-    return {"files": sum(d["files"] for d in each), "bytes": sum(d["bytes"] for d in each),
-            "seconds": max(last - first, 1e-9), "per_reader": each}
+    each = [
+        {"reader": d["reader"], "files": d["files"], "bytes": d["bytes"], "seconds": max(d["end"] - d["start"], 1e-9)}
+        for d in sorted(done, key=lambda d: d["reader"])
+    ]
+    return {
+        "files": sum(d["files"] for d in each),
+        "bytes": sum(d["bytes"] for d in each),
+        "seconds": max(last - first, 1e-9),
+        "per_reader": each,
+    }
 
 
-def run_one(name: str, directory: Path, files: int, readers: int, classes: int, seed: int, warm: bool,
-            keep: bool = False, mean: int = MEAN_BYTES) -> dict:
+def run_one(
+    name: str,
+    directory: Path,
+    files: int,
+    readers: int,
+    classes: int,
+    seed: int,
+    warm: bool,
+    keep: bool = False,
+    mean: int = MEAN_BYTES,
+) -> dict:
     """Prepare, make cold (or warm) and time one pass in a temporary directory under `directory`."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -175,8 +197,16 @@ def run_one(name: str, directory: Path, files: int, readers: int, classes: int, 
             shutil.rmtree(work, ignore_errors=True)
 
 
-def run(dirs: list[tuple[str, Path]], files: int = FILES, readers: int = READERS, classes: int = CLASSES,
-        seed: int = 0, warm: bool = False, keep: bool = False, mean: int = MEAN_BYTES) -> dict:
+def run(
+    dirs: list[tuple[str, Path]],
+    files: int = FILES,
+    readers: int = READERS,
+    classes: int = CLASSES,
+    seed: int = 0,
+    warm: bool = False,
+    keep: bool = False,
+    mean: int = MEAN_BYTES,
+) -> dict:
     """The benchmark on each named directory in turn, on this node: the JSON document."""
     if files < 1 or readers < 1 or classes < 1:
         raise BenchError("--files, --readers and --classes must be at least 1")
@@ -184,13 +214,19 @@ def run(dirs: list[tuple[str, Path]], files: int = FILES, readers: int = READERS
     if len(set(names)) != len(names):
         raise BenchError(f"each --dir needs its own name ({', '.join(names)})")
     return {
-        "host": socket.gethostname(), "files": files, "readers": readers, "classes": classes, "seed": seed,
-        "mean_bytes": mean, "warm": warm,
+        "host": socket.gethostname(),
+        "files": files,
+        "readers": readers,
+        "classes": classes,
+        "seed": seed,
+        "mean_bytes": mean,
+        "warm": warm,
         "dirs": [run_one(name, path, files, readers, classes, seed, warm, keep, mean) for name, path in dirs],
     }
 
 
 # ---- the table ---------------------------------------------------------------------------------
+
 
 def rate(d: dict, unit: str) -> float:
     amount = d["files"] if unit == "samples" else d["bytes"] / 1e6
@@ -199,18 +235,38 @@ def rate(d: dict, unit: str) -> float:
 
 def table(results: list[dict]) -> str:
     """One row per node and directory; the ratio is samples/s against the node's first directory."""
-    head = ("node", "dir", "path", "files", "readers", "samples/s", "MB/s", "per reader samples/s",
-            "per reader MB/s", "ratio")
+    head = (
+        "node",
+        "dir",
+        "path",
+        "files",
+        "readers",
+        "samples/s",
+        "MB/s",
+        "per reader samples/s",
+        "per reader MB/s",
+        "ratio",
+    )
     rows = [head]
     for res in sorted(results, key=lambda r: r["host"]):
         base = rate(res["dirs"][0], "samples") if res["dirs"] else 0.0
         for d in res["dirs"]:
             each_s = [rate(r, "samples") for r in d["per_reader"]]
             each_mb = [rate(r, "mb") for r in d["per_reader"]]
-            rows.append((res["host"], d["name"], d["path"], str(d["files"]), str(len(d["per_reader"])),
-                         f"{rate(d, 'samples'):.0f}", f"{rate(d, 'mb'):.1f}",
-                         f"{min(each_s):.0f}-{max(each_s):.0f}", f"{min(each_mb):.1f}-{max(each_mb):.1f}",
-                         f"{rate(d, 'samples') / base:.2f}x" if base else "-"))
+            rows.append(
+                (
+                    res["host"],
+                    d["name"],
+                    d["path"],
+                    str(d["files"]),
+                    str(len(d["per_reader"])),
+                    f"{rate(d, 'samples'):.0f}",
+                    f"{rate(d, 'mb'):.1f}",
+                    f"{min(each_s):.0f}-{max(each_s):.0f}",
+                    f"{min(each_mb):.1f}-{max(each_mb):.1f}",
+                    f"{rate(d, 'samples') / base:.2f}x" if base else "-",
+                )
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = []
     for n, row in enumerate(rows):
@@ -220,8 +276,10 @@ def table(results: list[dict]) -> str:
             lines.append("  ".join("-" * w for w in widths))
     shapes = sorted({(r["files"], r["readers"], r["classes"], r["mean_bytes"], r["seed"]) for r in results})
     for files, readers, classes, mean, seed in shapes:
-        lines.append(f"{files} files (lognormal sizes, mean {mean / 1000:.0f} KB, {classes} class directories), "
-                     f"{readers} reader processes, one pass in random order (seed {seed}), each file read whole once")
+        lines.append(
+            f"{files} files (lognormal sizes, mean {mean / 1000:.0f} KB, {classes} class directories), "
+            f"{readers} reader processes, one pass in random order (seed {seed}), each file read whole once"
+        )
     for warm in sorted({bool(r["warm"]) for r in results}):
         lines.append(WARM if warm else COLD)
     lines.append("ratio: samples/s against the first --dir on the same node")
@@ -259,18 +317,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dl_io_bench.py",
         description="The DL input pattern (many small files read whole in random order by several processes), "
-                    "timed on one or more directories of this node.")
+        "timed on one or more directories of this node.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run on this node, print the table (or JSON)")
-    p_run.add_argument("--dir", dest="dirs", action="append", type=named_dir, required=True, metavar="NAME=PATH",
-                       help="a directory to test, named for the table (repeat: shared=/home/x/bench local=/local/x)")
+    p_run.add_argument(
+        "--dir",
+        dest="dirs",
+        action="append",
+        type=named_dir,
+        required=True,
+        metavar="NAME=PATH",
+        help="a directory to test, named for the table (repeat: shared=/home/x/bench local=/local/x)",
+    )
     p_run.add_argument("--files", type=int, default=FILES, help=f"files in the tree (default {FILES})")
     p_run.add_argument("--readers", type=int, default=READERS, help=f"reader processes (default {READERS})")
     p_run.add_argument("--classes", type=int, default=CLASSES, help=f"class directories (default {CLASSES})")
     p_run.add_argument("--mean-kb", type=float, default=MEAN_BYTES / 1000, help="mean file size, KB (default 110)")
     p_run.add_argument("--seed", type=int, default=0)
-    p_run.add_argument("--warm", action="store_true",
-                       help="do not drop the page cache: read every file once, untimed, before the pass")
+    p_run.add_argument(
+        "--warm", action="store_true", help="do not drop the page cache: read every file once, untimed, before the pass"
+    )
     p_run.add_argument("--keep", action="store_true", help="keep the files (a hal-dl-io-* directory under each --dir)")
     p_run.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
     p_table = sub.add_parser("table", help="print the table of result files (or directories of them)")
@@ -278,8 +345,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            doc = run(args.dirs, args.files, args.readers, args.classes, args.seed, args.warm, args.keep,
-                      int(args.mean_kb * 1000))
+            doc = run(
+                args.dirs,
+                args.files,
+                args.readers,
+                args.classes,
+                args.seed,
+                args.warm,
+                args.keep,
+                int(args.mean_kb * 1000),
+            )
             print(json.dumps(doc, sort_keys=True) if args.json else table([doc]), end="\n" if args.json else "")
         else:
             print(table(load_results(*args.results)), end="")

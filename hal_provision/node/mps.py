@@ -47,8 +47,12 @@ class GpuState:
 
     def daemon_env(self, env: dict[str, str]) -> dict[str, str]:
         out = {k: v for k, v in env.items() if not k.startswith(("CUDA_", "SLURM_"))}
-        out.update(PATH=env.get("PATH") or DEFAULT_PATH, CUDA_VISIBLE_DEVICES=self.gpu,
-                   CUDA_MPS_PIPE_DIRECTORY=str(self.pipe), CUDA_MPS_LOG_DIRECTORY=str(self.log))
+        out.update(
+            PATH=env.get("PATH") or DEFAULT_PATH,
+            CUDA_VISIBLE_DEVICES=self.gpu,
+            CUDA_MPS_PIPE_DIRECTORY=str(self.pipe),
+            CUDA_MPS_LOG_DIRECTORY=str(self.log),
+        )
         return out
 
     def locked(self):
@@ -71,8 +75,11 @@ def _control(env: dict[str, str], state: GpuState, args: list[str], stdin: str |
         return 1
     done = subprocess.run([program, *args], env=daemon_env, input=stdin, text=True, capture_output=True)
     if done.returncode != 0:
-        print(f"hal-mps: {CONTROL} {' '.join(args)} (GPU {state.gpu}) exited {done.returncode}: "
-              f"{(done.stderr or done.stdout).strip()}", file=sys.stderr)
+        print(
+            f"hal-mps: {CONTROL} {' '.join(args)} (GPU {state.gpu}) exited {done.returncode}: "
+            f"{(done.stderr or done.stdout).strip()}",
+            file=sys.stderr,
+        )
     return done.returncode
 
 

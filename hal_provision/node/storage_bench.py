@@ -105,14 +105,18 @@ def parse_fio(doc: dict) -> dict[str, list[dict]]:
             raise BenchError(f"fio job {job.get('jobname')} failed with error {job['error']}")
         read = job["read"]
         out.setdefault(job["jobname"], []).append(
-            {"bw_bytes": float(read.get("bw_bytes", read.get("bw", 0) * 1024)),
-             "iops": float(read["iops"]), "ios": int(read.get("total_ios", 0))}
+            {
+                "bw_bytes": float(read.get("bw_bytes", read.get("bw", 0) * 1024)),
+                "iops": float(read["iops"]),
+                "ios": int(read.get("total_ios", 0)),
+            }
         )
     return out
 
 
 def time_listing(directory: Path, repeats: int, clock=time.perf_counter) -> dict:
     """Entries per second of a recursive scandir of `directory`, best of `repeats` runs."""
+
     def walk(path: Path) -> int:
         n = 0
         with os.scandir(path) as it:
@@ -145,7 +149,7 @@ def run(directory: Path, size_name: str, fio: str = "fio", keep: bool = False) -
         proc = subprocess.run([fio, "--output-format=json", str(jobs)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BenchError(f"fio failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout[-2000:]}")
-        doc = json.loads(proc.stdout[proc.stdout.index("{"):])
+        doc = json.loads(proc.stdout[proc.stdout.index("{") :])
         return {
             "host": socket.gethostname(),
             "directory": str(directory),
@@ -179,12 +183,32 @@ def summarize(results: list[dict]) -> list[dict]:
         rows.append(_row(pattern, "ALL", every_rank))
     rates = {res["host"]: max(res[LISTING]["entries_per_s"]) for res in results}
     for host in sorted(rates):
-        rows.append({"pattern": LISTING, "node": host, "ranks": 1, "mib_s": None, "iops": rates[host],
-                     "rank_min": rates[host], "rank_max": rates[host], "cv": 0.0})
+        rows.append(
+            {
+                "pattern": LISTING,
+                "node": host,
+                "ranks": 1,
+                "mib_s": None,
+                "iops": rates[host],
+                "rank_min": rates[host],
+                "rank_max": rates[host],
+                "cv": 0.0,
+            }
+        )
     if rates:
         values = list(rates.values())
-        rows.append({"pattern": LISTING, "node": "ALL", "ranks": len(values), "mib_s": None,
-                     "iops": sum(values), "rank_min": min(values), "rank_max": max(values), "cv": _cv(values)})
+        rows.append(
+            {
+                "pattern": LISTING,
+                "node": "ALL",
+                "ranks": len(values),
+                "mib_s": None,
+                "iops": sum(values),
+                "rank_min": min(values),
+                "rank_max": max(values),
+                "cv": _cv(values),
+            }
+        )
     return rows
 
 
@@ -193,9 +217,14 @@ def _row(pattern: str, node: str, ranks: list[dict]) -> dict:
     iops = [r["iops"] for r in ranks]
     spread = iops if pattern == "metadata-stat" else bws
     return {
-        "pattern": pattern, "node": node, "ranks": len(ranks),
-        "mib_s": sum(bws) if pattern != "metadata-stat" else None, "iops": sum(iops),
-        "rank_min": min(spread, default=0.0), "rank_max": max(spread, default=0.0), "cv": _cv(spread),
+        "pattern": pattern,
+        "node": node,
+        "ranks": len(ranks),
+        "mib_s": sum(bws) if pattern != "metadata-stat" else None,
+        "iops": sum(iops),
+        "rank_min": min(spread, default=0.0),
+        "rank_max": max(spread, default=0.0),
+        "cv": _cv(spread),
     }
 
 
@@ -206,17 +235,25 @@ def table(results: list[dict]) -> str:
     for r in summarize(results):
         unit = "MiB/s" if r["mib_s"] is not None else ("entries/s" if r["pattern"] == LISTING else "stat/s")
         digits = 1 if r["mib_s"] is not None else 0
-        lines.append((
-            r["pattern"], r["node"], str(r["ranks"]),
-            "-" if r["mib_s"] is None else f"{r['mib_s']:.1f}",
-            f"{r['iops']:.0f}",
-            f"{r['rank_min']:.{digits}f}-{r['rank_max']:.{digits}f} {unit}",
-            f"{r['cv']:.1f}%",
-        ))
+        lines.append(
+            (
+                r["pattern"],
+                r["node"],
+                str(r["ranks"]),
+                "-" if r["mib_s"] is None else f"{r['mib_s']:.1f}",
+                f"{r['iops']:.0f}",
+                f"{r['rank_min']:.{digits}f}-{r['rank_max']:.{digits}f} {unit}",
+                f"{r['cv']:.1f}%",
+            )
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     text = []
     for n, line in enumerate(lines):
-        text.append("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+        text.append(
+            "  ".join(
+                cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths))
+            ).rstrip()
+        )
         if n == 0:
             text.append("  ".join("-" * w for w in widths))
     sizes = sorted({r.get("size", "?") for r in results})

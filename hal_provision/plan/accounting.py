@@ -68,12 +68,26 @@ def sacctmgr_changes(old_text: str | None, new_text: str | None, cluster: str) -
     for u in new_users:
         missing = [assoc.split("|")[0] for assoc in u.get("associations", []) if assoc not in present]
         if missing:
-            run("add", "user", u["name"], f"Account={','.join(missing)}", f"DefaultAccount={u['default_account']}",
-                f"AdminLevel={u['admin_level']}", f"Cluster={cluster}")
+            run(
+                "add",
+                "user",
+                u["name"],
+                f"Account={','.join(missing)}",
+                f"DefaultAccount={u['default_account']}",
+                f"AdminLevel={u['admin_level']}",
+                f"Cluster={cluster}",
+            )
     for u in new_users:
         if u["name"] in old_users and u["listed"] != old_users[u["name"]]["listed"]:
-            run("modify", "user", "where", f"name={u['name']}", "set",
-                f"DefaultAccount={u['default_account']}", f"AdminLevel={u['admin_level']}")
+            run(
+                "modify",
+                "user",
+                "where",
+                f"name={u['name']}",
+                "set",
+                f"DefaultAccount={u['default_account']}",
+                f"AdminLevel={u['admin_level']}",
+            )
 
     managed = set(new.get("managed_accounts", []))
     wanted = {assoc for u in new_users for assoc in u.get("associations", [])}

@@ -91,8 +91,10 @@ def find(old: dict[str, str], new: dict[str, str]) -> Recomposition | None:
         return None
     # What compose.yml would move with the drivers answering OLD's counts (the same rule: a host
     # takes its GPUs from the first pool cabled to it).
-    held = [{"pool": pool["name"], "hosts": {h: old_counts.get(h, 0) for h in pool.get("hosts", [])}}
-            for pool in after.get("pools", [])]
+    held = [
+        {"pool": pool["name"], "hosts": {h: old_counts.get(h, 0) for h in pool.get("hosts", [])}}
+        for pool in after.get("pools", [])
+    ]
     steps = moves(after, str(after.get("active")), held)["steps"]
     pools = []
     for pool in after.get("pools", []):
@@ -100,8 +102,11 @@ def find(old: dict[str, str], new: dict[str, str]) -> Recomposition | None:
         loses = {s["host"]: s["count"] for s in mine if s["action"] == "detach"}
         gains = {s["host"]: s["count"] for s in mine if s["action"] == "attach"}
         if loses or gains:
-            pools.append(PoolMove(pool["name"], pool.get("gpu_type", ""), pool.get("driver", ""),
-                                  pool.get("driver_url"), loses, gains))
+            pools.append(
+                PoolMove(
+                    pool["name"], pool.get("gpu_type", ""), pool.get("driver", ""), pool.get("driver_url"), loses, gains
+                )
+            )
     if not pools:
         return None
     found = Recomposition(str(before.get("active")), str(after.get("active")), pools)
@@ -126,7 +131,9 @@ def _recomposed(old: dict[str, str], layout: str) -> dict[str, str]:
 
 def explains(recompose: Recomposition, old: dict[str, str], new: dict[str, str], path: str) -> bool:
     """Whether `path`'s change is the recomposition's alone."""
-    return path == COMPOSABLE or (old.get(path) != recompose.base.get(path) and recompose.base.get(path) == new.get(path))
+    return path == COMPOSABLE or (
+        old.get(path) != recompose.base.get(path) and recompose.base.get(path) == new.get(path)
+    )
 
 
 def consequences(recompose: Recomposition, sides: Sides) -> tuple[list[Consequence], list[str]]:
@@ -136,28 +143,44 @@ def consequences(recompose: Recomposition, sides: Sides) -> tuple[list[Consequen
     involved = fold_or_dash(recompose.hosts)
     reason = f'reason="hal-provision compose: layout {recompose.layout}"'
     out = [
-        Consequence("drain", involved, "no new job starts there", (f"scontrol update nodename={involved} state=drain {reason}",)),
-        Consequence("wait for jobs", involved, "bounded: compose.yml stops, cancelling nothing, if a job outlasts the "
-                    "wait", (f"squeue -w {involved} lists no job",)),
+        Consequence(
+            "drain", involved, "no new job starts there", (f"scontrol update nodename={involved} state=drain {reason}",)
+        ),
+        Consequence(
+            "wait for jobs",
+            involved,
+            "bounded: compose.yml stops, cancelling nothing, if a job outlasts the wait",
+            (f"squeue -w {involved} lists no job",),
+        ),
     ]
     # Every pool's detaches first, then the attaches: a GPU leaves one host before another takes it.
     for action, verb in (("detach", "loses"), ("attach", "gains")):
         for pool in recompose.pools:
             moved = getattr(pool, verb)
             if moved:
-                out.append(Consequence(action, fold_or_dash(moved),
-                                       f"pool {pool.name} ({pool.gpu_type}), driver {pool.driver}: "
-                                       + ", ".join(f"{h} {verb} {n}" for h, n in moved.items()),
-                                       tuple(pool.command(action, h, n) for h, n in moved.items())))
+                out.append(
+                    Consequence(
+                        action,
+                        fold_or_dash(moved),
+                        f"pool {pool.name} ({pool.gpu_type}), driver {pool.driver}: "
+                        + ", ".join(f"{h} {verb} {n}" for h, n in moved.items()),
+                        tuple(pool.command(action, h, n) for h, n in moved.items()),
+                    )
+                )
     # With a backup controller, the backup first, as every restart of slurmctld (the slurm role's handlers).
     order = SlurmConf.parse(sides.new.get(slurm["reconfigure_file"], "")).controllers
-    out += controller_restarts(controller, order, f"the NodeName Gres lines and gres.conf of layout {recompose.layout}: "
-                               "read only at start", slurm["backup_ready"])
+    out += controller_restarts(
+        controller,
+        order,
+        f"the NodeName Gres lines and gres.conf of layout {recompose.layout}: read only at start",
+        slurm["backup_ready"],
+    )
     out += [
         Consequence("restart slurmd", involved, "finds the GPUs the layout gives each host (gres.conf)"),
         Consequence("health check", involved, "the GPUs of the layout are there, on the pool's socket", (HEALTH,)),
-        Consequence("resume", involved, "once the health check passes",
-                    (f"scontrol update nodename={involved} state=resume",)),
+        Consequence(
+            "resume", involved, "once the health check passes", (f"scontrol update nodename={involved} state=resume",)
+        ),
     ]
     notes = [f"layout {recompose.old_layout} -> {recompose.layout}"]
     for pool in recompose.pools:
@@ -185,8 +208,14 @@ def impacts(recompose: Recomposition, jobs: list[Job]) -> list[Impact]:
         for host in job.hosts():
             held = gpus_held(job, host)
             if host in loses and held:
-                out.append(Impact(job, True, f"holds {held} GPU{'s' if held != 1 else ''} on {host}, which loses "
-                                  f"{loses[host]}", "recomposition"))
+                out.append(
+                    Impact(
+                        job,
+                        True,
+                        f"holds {held} GPU{'s' if held != 1 else ''} on {host}, which loses {loses[host]}",
+                        "recomposition",
+                    )
+                )
                 break
     return out
 
@@ -196,10 +225,14 @@ def advice(recompose: Recomposition, blocking: list[Impact], inventory: str, pul
     compose.yml reaches the pull nodes over SSH too, as their enrolment did: the pool's driver and
     the drain are the controller's, and no converge of a node's own can move GPUs."""
     command = COMPOSE.format(inventory=inventory, layout=recompose.layout)
-    does = (f"drains {fold_or_dash(recompose.hosts)}, waits for their jobs without cancelling any, detaches, attaches, "
-            "restarts, checks, resumes" + ("; it pushes to the pull nodes too, over SSH" if pull else ""))
+    does = (
+        f"drains {fold_or_dash(recompose.hosts)}, waits for their jobs without cancelling any, detaches, attaches, "
+        "restarts, checks, resumes" + ("; it pushes to the pull nodes too, over SSH" if pull else "")
+    )
     if blocking:
-        out = [f"job {i.job.job_id} ({i.job.user}) {i.why}: wait until it ends, or ask {i.job.user} to end it"
-               for i in blocking]
+        out = [
+            f"job {i.job.job_id} ({i.job.user}) {i.why}: wait until it ends, or ask {i.job.user} to end it"
+            for i in blocking
+        ]
         return out + [Line(f"then recompose: {command} ({does})", [command])]
     return [Line(f"recompose: {command} ({does})", [command])]

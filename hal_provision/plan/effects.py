@@ -103,12 +103,17 @@ class Sides:
 def effect(component: Component, files: list[FileChange], sides: Sides) -> Effect:
     if not component.deployed(sides.new):
         cond = component.deployed_when
-        return Effect([Consequence(NOTHING, "-", f"not deployed: {cond['key']} in {cond['file']} is not {cond['equals']}")])
-    special = {"slurm": _slurm, "sacctmgr": _accounting, "mmchconfig": _tuning,
-               "upgrade": _upgrade}.get(component.action)
+        return Effect(
+            [Consequence(NOTHING, "-", f"not deployed: {cond['key']} in {cond['file']} is not {cond['equals']}")]
+        )
+    special = {"slurm": _slurm, "sacctmgr": _accounting, "mmchconfig": _tuning, "upgrade": _upgrade}.get(
+        component.action
+    )
     if special is not None:
         return special(component, files, sides)
-    return Effect([Consequence(_simple_action(component), fold_or_dash(_hosts(component, files, sides)), component.detail)])
+    return Effect(
+        [Consequence(_simple_action(component), fold_or_dash(_hosts(component, files, sides)), component.detail)]
+    )
 
 
 def _simple_action(component: Component) -> str:
@@ -125,7 +130,9 @@ def _hosts(component: Component, files: list[FileChange], sides: Sides) -> set[s
     """Hosts that get the changed files: from NEW's inventory, OLD's for a removed file."""
     hosts: set[str] = set()
     for f in files:
-        tree, inventory = (sides.old, sides.old_inventory) if f.change == "removed" else (sides.new, sides.new_inventory)
+        tree, inventory = (
+            (sides.old, sides.old_inventory) if f.change == "removed" else (sides.new, sides.new_inventory)
+        )
         groups = component.groups_for(component.match(f.path) or {}) + component.groups_from_files(tree)
         for group in groups:
             hosts |= inventory.hosts(group)
@@ -151,37 +158,63 @@ def _slurm(component: Component, files: list[FileChange], sides: Sides) -> Effec
     old_conf, new_conf = SlurmConf.parse(sides.old.get(conf_path, "")), SlurmConf.parse(sides.new.get(conf_path, ""))
     if restart:
         outside = [k for k in keys if k not in allowed]
-        why = "; ".join(filter(None, [
-            f"{', '.join(others)} changed: read only at start" if others else "",
-            f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
-        ]))
+        why = "; ".join(
+            filter(
+                None,
+                [
+                    f"{', '.join(others)} changed: read only at start" if others else "",
+                    f"keys outside reconfigure_keys: {', '.join(outside)}" if outside else "",
+                ],
+            )
+        )
         out = [*controller_restarts(controller, new_conf.controllers, why, rule["backup_ready"])]
         if pushed or not configless:
             out.append(Consequence("restart slurmd", fold_or_dash(pushed), "running jobs survive a slurmd restart"))
         if configless:
-            out.append(Consequence("restart slurmd", fold_or_dash(configless),
-                                   "configless: no file copied; slurmd fetches the configuration from slurmctld as it "
-                                   "starts; running jobs survive a slurmd restart"))
+            out.append(
+                Consequence(
+                    "restart slurmd",
+                    fold_or_dash(configless),
+                    "configless: no file copied; slurmd fetches the configuration from slurmctld as it "
+                    "starts; running jobs survive a slurmd restart",
+                )
+            )
     else:
-        out = [Consequence("scontrol reconfigure", fold_or_dash(controller),
-                           f"reconfigurable keys only: {', '.join(keys) or '(comments)'}")]
+        out = [
+            Consequence(
+                "scontrol reconfigure",
+                fold_or_dash(controller),
+                f"reconfigurable keys only: {', '.join(keys) or '(comments)'}",
+            )
+        ]
         if pushed or not configless:
             out.append(Consequence("reload slurmd", fold_or_dash(pushed), "SIGHUP: slurmd re-reads slurm.conf"))
         if configless:
-            out.append(Consequence("reached by scontrol reconfigure", fold_or_dash(configless),
-                                   "configless: no file copied; the reconfigure sends slurmd the new configuration"))
+            out.append(
+                Consequence(
+                    "reached by scontrol reconfigure",
+                    fold_or_dash(configless),
+                    "configless: no file copied; the reconfigure sends slurmd the new configuration",
+                )
+            )
     if clients:
         out.append(Consequence("file only", fold_or_dash(clients), component.detail))
 
-    slurm = SlurmEffect(restart, (controller | computes) if restart else set(), old_conf, new_conf,
-                        removed=old_conf.nodes.keys() - new_conf.nodes.keys(),
-                        added=new_conf.nodes.keys() - old_conf.nodes.keys(),
-                        redefined=definition_changes(old_conf, new_conf))
+    slurm = SlurmEffect(
+        restart,
+        (controller | computes) if restart else set(),
+        old_conf,
+        new_conf,
+        removed=old_conf.nodes.keys() - new_conf.nodes.keys(),
+        added=new_conf.nodes.keys() - old_conf.nodes.keys(),
+        redefined=definition_changes(old_conf, new_conf),
+    )
     return Effect(out, _slurm_notes(slurm, json_key(sides.new, SLURM_VERSION_JSON, "version")), slurm)
 
 
-def controller_restarts(hosts: set[str], order: list[str], why: str, ready: str,
-                        action: str = "restart slurmctld") -> list[Consequence]:
+def controller_restarts(
+    hosts: set[str], order: list[str], why: str, ready: str, action: str = "restart slurmctld"
+) -> list[Consequence]:
     """slurmctld restarted (or upgraded: `action`) on `hosts`: at once with one controller; with
     a backup (slurm.conf's SlurmctldHost lines, in `order`) the backup first, then the primary
     once `ready` (the policy's `backup_ready`) shows the backup UP, each its own consequence, in
@@ -190,25 +223,33 @@ def controller_restarts(hosts: set[str], order: list[str], why: str, ready: str,
     if primary not in hosts or not backups:
         return [Consequence(action, fold_or_dash(hosts), why)]
     shown = ", ".join(backups)
-    return [Consequence(action, fold_or_dash(backups),
-                        f"backup controller, first{': ' + why if why else ''}"),
-            Consequence(action, primary,
-                        f"primary controller, once `{ready}` shows {shown} UP: one controller always runs, "
-                        f"and {shown} takes over should {primary} not come back")]
+    return [
+        Consequence(action, fold_or_dash(backups), f"backup controller, first{': ' + why if why else ''}"),
+        Consequence(
+            action,
+            primary,
+            f"primary controller, once `{ready}` shows {shown} UP: one controller always runs, "
+            f"and {shown} takes over should {primary} not come back",
+        ),
+    ]
 
 
 def _slurm_notes(s: SlurmEffect, version: str | None) -> list[str]:
     """Notes on the Slurm change; `version`: the major NEW is written for (None: NEW records none)."""
     notes = []
     if s.old.controllers != s.new.controllers:
-        notes.append(f"controllers (primary first): {', '.join(s.old.controllers) or '-'} -> "
-                     f"{', '.join(s.new.controllers) or '-'}")
+        notes.append(
+            f"controllers (primary first): {', '.join(s.old.controllers) or '-'} -> "
+            f"{', '.join(s.new.controllers) or '-'}"
+        )
     if s.added:
         slurm = f"Slurm {version}: " if version else ""
         notes.append(f"nodes added: {fold_or_dash(s.added)} ({slurm}slurmctld and every slurmd restart to learn them)")
     if s.removed:
-        notes.append(f"nodes removed: {fold_or_dash(s.removed)} (site.yml no longer manages them: "
-                     "drain them, then stop their slurmd)")
+        notes.append(
+            f"nodes removed: {fold_or_dash(s.removed)} (site.yml no longer manages them: "
+            "drain them, then stop their slurmd)"
+        )
     by_change: dict[str, set[str]] = {}
     for host, diffs in s.redefined.items():
         by_change.setdefault(", ".join(diffs), set()).add(host)
@@ -218,7 +259,9 @@ def _slurm_notes(s: SlurmEffect, version: str | None) -> list[str]:
         if a is None or b is None:
             notes.append(f"partition {name} {'added' if a is None else 'removed'}")
         elif a != b:
-            diffs = [f"{k} {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+            diffs = [
+                f"{k} {a.get(k, '-')} -> {b.get(k, '-')}" for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)
+            ]
             notes.append(f"partition {name}: {', '.join(diffs)}")
     return notes
 
@@ -230,31 +273,59 @@ def _upgrade(component: Component, files: list[FileChange], sides: Sides) -> Eff
     path = files[0].path
     old, new = json_key(sides.old, path, "version"), json_key(sides.new, path, "version")
     if old is None or new is None:
-        return Effect([Consequence(NOTHING, "-", f"{'OLD' if old is None else 'NEW'} records no Slurm version "
-                                                 "(rendered before hal-provision wrote it): compare by hand")])
+        return Effect(
+            [
+                Consequence(
+                    NOTHING,
+                    "-",
+                    f"{'OLD' if old is None else 'NEW'} records no Slurm version "
+                    "(rendered before hal-provision wrote it): compare by hand",
+                )
+            ]
+        )
     if old == new:
         return Effect([Consequence(NOTHING, "-", f"Slurm {new} on both sides")])
     steps = upgrade_path(old, new)
     if steps is None:
-        why = (f"Slurm {old} -> {new} is a downgrade, which Slurm does not support: slurmdbd {old} has converted "
-               f"the accounting database, and slurmctld {old} its saved state, to formats {new} cannot read")
-        return Effect([Consequence(BLOCKED, "-", why)], blocking=[why], advice=[
-            f"keep slurm.version {old}, or go back to {new} by restoring the snapshots taken before the upgrade "
-            f"to {old} (playbooks/restore.yml) with {new}'s packages"])
+        why = (
+            f"Slurm {old} -> {new} is a downgrade, which Slurm does not support: slurmdbd {old} has converted "
+            f"the accounting database, and slurmctld {old} its saved state, to formats {new} cannot read"
+        )
+        return Effect(
+            [Consequence(BLOCKED, "-", why)],
+            blocking=[why],
+            advice=[
+                f"keep slurm.version {old}, or go back to {new} by restoring the snapshots taken before the upgrade "
+                f"to {old} (playbooks/restore.yml) with {new}'s packages"
+            ],
+        )
     if len(steps) > 2:
         route = " -> ".join(steps)
-        why = (f"Slurm {new} takes the state of {', '.join(upgrades_from(new))} only, not {old}'s (Slurm's upgrade "
-               f"window: the two previous majors, the three previous from {WINDOW_WIDENED_IN}): upgrade through "
-               f"{route}")
-        return Effect([Consequence(BLOCKED, "-", why)], blocking=[why], advice=[
-            f"upgrade in steps, {route}: set slurm.version to {steps[1]}, plan and converge as this plan would, "
-            f"then the next" + (" and the next" if len(steps) > 3 else "")])
-    return Effect(_upgrade_steps(component, sides, old, new), [
-        f"Slurm {old} -> {new}: each host's package source must offer {new} ({shipped()}); the slurm role installs "
-        "what it offers and upgrades nothing",
-        f"the Slurm files of NEW are written for {new}: each daemon gets them at its step, not before"],
-        advice=[f"upgrade Slurm {old} -> {new} in the order of slurm_upgrade, each step once the one before "
-                "answers; nothing else meanwhile"])
+        why = (
+            f"Slurm {new} takes the state of {', '.join(upgrades_from(new))} only, not {old}'s (Slurm's upgrade "
+            f"window: the two previous majors, the three previous from {WINDOW_WIDENED_IN}): upgrade through "
+            f"{route}"
+        )
+        return Effect(
+            [Consequence(BLOCKED, "-", why)],
+            blocking=[why],
+            advice=[
+                f"upgrade in steps, {route}: set slurm.version to {steps[1]}, plan and converge as this plan would, "
+                f"then the next" + (" and the next" if len(steps) > 3 else "")
+            ],
+        )
+    return Effect(
+        _upgrade_steps(component, sides, old, new),
+        [
+            f"Slurm {old} -> {new}: each host's package source must offer {new} ({shipped()}); the slurm role installs "
+            "what it offers and upgrades nothing",
+            f"the Slurm files of NEW are written for {new}: each daemon gets them at its step, not before",
+        ],
+        advice=[
+            f"upgrade Slurm {old} -> {new} in the order of slurm_upgrade, each step once the one before "
+            "answers; nothing else meanwhile"
+        ],
+    )
 
 
 def _upgrade_steps(component: Component, sides: Sides, old: str, new: str) -> list[Consequence]:
@@ -265,40 +336,82 @@ def _upgrade_steps(component: Component, sides: Sides, old: str, new: str) -> li
     computes = inventory.hosts(slurm["compute_group"]) - sides.new_hosts
     clients = {h for g in component.hosts for h in inventory.hosts(g)} - dbd - controller - computes - sides.new_hosts
     order = SlurmConf.parse(sides.new.get(slurm["reconfigure_file"], "")).controllers
-    backup_host = next((j.get("host") for j in json_key(sides.new, "files/etc/hal-provision/backup.json", "jobs") or []
-                        if isinstance(j, dict) and j.get("name") == rule["backup_job"]), None)
+    backup_host = next(
+        (
+            j.get("host")
+            for j in json_key(sides.new, "files/etc/hal-provision/backup.json", "jobs") or []
+            if isinstance(j, dict) and j.get("name") == rule["backup_job"]
+        ),
+        None,
+    )
     if backup_host:
-        backup = Consequence("back up", backup_host, "the accounting database as it is now, before slurmdbd stops", (
-            rule["backup"].format(inventory=sides.inventory), f"hal-backup run --job {rule['backup_job']}",
-            f"hal-backup verify {rule['backup_job']}"))
+        backup = Consequence(
+            "back up",
+            backup_host,
+            "the accounting database as it is now, before slurmdbd stops",
+            (
+                rule["backup"].format(inventory=sides.inventory),
+                f"hal-backup run --job {rule['backup_job']}",
+                f"hal-backup verify {rule['backup_job']}",
+            ),
+        )
     else:
-        backup = Consequence("back up", fold_or_dash(dbd), "the accounting database, by hand: no backup section "
-                                                           "backs it up (mariadb-dump of slurm.accounting_database)")
+        backup = Consequence(
+            "back up",
+            fold_or_dash(dbd),
+            "the accounting database, by hand: no backup section "
+            "backs it up (mariadb-dump of slurm.accounting_database)",
+        )
     pushed, pulled = computes - sides.pull_nodes, computes & sides.pull_nodes
     rolling = ROLLING.format(inventory=sides.inventory, hosts=fold_or_dash(pushed))
     slurmd = []
     if pushed or not pulled:
-        slurmd.append(Consequence("upgrade slurmd", fold_or_dash(pushed),
-                                  f"then rolling, a part of the nodes per run ({ROLLING_DOES}): running jobs are "
-                                  "never cancelled", (rolling,)))
+        slurmd.append(
+            Consequence(
+                "upgrade slurmd",
+                fold_or_dash(pushed),
+                f"then rolling, a part of the nodes per run ({ROLLING_DOES}): running jobs are never cancelled",
+                (rolling,),
+            )
+        )
     if pulled:  # rolling.yml would push to them: their own converge takes the bundle instead
-        slurmd.append(Consequence("upgrade slurmd", fold_or_dash(pulled),
-                                  "then pull nodes, at their own converge once the bundle of NEW is published: each "
-                                  "drains itself, waits for its jobs without cancelling any, converges, resumes"))
+        slurmd.append(
+            Consequence(
+                "upgrade slurmd",
+                fold_or_dash(pulled),
+                "then pull nodes, at their own converge once the bundle of NEW is published: each "
+                "drains itself, waits for its jobs without cancelling any, converges, resumes",
+            )
+        )
     return [
         backup,
-        Consequence("upgrade slurmdbd", fold_or_dash(dbd),
-                    f"first, alone, the rest of Slurm left running: at its first start slurmdbd {new} converts the "
-                    f"accounting database of {old}; how long that takes cannot be known in advance (it grows with "
-                    "the job and step tables): wait until it answers (sacctmgr show cluster), stop nothing meanwhile"),
-        *controller_restarts(controller, order,
-                             f"then, once slurmdbd answers: slurmctld {new} converts the saved state of {old} at "
-                             "its first start; jobs keep running",
-                             slurm["backup_ready"], action="upgrade slurmctld"),
+        Consequence(
+            "upgrade slurmdbd",
+            fold_or_dash(dbd),
+            f"first, alone, the rest of Slurm left running: at its first start slurmdbd {new} converts the "
+            f"accounting database of {old}; how long that takes cannot be known in advance (it grows with "
+            "the job and step tables): wait until it answers (sacctmgr show cluster), stop nothing meanwhile",
+        ),
+        *controller_restarts(
+            controller,
+            order,
+            f"then, once slurmdbd answers: slurmctld {new} converts the saved state of {old} at "
+            "its first start; jobs keep running",
+            slurm["backup_ready"],
+            action="upgrade slurmctld",
+        ),
         *slurmd,
-        *([Consequence("upgrade Slurm clients", fold_or_dash(clients),
-                       f"last: {old}'s commands talk to slurmctld {new}; {new}'s would not talk to {old}'s")]
-          if clients else []),
+        *(
+            [
+                Consequence(
+                    "upgrade Slurm clients",
+                    fold_or_dash(clients),
+                    f"last: {old}'s commands talk to slurmctld {new}; {new}'s would not talk to {old}'s",
+                )
+            ]
+            if clients
+            else []
+        ),
     ]
 
 
@@ -311,11 +424,22 @@ def _accounting(component: Component, files: list[FileChange], sides: Sides) -> 
     if not changes.commands:
         out = [Consequence(NOTHING, "-", "no sacctmgr command: Slurm's listings already match")]
     else:
-        out = [Consequence("sacctmgr", fold_or_dash([dbd] if dbd else []), f"first {component.hosts[0]} host",
-                           tuple(changes.lines()))]
+        out = [
+            Consequence(
+                "sacctmgr",
+                fold_or_dash([dbd] if dbd else []),
+                f"first {component.hosts[0]} host",
+                tuple(changes.lines()),
+            )
+        ]
     if changes.reconfigure:
-        out.append(Consequence("scontrol reconfigure", fold_or_dash(sides.new_inventory.hosts("service_slurmctld")),
-                               "a QOS was added: partitions find it after a reconfigure"))
+        out.append(
+            Consequence(
+                "scontrol reconfigure",
+                fold_or_dash(sides.new_inventory.hosts("service_slurmctld")),
+                "a QOS was added: partitions find it after a reconfigure",
+            )
+        )
     return Effect(out, changes.notes)
 
 
@@ -324,12 +448,23 @@ def _tuning(component: Component, files: list[FileChange], sides: Sides) -> Effe
     admin = sides.new_inventory.first(component.hosts[0]) if component.hosts else None
     out = []
     if changes.commands:
-        out.append(Consequence("mmchconfig", fold_or_dash([admin] if admin else []), component.detail,
-                               tuple(" ".join(argv) for argv in changes.commands)))
+        out.append(
+            Consequence(
+                "mmchconfig",
+                fold_or_dash([admin] if admin else []),
+                component.detail,
+                tuple(" ".join(argv) for argv in changes.commands),
+            )
+        )
     for scope, hosts in changes.restart.items():
         where = "every node" if scope == "cluster" else f"node class {scope}"
-        out.append(Consequence("restart GPFS", fold_or_dash(hosts),
-                               f"{where}: mmshutdown, mmstartup, one class at a time (the role only names it)"))
+        out.append(
+            Consequence(
+                "restart GPFS",
+                fold_or_dash(hosts),
+                f"{where}: mmshutdown, mmstartup, one class at a time (the role only names it)",
+            )
+        )
     if not out:
         out.append(Consequence(NOTHING, "-", "no mmchconfig: the settings already match"))
     return Effect(out, changes.notes)

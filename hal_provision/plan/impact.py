@@ -54,13 +54,23 @@ def _running(job: Job, s: SlurmEffect) -> Impact | None:
     hosts = job.hosts()
     removed = sorted(set(hosts) & s.removed)
     if removed:
-        return Impact(job, True, f"runs on {fold_or_dash(removed)}, which leaves the cluster: the job would be lost",
-                      "removed-node", tuple(removed))
+        return Impact(
+            job,
+            True,
+            f"runs on {fold_or_dash(removed)}, which leaves the cluster: the job would be lost",
+            "removed-node",
+            tuple(removed),
+        )
     redefined = sorted(h for h in hosts if h in s.redefined)
     if redefined and s.restart:
         change = ", ".join(s.redefined[redefined[0]])
-        return Impact(job, True, f"runs on {fold_or_dash(redefined)}, whose slurmd restarts with a new definition ({change})",
-                      "redefined-node", tuple(redefined))
+        return Impact(
+            job,
+            True,
+            f"runs on {fold_or_dash(redefined)}, whose slurmd restarts with a new definition ({change})",
+            "redefined-node",
+            tuple(redefined),
+        )
     restarting = sorted(set(hosts) & s.restarting)
     if restarting:
         return Impact(job, False, f"slurmd restarts on {fold_or_dash(restarting)}; the job keeps running", "restart")
@@ -94,31 +104,60 @@ class _Limits:
         tl = job.time_limit
         max_time, was = self.new.max_time(partition), self.old.max_time(partition)
         if tl is not None and lowered(max_time, was) and tl > max_time:
-            return Impact(job, True, f"asks for {clock(tl)}; partition {partition}'s MaxTime drops to {clock(max_time)} "
-                          f"(was {clock(was)})", "time", limit=clock(max_time))
+            return Impact(
+                job,
+                True,
+                f"asks for {clock(tl)}; partition {partition}'s MaxTime drops to {clock(max_time)} (was {clock(was)})",
+                "time",
+                limit=clock(max_time),
+            )
         for name in filter(None, [job.qos, self.new.partition_qos(partition)]):
             q, q_was = self.new_qos.get(name), self.old_qos.get(name)
             if q is None:
                 continue
             wall_was = q_was.max_wall if q_was else None
             if tl is not None and lowered(q.max_wall, wall_was) and tl > q.max_wall:
-                return Impact(job, True, f"asks for {clock(tl)}; QOS {name}'s MaxWall drops to {clock(q.max_wall)} "
-                              f"(was {clock(wall_was)})", "time", limit=clock(q.max_wall))
+                return Impact(
+                    job,
+                    True,
+                    f"asks for {clock(tl)}; QOS {name}'s MaxWall drops to {clock(q.max_wall)} (was {clock(wall_was)})",
+                    "time",
+                    limit=clock(q.max_wall),
+                )
             gpus_was = q_was.max_gpus_per_user if q_was else None
             if job.total_gpus() and lowered(q.max_gpus_per_user, gpus_was) and job.total_gpus() > q.max_gpus_per_user:
-                return Impact(job, True, f"asks for {job.total_gpus()} GPUs; QOS {name} allows {q.max_gpus_per_user} "
-                              f"per user (was {gpus_was if gpus_was is not None else 'no limit'})", "gpus")
+                return Impact(
+                    job,
+                    True,
+                    f"asks for {job.total_gpus()} GPUs; QOS {name} allows {q.max_gpus_per_user} "
+                    f"per user (was {gpus_was if gpus_was is not None else 'no limit'})",
+                    "gpus",
+                )
         memory = job.memory_mb_per_node()
         cap, cap_was = self.new.memory_cap(partition), self.old.memory_cap(partition)
         if memory and lowered(cap, cap_was) and memory > cap:
-            return Impact(job, True, f"asks for {megabytes(memory)} per node; partition {partition}'s nodes offer "
-                          f"{megabytes(cap)} (was {megabytes(cap_was) if cap_was else 'more'})", "memory")
+            return Impact(
+                job,
+                True,
+                f"asks for {megabytes(memory)} per node; partition {partition}'s nodes offer "
+                f"{megabytes(cap)} (was {megabytes(cap_was) if cap_was else 'more'})",
+                "memory",
+            )
         gpus, gpus_was = self.new.gpu_cap(partition), self.old.gpu_cap(partition)
         if job.gpus_per_node and gpus < gpus_was and job.gpus_per_node > gpus:
-            return Impact(job, True, f"asks for {job.gpus_per_node} GPUs per node; partition {partition}'s nodes "
-                          f"have {gpus} (was {gpus_was})", "gpus")
+            return Impact(
+                job,
+                True,
+                f"asks for {job.gpus_per_node} GPUs per node; partition {partition}'s nodes "
+                f"have {gpus} (was {gpus_was})",
+                "gpus",
+            )
         count, count_was = len(self.new.partition_hosts(partition)), len(self.old.partition_hosts(partition))
         if count < count_was and job.node_count > count:
-            return Impact(job, True, f"asks for {job.node_count} nodes; partition {partition} has {count} "
-                          f"(was {count_was})", "nodes")
+            return Impact(
+                job,
+                True,
+                f"asks for {job.node_count} nodes; partition {partition} has {count} (was {count_was})",
+                "nodes",
+            )
         return None

@@ -72,7 +72,7 @@ def _numbers(first: str, last: str) -> list[str]:
         return _same_width(first, last)
     out, low = [], int(first)
     for width in range(len(first), len(last) + 1):  # unpadded: one run per number of digits
-        high = min(int(last), 10 ** width - 1)
+        high = min(int(last), 10**width - 1)
         out += _same_width(str(low), str(high))
         low = high + 1
     return out

@@ -112,8 +112,9 @@ def _document(text: str, what: str, key: str) -> list[dict]:
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        raise PlanError(f"{what} is not JSON ({exc.msg} at line {exc.lineno}): "
-                        f"give the saved output of `{command}`") from None
+        raise PlanError(
+            f"{what} is not JSON ({exc.msg} at line {exc.lineno}): give the saved output of `{command}`"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
         raise PlanError(f"{what} has no '{key}' list: is it the output of `{command}`?")
     return doc[key]
@@ -156,13 +157,15 @@ def run_on_controller(inventory: Path, command: str, what: str = "--live") -> st
     [result] = run_ad_hoc(inventory, CONTROLLER, command, what=what).values()
     if result.get("failed") or result.get("unreachable") or result.get("rc", 0) != 0:
         reason = (result.get("stderr") or result.get("msg") or "failed").strip().splitlines()[-1]
-        raise PlanError(f"{what}: `{command}` on {CONTROLLER} of {inventory} failed (rc {result.get('rc', '?')}): "
-                        f"{reason}")
+        raise PlanError(
+            f"{what}: `{command}` on {CONTROLLER} of {inventory} failed (rc {result.get('rc', '?')}): {reason}"
+        )
     return result.get("stdout", "")
 
 
-def run_ad_hoc(inventory: Path, pattern: str, command: str, timeout: int = 300, what: str = "--live",
-               forks: int | None = None) -> dict[str, dict]:
+def run_ad_hoc(
+    inventory: Path, pattern: str, command: str, timeout: int = 300, what: str = "--live", forks: int | None = None
+) -> dict[str, dict]:
     """Host -> Ansible's result of `command` (its command module) on the hosts of `pattern` in
     `inventory`: rc, stdout, stderr, failed, unreachable. Used by `plan --live` and `health deep`
     (`what`: the command or option named in errors)."""

@@ -52,7 +52,9 @@ class Schedule:
             wait = json.loads(tree.get(CONFIG, "{}")).get("drain_wait_s")
         except ValueError:
             wait = None
-        return cls(timer.get("OnCalendar", "?"), timer.get("RandomizedDelaySec", "?"), str(wait if wait is not None else "?"))
+        return cls(
+            timer.get("OnCalendar", "?"), timer.get("RandomizedDelaySec", "?"), str(wait if wait is not None else "?")
+        )
 
     def __str__(self) -> str:
         return f"OnCalendar={self.calendar}, RandomizedDelaySec={self.spread}"
@@ -63,8 +65,19 @@ def is_pull(sides: Sides) -> bool:
     return bool(sides.new_inventory.hosts(PULL_GROUP))
 
 
-def advice(components, sides: Sides, *, bundle: str, bundle_dir: str, removed: list[str], redefined: list[str],
-           jobs: list[str], blocking: bool, recompose: bool, skip: tuple[str, ...]) -> list[str]:
+def advice(
+    components,
+    sides: Sides,
+    *,
+    bundle: str,
+    bundle_dir: str,
+    removed: list[str],
+    redefined: list[str],
+    jobs: list[str],
+    blocking: bool,
+    recompose: bool,
+    skip: tuple[str, ...],
+) -> list[str]:
     """The steps, in order: stop the converge of the nodes that leave, drain what must be idle
     first (leaving nodes always; redefined ones a running job holds), the per-job lines, then
     the apply (`_apply`). With only pending jobs blocking, the per-job lines alone, as in push
@@ -73,11 +86,16 @@ def advice(components, sides: Sides, *, bundle: str, bundle_dir: str, removed: l
     out: list[str] = []
     leaving = [h for h in removed if h in sides.old_inventory.hosts(PULL_GROUP)]
     if leaving:
-        out.append(Line(f"first, on {_each(leaving)}: {STOP_CONVERGE} (it leaves the cluster: no converge of its own "
-                        "from now on)", [STOP_CONVERGE]))
+        out.append(
+            Line(
+                f"first, on {_each(leaving)}: {STOP_CONVERGE} (it leaves the cluster: no converge of its own "
+                "from now on)",
+                [STOP_CONVERGE],
+            )
+        )
     for hosts, why in ((removed, "leaving the cluster"), (redefined, "redefined")):
         if hosts:
-            drain = f"scontrol update nodename={fold(hosts)} state=drain reason=\"hal-provision plan: {why}\""
+            drain = f'scontrol update nodename={fold(hosts)} state=drain reason="hal-provision plan: {why}"'
             out.append(Line(f"drain: {drain}", [drain]))
     if removed or redefined:
         idle = f"squeue -w {fold(removed + redefined)}"
@@ -88,8 +106,16 @@ def advice(components, sides: Sides, *, bundle: str, bundle_dir: str, removed: l
     return out + _apply(components, sides, bundle, bundle_dir, removed, redefined, recompose, skip)
 
 
-def _apply(components, sides: Sides, bundle: str, bundle_dir: str, removed: list[str], redefined: list[str],
-           recompose: bool, skip: tuple[str, ...]) -> list[str]:
+def _apply(
+    components,
+    sides: Sides,
+    bundle: str,
+    bundle_dir: str,
+    removed: list[str],
+    redefined: list[str],
+    recompose: bool,
+    skip: tuple[str, ...],
+) -> list[str]:
     """Bundle, push the control plane (where the change reaches it), stop the leaving nodes'
     slurmd, publish, enrol the new pull nodes (and those that did not pull before), what the
     nodes then do, how to follow them or hurry them."""
@@ -102,15 +128,20 @@ def _apply(components, sides: Sides, bundle: str, bundle_dir: str, removed: list
     publish = bool(reached or recompose or enrol)
     out: list[str] = []
     if publish:
-        out.append(Line(f"bundle (NEW's, its release signed with the cluster's key; nothing changes yet): {bundle}",
-                        [bundle]))
+        out.append(
+            Line(f"bundle (NEW's, its release signed with the cluster's key; nothing changes yet): {bundle}", [bundle])
+        )
     if control or not publish:
         push = f"{site} --limit {CONTROL_PLANE}"
         where = f"the change reaches {fold(control)} there" if control else "nothing of this reaches the pull nodes"
         out.append(Line(f"push the control plane ({where}): {push}", [push]))
     if removed:
-        out.append(Line(f"then, on {_each(removed)}: {STOP_SLURMD} (slurmctld no longer knows it; nothing manages it "
-                        "now)", [STOP_SLURMD]))
+        out.append(
+            Line(
+                f"then, on {_each(removed)}: {STOP_SLURMD} (slurmctld no longer knows it; nothing manages it now)",
+                [STOP_SLURMD],
+            )
+        )
     if not publish:
         return out
     where = bundle_dir if PurePosixPath(bundle_dir).is_absolute() else f"$PWD/{bundle_dir}"
@@ -118,20 +149,34 @@ def _apply(components, sides: Sides, bundle: str, bundle_dir: str, removed: list
     out.append(Line(f"publish (on every point, current.json last): {command}", [command]))
     if enrol:
         first = f"{site} --limit {sides.new_inventory.limit(enrol)}"
-        out.append(Line(f"first deployment of {fold(enrol)} (their enrolment: every tier once, with the munge key "
-                        f"and the release key's public part; then they pull): {first}", [first]))
+        out.append(
+            Line(
+                f"first deployment of {fold(enrol)} (their enrolment: every tier once, with the munge key "
+                f"and the release key's public part; then they pull): {first}",
+                [first],
+            )
+        )
     schedule = Schedule.of(sides.new)
     if reached:
-        out.append(f"then {fold(reached)} take it at their timer's next run ({schedule}): each drains itself, waits "
-                   f"at most {schedule.drain_wait_s} s for its jobs (none is cancelled; still running, it stays "
-                   "drained for the next run), converges and resumes")
+        out.append(
+            f"then {fold(reached)} take it at their timer's next run ({schedule}): each drains itself, waits "
+            f"at most {schedule.drain_wait_s} s for its jobs (none is cancelled; still running, it stays "
+            "drained for the next run), converges and resumes"
+        )
     elif recompose:
-        out.append(f"then the pull nodes take it at their timer's next run ({schedule}): compose.yml wrote what "
-                   "changes on them, so their converge finds nothing to change (no drain)")
+        out.append(
+            f"then the pull nodes take it at their timer's next run ({schedule}): compose.yml wrote what "
+            "changes on them, so their converge finds nothing to change (no drain)"
+        )
     if redefined:
         resume = f"scontrol update nodename={fold(redefined)} state=resume"
-        out.append(Line(f"once `fleet status` shows {fold(redefined)} at the new version (a node's converge lifts only "
-                        f"its own drain): {resume}", [resume]))
+        out.append(
+            Line(
+                f"once `fleet status` shows {fold(redefined)} at the new version (a node's converge lifts only "
+                f"its own drain): {resume}",
+                [resume],
+            )
+        )
     status = STATUS.format(inventory=inventory)
     out.append(Line(f"follow: {status} (exit 0 once every pull node runs the new version)", [status]))
     if reached:

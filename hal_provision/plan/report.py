@@ -31,17 +31,31 @@ def to_json(plan: Plan) -> dict:
         "components": [
             {
                 "name": c.name,
-                "files": [{"path": f.path, "change": f.change, **({"diff": f.diff} if f.diff is not None else {})}
-                          for f in c.files],
-                "consequences": [{"action": q.action, "hosts": q.hosts, "detail": q.detail, "commands": list(q.commands)}
-                                 for q in c.consequences],
+                "files": [
+                    {"path": f.path, "change": f.change, **({"diff": f.diff} if f.diff is not None else {})}
+                    for f in c.files
+                ],
+                "consequences": [
+                    {"action": q.action, "hosts": q.hosts, "detail": q.detail, "commands": list(q.commands)}
+                    for q in c.consequences
+                ],
                 "notes": c.notes,
             }
             for c in plan.components
         ],
-        "jobs": None if plan.impacts is None else [
-            {"job_id": i.job.job_id, "user": i.job.user, "state": i.job.state, "partition": i.job.partition,
-             "nodes": i.job.nodes, "slurm_reason": i.job.reason, "blocking": i.blocking, "why": i.why}
+        "jobs": None
+        if plan.impacts is None
+        else [
+            {
+                "job_id": i.job.job_id,
+                "user": i.job.user,
+                "state": i.job.state,
+                "partition": i.job.partition,
+                "nodes": i.job.nodes,
+                "slurm_reason": i.job.reason,
+                "blocking": i.blocking,
+                "why": i.why,
+            }
             for i in plan.impacts
         ],
         "node_states": plan.node_states,
@@ -164,13 +178,20 @@ class ComponentsTable:
         if options.max_width - WIDE_BORDERS - names - sum(wants) >= longest:
             yield _one_table(self.plan.components, rows)
             return
-        action, hosts = _share(options.max_width - NARROW_BORDERS - longest, wants,
-                               (_longest_word(cells[0]), _longest_word(cells[1])))
+        action, hosts = _share(
+            options.max_width - NARROW_BORDERS - longest, wants, (_longest_word(cells[0]), _longest_word(cells[1]))
+        )
         widths = (action, hosts, max(longest, options.max_width - NARROW_BORDERS - action - hosts))
         yield Text(TITLE)
         for index, (component, component_rows) in enumerate(zip(self.plan.components, rows)):
-            table = Table(title=component.name, title_justify="left", title_style="bold", show_header=index == 0,
-                          show_edge=False, pad_edge=False)
+            table = Table(
+                title=component.name,
+                title_justify="left",
+                title_style="bold",
+                show_header=index == 0,
+                show_edge=False,
+                pad_edge=False,
+            )
             for header, width in zip(("Action", "Hosts", "Files / detail"), widths):
                 table.add_column(header, width=width, overflow="fold")
             for row in component_rows:
@@ -250,9 +271,15 @@ def _jobs(plan: Plan) -> list[RenderableType]:
             table.add_column(column, overflow="fold")
         for i in plan.impacts:
             j = i.job
-            table.add_row(Text("BLOCKS", style="bold red") if i.blocking else Text("note", style="dim"),
-                          str(j.job_id), j.user, f"{j.state} ({j.reason})" if j.reason and j.reason != "None" else j.state,
-                          j.partition, fold_or_dash(j.hosts()), i.why)
+            table.add_row(
+                Text("BLOCKS", style="bold red") if i.blocking else Text("note", style="dim"),
+                str(j.job_id),
+                j.user,
+                f"{j.state} ({j.reason})" if j.reason and j.reason != "None" else j.state,
+                j.partition,
+                fold_or_dash(j.hosts()),
+                i.why,
+            )
         out.append(table)
     if plan.node_states:
         out.append(Group(Text("Node states (sinfo):"), *(Text(f"  {s}") for s in plan.node_states)))

@@ -117,8 +117,11 @@ class SlurmConf:
         return self._cached("memory", partition, self._memory_cap)
 
     def _memory_cap(self, partition: str) -> int | None:
-        caps = [int(self.nodes[h]["RealMemory"]) for h in self.partition_hosts(partition)
-                if self.nodes.get(h, {}).get("RealMemory", "").isdigit()]
+        caps = [
+            int(self.nodes[h]["RealMemory"])
+            for h in self.partition_hosts(partition)
+            if self.nodes.get(h, {}).get("RealMemory", "").isdigit()
+        ]
         cap = max(caps) if caps else None
         limit = self.partitions.get(partition, {}).get("MaxMemPerNode", "")
         if limit.isdigit():

@@ -58,8 +58,9 @@ def holds(rendered: Path, tree: dict[str, str]) -> bool:
     wanted = compared(tree)
     try:
         present = {path.relative_to(rendered).as_posix() for path in (rendered / "files").rglob("*") if path.is_file()}
-        return (present == {p for p in wanted if p.startswith("files/")}
-                and all((rendered / path).read_text(encoding="utf-8") == text for path, text in wanted.items()))
+        return present == {p for p in wanted if p.startswith("files/")} and all(
+            (rendered / path).read_text(encoding="utf-8") == text for path, text in wanted.items()
+        )
     except (OSError, UnicodeDecodeError):
         return False
 

@@ -28,8 +28,11 @@ def _scopes(text: str | None) -> dict[str, dict[str, str]] | None:
 
 def settings(scopes: dict[str, dict[str, str]]) -> list[gpfs.Setting]:
     """A tuning's scopes as mmlsconfig would list them once applied."""
-    return [gpfs.Setting(attribute, value, () if scope == gpfs_tuning.CLUSTER else (scope,))
-            for scope, values in scopes.items() for attribute, value in values.items()]
+    return [
+        gpfs.Setting(attribute, value, () if scope == gpfs_tuning.CLUSTER else (scope,))
+        for scope, values in scopes.items()
+        for attribute, value in values.items()
+    ]
 
 
 def class_members(node_file: str | None) -> dict[str, list[str]]:
@@ -64,7 +67,9 @@ def tuning_changes(old: dict[str, str], new: dict[str, str]) -> TuningChanges:
     out.commands = plan.commands()
     members = class_members(new.get(NODE_FILE))
     for scope in plan.restart():
-        hosts = sorted({h for m in members.values() for h in m}) if scope == gpfs_tuning.CLUSTER else members.get(scope, [])
+        hosts = (
+            sorted({h for m in members.values() for h in m}) if scope == gpfs_tuning.CLUSTER else members.get(scope, [])
+        )
         out.restart[scope] = hosts
     out.notes += [f"not applied, needs GPFS down everywhere: {c.describe()}" for c in plan.deferred]
     return out

@@ -68,8 +68,10 @@ def _tree(root: Path, prefix: str) -> dict[str, bytes]:
 
 def bundle_ansible_cfg(text: str) -> str:
     """The checkout's ansible.cfg with the collection where the bundle has it."""
-    lines = [f"collections_path = {COLLECTION.split('/')[0]}" if line.startswith("collections_path") else line
-             for line in text.splitlines()]
+    lines = [
+        f"collections_path = {COLLECTION.split('/')[0]}" if line.startswith("collections_path") else line
+        for line in text.splitlines()
+    ]
     return "\n".join(lines) + "\n"
 
 

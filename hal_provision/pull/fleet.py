@@ -33,8 +33,17 @@ DEPLOY_JSON = "etc/hal-provision/deploy.json"  # in the rendered files tree
 UNIT = "hal-converge.service"
 # The order drift is decided and reported in; the states of an unsuccessful run (hal-converge's
 # STATES but its SUCCESSFUL ones) are drifts of their own name.
-DRIFTS = ("unreachable", "never-ran", "unreadable", "failed", "refused", "waiting", "unreachable-source",
-          "unpublished", "behind")
+DRIFTS = (
+    "unreachable",
+    "never-ran",
+    "unreadable",
+    "failed",
+    "refused",
+    "waiting",
+    "unreachable-source",
+    "unpublished",
+    "behind",
+)
 
 
 class FleetError(ValueError):
@@ -51,6 +60,7 @@ class Point:
 @dataclass(frozen=True)
 class Deploy:
     """What `fleet` reads of deploy.json."""
+
     mode: str
     version_file: str
     points: tuple[Point, ...]
@@ -69,8 +79,10 @@ def parse_deploy(text: str, where: str = "deploy.json") -> Deploy:
         raise FleetError(f"{where}: not a JSON object")
     mode = data.get("mode", "push")
     if mode != "pull":
-        raise FleetError(f"{where}: deploy.mode is {mode!r}: `fleet` reads pull-mode nodes; "
-                         "set deploy.mode: pull in cluster.yml and render")
+        raise FleetError(
+            f"{where}: deploy.mode is {mode!r}: `fleet` reads pull-mode nodes; "
+            "set deploy.mode: pull in cluster.yml and render"
+        )
     try:
         points = tuple(Point(p["host"], p["url"], tuple(p.get("serves", ()))) for p in data["points"])
         nodes = {str(host): str(url) for host, url in data["nodes"].items()}
@@ -158,7 +170,10 @@ def rows(results: list[NodeResult]) -> list[Row]:
         version, state, drift = key
         return (drift is not None, DRIFTS.index(drift) if drift else 0, version, state)
 
-    return [Row(*key, fold(hosts), len(hosts), when(key)) for key, hosts in sorted(groups.items(), key=lambda kv: order(kv[0]))]
+    return [
+        Row(*key, fold(hosts), len(hosts), when(key))
+        for key, hosts in sorted(groups.items(), key=lambda kv: order(kv[0]))
+    ]
 
 
 def drifted(results: list[NodeResult]) -> int:
@@ -170,8 +185,10 @@ def report(points: list[dict], results: list[NodeResult]) -> dict:
     return {
         "points": points,
         "rows": [asdict(row) for row in rows(results)],
-        "nodes": {r.host: {"version": r.version, "state": r.state, "published": r.published, "drift": r.drift,
-                           "last": r.last} for r in sorted(results, key=lambda r: r.host)},
+        "nodes": {
+            r.host: {"version": r.version, "state": r.state, "published": r.published, "drift": r.drift, "last": r.last}
+            for r in sorted(results, key=lambda r: r.host)
+        },
         "drift": drifted(results),
     }
 
@@ -193,8 +210,10 @@ def _common_args(host: str, args: str) -> list[tuple[str, str]]:
         token = tokens[i]
         flag, attached = token[:2], token[2:]
         if flag != "-o" and flag not in _FLAG_KEYWORDS:
-            raise FleetError(f"{host}: ansible_ssh_common_args: {token!r} has no ssh_config form "
-                             "(use -o Keyword=value, -i, -p, -l or -J)")
+            raise FleetError(
+                f"{host}: ansible_ssh_common_args: {token!r} has no ssh_config form "
+                "(use -o Keyword=value, -i, -p, -l or -J)"
+            )
         if attached:
             value = attached
         elif i + 1 < len(tokens):
@@ -223,8 +242,11 @@ def ssh_config(hostvars: dict[str, dict]) -> str:
     for host in sorted(hostvars):
         hv = hostvars[host]
         pairs = [("HostName", str(hv.get("ansible_host") or host))]
-        for var, keyword in (("ansible_port", "Port"), ("ansible_user", "User"),
-                             ("ansible_ssh_private_key_file", "IdentityFile")):
+        for var, keyword in (
+            ("ansible_port", "Port"),
+            ("ansible_user", "User"),
+            ("ansible_ssh_private_key_file", "IdentityFile"),
+        ):
             if hv.get(var) not in (None, ""):
                 pairs.append((keyword, str(hv[var])))
         if hv.get("ansible_ssh_common_args"):

@@ -3,7 +3,29 @@
 from __future__ import annotations
 
 from ..model import Cluster
-from . import accounting, accounts, backup, composable, deploy, diagram, grafana, health, hosts, inventory, monitoring, ood, policy, portal, recipes, scratch, slurm, slurm_version, software, storage, swsuite
+from . import (
+    accounting,
+    accounts,
+    backup,
+    composable,
+    deploy,
+    diagram,
+    grafana,
+    health,
+    hosts,
+    inventory,
+    monitoring,
+    ood,
+    policy,
+    portal,
+    recipes,
+    scratch,
+    slurm,
+    slurm_version,
+    software,
+    storage,
+    swsuite,
+)
 
 
 def render_all(cluster: Cluster) -> dict[str, str]:

@@ -116,15 +116,24 @@ def ldif(cluster: Cluster, a: Accounts) -> str:
     dns = tree(cluster, a)
     first_rdn = dns["base"].split(",")[0]
     kind, _, value = first_rdn.partition("=")
-    base_attrs = {"objectClass": ["dcObject", "organization"] if kind.lower() == "dc" else ["organization"],
-                  "o": [a.directory.organization or cluster.cluster.name]}
+    base_attrs = {
+        "objectClass": ["dcObject", "organization"] if kind.lower() == "dc" else ["organization"],
+        "o": [a.directory.organization or cluster.cluster.name],
+    }
     if kind.lower() == "dc":
         base_attrs["dc"] = [value]
     records = [(dns["base"], base_attrs), *entries(cluster, a)]
-    lines = operation_to_ldif("searchResponse", [
-        {"type": "searchResEntry", "dn": dn, "raw_attributes": {k: [v.encode() for v in vs] for k, vs in attrs.items()}}
-        for dn, attrs in records
-    ])
+    lines = operation_to_ldif(
+        "searchResponse",
+        [
+            {
+                "type": "searchResEntry",
+                "dn": dn,
+                "raw_attributes": {k: [v.encode() for v in vs] for k, vs in attrs.items()},
+            }
+            for dn, attrs in records
+        ],
+    )
     body = "\n".join(line for line in lines if not line.startswith("# total number"))
     # No "version: 1" line: after the header comments slapadd would read it as an entry.
     return header(cluster) + "\n" + body.rstrip("\n") + "\n"
@@ -135,8 +144,7 @@ def sssd_conf(cluster: Cluster, a: Accounts) -> str:
     port = "" if a.directory.port == 636 else f":{a.directory.port}"
     domain = cluster.cluster.name
     return (
-        header(cluster)
-        + "# sssd reads only root-owned files of mode 0600.\n"
+        header(cluster) + "# sssd reads only root-owned files of mode 0600.\n"
         "[sssd]\n"
         "services = nss, pam, ssh\n"
         f"domains = {domain}\n"

@@ -53,8 +53,11 @@ def render(cluster: Cluster) -> dict[str, str]:
     destinations = cluster.backup_destinations
     if not destinations:
         return {}
-    return {CONFIG: config_json(cluster, destinations), SERVICE: service_unit(cluster, destinations),
-            TIMER: timer_unit(cluster)}
+    return {
+        CONFIG: config_json(cluster, destinations),
+        SERVICE: service_unit(cluster, destinations),
+        TIMER: timer_unit(cluster),
+    }
 
 
 def secret_files(cluster: Cluster, services: tuple[str, ...]) -> list[str]:
@@ -89,8 +92,9 @@ def config_json(cluster: Cluster, destinations: dict[str, tuple[str, str]]) -> s
     body = {
         "format": FORMAT,
         "cluster": cluster.cluster.name,
-        "destinations": {host: {"path": path, "mount_point": mount_point}
-                         for host, (path, mount_point) in destinations.items()},
+        "destinations": {
+            host: {"path": path, "mount_point": mount_point} for host, (path, mount_point) in destinations.items()
+        },
         "keep": cluster.backup.keep,
         "jobs": [job_entry(cluster, job) for job in cluster.backup_jobs],
     }
@@ -100,14 +104,16 @@ def config_json(cluster: Cluster, destinations: dict[str, tuple[str, str]]) -> s
 def service_unit(cluster: Cluster, destinations: dict[str, tuple[str, str]]) -> str:
     paths = list(dict.fromkeys(path for path, _mount_point in destinations.values()))
     mount_points = list(dict.fromkeys(mount_point for _path, mount_point in destinations.values()))
-    return header(cluster) + f"""\
+    return (
+        header(cluster)
+        + f"""\
 # One run of this host's backup jobs (backup.json); started by hal-backup.timer. The same unit on
 # every host: it names each host's destination; a host mounts only its own, and a path that is
 # no mount there adds no dependency (RequiresMountsFor=) and is skipped ('-', ReadWritePaths=).
 [Unit]
-Description=hal-provision backup of this host's state (to {' or '.join(paths)})
+Description=hal-provision backup of this host's state (to {" or ".join(paths)})
 Documentation=file:/etc/hal-provision/backup.json
-RequiresMountsFor={' '.join(paths)}
+RequiresMountsFor={" ".join(paths)}
 Wants=network-online.target
 After=network-online.target mariadb.service slapd.service influxdb.service
 
@@ -125,7 +131,7 @@ CapabilityBoundingSet=CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER
 NoNewPrivileges=true
 ProtectSystem=full
 ProtectHome=read-only
-ReadWritePaths={' '.join('-' + m for m in mount_points)}
+ReadWritePaths={" ".join("-" + m for m in mount_points)}
 PrivateTmp=true
 PrivateDevices=true
 ProtectKernelTunables=true
@@ -141,10 +147,13 @@ RestrictSUIDSGID=true
 LockPersonality=true
 SystemCallArchitectures=native
 """
+    )
 
 
 def timer_unit(cluster: Cluster) -> str:
-    return header(cluster) + f"""\
+    return (
+        header(cluster)
+        + f"""\
 [Unit]
 Description=hal-provision backups of this host's state ({cluster.backup.schedule})
 
@@ -157,3 +166,4 @@ RandomizedDelaySec=15min
 [Install]
 WantedBy=timers.target
 """
+    )

@@ -34,9 +34,7 @@ def group_addresses(cluster: Cluster, group: NodeGroup) -> tuple[list[str], dict
     """
     hosts = expand(group.hosts)
     columns = {
-        net: dotted_quads(int(group.addresses[net]), len(hosts))
-        for net in cluster.networks
-        if net in group.addresses
+        net: dotted_quads(int(group.addresses[net]), len(hosts)) for net in cluster.networks if net in group.addresses
     }
     return hosts, columns
 

@@ -26,20 +26,38 @@ FILES = "files/"
 
 def composable_json(cluster: Cluster) -> str:
     comp = cluster.composable
-    return json.dumps({
-        "_comment": json_comment(cluster),
-        "active": comp.active,
-        "pools": [{"name": pool.name, "gpu_type": pool.gpus.type, "count": pool.gpus.count, "hosts": pool.host_names,
-                   "slots_per_host": pool.slots_per_host, "driver": pool.driver, "driver_url": pool.driver_url}
-                  for pool in comp.pools],
-        "layouts": {layout.name: comp.counts(layout) for layout in comp.layouts},
-    }, indent=2, sort_keys=True) + "\n"
+    return (
+        json.dumps(
+            {
+                "_comment": json_comment(cluster),
+                "active": comp.active,
+                "pools": [
+                    {
+                        "name": pool.name,
+                        "gpu_type": pool.gpus.type,
+                        "count": pool.gpus.count,
+                        "hosts": pool.host_names,
+                        "slots_per_host": pool.slots_per_host,
+                        "driver": pool.driver,
+                        "driver_url": pool.driver_url,
+                    }
+                    for pool in comp.pools
+                ],
+                "layouts": {layout.name: comp.counts(layout) for layout in comp.layouts},
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
 
 
 def layout_files(cluster: Cluster) -> dict[str, str]:
     """Rendered path -> text: the layout's slurm.conf, gres.conf and health expectations."""
     files = {f"{slurm.ETC}/slurm.conf": slurm.slurm_conf(cluster), f"{slurm.ETC}/gres.conf": slurm.gres_conf(cluster)}
-    files.update({path: text for path, text in health.render(cluster).items() if path.startswith(health.HEALTH_DIR + "/")})
+    files.update(
+        {path: text for path, text in health.render(cluster).items() if path.startswith(health.HEALTH_DIR + "/")}
+    )
     return files
 
 

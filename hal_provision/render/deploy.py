@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 
-from ..hostlist import expand
 from ..model import Cluster, DeployPoint
 from .common import group_addresses, header
 
@@ -44,8 +43,13 @@ RELEASE_KEY = "/etc/hal-provision/release.pub"
 def render(cluster: Cluster) -> dict[str, str]:
     if not cluster.deploy_pull:
         return {}
-    return {CONFIG: config_json(cluster), SERVICE: service_unit(cluster), TIMER: timer_unit(cluster),
-            **nginx_sites(cluster), **inventory_files(cluster)}
+    return {
+        CONFIG: config_json(cluster),
+        SERVICE: service_unit(cluster),
+        TIMER: timer_unit(cluster),
+        **nginx_sites(cluster),
+        **inventory_files(cluster),
+    }
 
 
 def inventory_files(cluster: Cluster) -> dict[str, str]:
@@ -88,7 +92,9 @@ def config_json(cluster: Cluster) -> str:
 
 
 def service_unit(cluster: Cluster) -> str:
-    return header(cluster) + f"""\
+    return (
+        header(cluster)
+        + f"""\
 # One converge of this node from its distribution point's current bundle (deploy.json);
 # started by hal-converge.timer, or now by `hal-provision fleet converge`.
 [Unit]
@@ -104,11 +110,14 @@ ExecStart={PROGRAM}
 Restart=no
 TimeoutStartSec={cluster.deploy.drain_wait_s + 3600}
 """
+    )
 
 
 def timer_unit(cluster: Cluster) -> str:
     d = cluster.deploy
-    return header(cluster) + f"""\
+    return (
+        header(cluster)
+        + f"""\
 [Unit]
 Description=hal-provision pull converge of this node ({d.schedule})
 
@@ -123,6 +132,7 @@ Persistent=true
 [Install]
 WantedBy=timers.target
 """
+    )
 
 
 def nginx_site_path(host: str) -> str:
@@ -137,8 +147,10 @@ def nginx_sites(cluster: Cluster) -> dict[str, str]:
     for point in cluster.deploy_points:
         served.setdefault(point.host, []).extend(served_nodes(cluster, point))
     addresses = primary_addresses(cluster)
-    return {nginx_site_path(host): nginx_site(cluster, addresses[host], [addresses[n] for n in nodes])
-            for host, nodes in served.items()}
+    return {
+        nginx_site_path(host): nginx_site(cluster, addresses[host], [addresses[n] for n in nodes])
+        for host, nodes in served.items()
+    }
 
 
 def primary_addresses(cluster: Cluster) -> dict[str, str]:
@@ -154,7 +166,9 @@ def primary_addresses(cluster: Cluster) -> dict[str, str]:
 
 def nginx_site(cluster: Cluster, address: str, clients: list[str]) -> str:
     allow = "".join(f"    allow {client};\n" for client in clients)
-    return header(cluster) + f"""\
+    return (
+        header(cluster)
+        + f"""\
 # The bundles of this distribution point, read-only. A bundle is the whole rendered tree and
 # inventory of the cluster, which no one outside it has to read: the site listens on the point's
 # address on the cluster's primary network only, not on every interface, and lets in only the
@@ -184,12 +198,15 @@ server {{
     }}
 }}
 """
+    )
 
 
 def inventory(cluster: Cluster) -> str:
     out = [header(cluster), "all:\n", "  children:\n"]
-    for group, hosts in ((PULL_GROUP, list(cluster.deploy_pull_nodes)),
-                         (POINTS_GROUP, list(dict.fromkeys(p.host for p in cluster.deploy_points)))):
+    for group, hosts in (
+        (PULL_GROUP, list(cluster.deploy_pull_nodes)),
+        (POINTS_GROUP, list(dict.fromkeys(p.host for p in cluster.deploy_points))),
+    ):
         out.append(f"    {group}:\n      hosts:\n")
         out.extend(f"        {host}:\n" for host in hosts)
     return "".join(out)

@@ -99,12 +99,21 @@ def diagram(cluster: Cluster) -> graphviz.Digraph:
     g = graphviz.Digraph(name=cluster.cluster.name)
     # remincross=false: dot's last crossing pass over the whole graph ignores the left-to-right
     # order asked for inside a cluster, and mirrors rows (dot 2.43).
-    g.attr(rankdir="TB", newrank="true", compound="true", remincross="false", nodesep="0.35", ranksep="0.6",
-           fontname=FONT, fontsize="20", labelloc="t", label=_title(cluster, boxes))
+    g.attr(
+        rankdir="TB",
+        newrank="true",
+        compound="true",
+        remincross="false",
+        nodesep="0.35",
+        ranksep="0.6",
+        fontname=FONT,
+        fontsize="20",
+        labelloc="t",
+        label=_title(cluster, boxes),
+    )
     g.attr("node", shape="box", style="rounded,filled", fontname=FONT, fontsize="12", margin="0.12,0.06")
     g.attr("edge", fontname=FONT, fontsize="11", color="#555555", fontcolor="#333333")
-    g.node("users", _html([_row("Users", bold=True, size=14)]), style="rounded", color="#333333",
-           margin="0.25,0.08")
+    g.node("users", _html([_row("Users", bold=True, size=14)]), style="rounded", color="#333333", margin="0.25,0.08")
 
     services = _services(cluster, boxes)
     storage = cluster.storage
@@ -127,8 +136,11 @@ def diagram(cluster: Cluster) -> graphviz.Digraph:
             if key == "management":
                 _networks(cluster, sub)
                 for host, names in services.get(None, {}).items():
-                    sub.node(f"host-{host}", _html([_row(host, bold=True), _row("in no node group", size=10),
-                                                    _service_row(names)]), fillcolor="#ffffff")
+                    sub.node(
+                        f"host-{host}",
+                        _html([_row(host, bold=True), _row("in no node group", size=10), _service_row(names)]),
+                        fillcolor="#ffffff",
+                    )
     _users(cluster, g, boxes)
     _fabric(cluster, g, boxes)
     _order(cluster, g, boxes)
@@ -151,11 +163,18 @@ def _pools(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes: 
         return
     for pool in comp.pools:
         attached = "; ".join(f"{hosts}: {n}" for n, hosts in comp.attached(pool))
-        sub.node(f"pool-{pool.name}", _html([
-            _row(f"GPU pool {pool.name}", bold=True, size=14),
-            _row(f"{pool.gpus.count} x {pool.gpus.model}"),
-            _row(f"layout {comp.active}: {attached or 'none attached'}", size=10, colour=NOTE_COLOUR),
-        ]), fillcolor="#fff7e0", color="#b08800")
+        sub.node(
+            f"pool-{pool.name}",
+            _html(
+                [
+                    _row(f"GPU pool {pool.name}", bold=True, size=14),
+                    _row(f"{pool.gpus.count} x {pool.gpus.model}"),
+                    _row(f"layout {comp.active}: {attached or 'none attached'}", size=10, colour=NOTE_COLOUR),
+                ]
+            ),
+            fillcolor="#fff7e0",
+            color="#b08800",
+        )
         for box_id in dict.fromkeys(b.id for host in pool.host_names if (b := boxes.of(host)) is not None):
             g.edge(f"pool-{pool.name}", box_id, label="PCIe", style="dashed", color="#b08800")
 
@@ -165,9 +184,17 @@ def _boxes(cluster: Cluster) -> Boxes:
     grouped: dict[tuple[tuple[Role, ...], str | None], list[NodeGroup]] = {}
     for group in cluster.nodes:
         grouped.setdefault((group.roles, group.hardware), []).append(group)
-    return Boxes(Box(id=f"group-{groups[0].name}", role=roles[0], profile=profile, groups=groups,
-                     hosts=union(g.hosts for g in groups), roles=roles)
-                 for (roles, profile), groups in grouped.items())
+    return Boxes(
+        Box(
+            id=f"group-{groups[0].name}",
+            role=roles[0],
+            profile=profile,
+            groups=groups,
+            hosts=union(g.hosts for g in groups),
+            roles=roles,
+        )
+        for (roles, profile), groups in grouped.items()
+    )
 
 
 def _box_label(cluster: Cluster, box: Box, services: dict[str, list[str]]) -> str:
@@ -186,8 +213,11 @@ def _box_label(cluster: Cluster, box: Box, services: dict[str, list[str]]) -> st
         rows += [_row(f"{box.count:,} x {profile.model}"), *[_row(line) for line in _hardware(profile)]]
     else:  # no hardware profile: the count alone
         rows.append(_row(f"{box.count:,} host{'s' * (box.count != 1)}"))
-    partitions = [p.name + (" (default)" if p.default else "") for p in cluster.slurm.partitions
-                  if overlaps(nodeset(p.nodes), box.hosts)]
+    partitions = [
+        p.name + (" (default)" if p.default else "")
+        for p in cluster.slurm.partitions
+        if overlaps(nodeset(p.nodes), box.hosts)
+    ]
     if partitions:
         rows.append(_row("Slurm partitions: " + ", ".join(partitions)))
     rows += [_row(line, size=10, colour=NOTE_COLOUR) for line in _addresses(cluster, box)]
@@ -218,7 +248,9 @@ def _hardware(profile: HardwareProfile) -> list[str]:
         nvlink = any(any(row) for row in profile.gpus.nvlink)
         lines.append(f"{profile.gpu_count} x {profile.gpus.model}" + (" (NVLink)" if nvlink else ""))
     alike = Counter((a.model, a.ports, a.rate_gbps) for a in profile.ib_adapters)  # 8 rails: one line
-    lines += [f"{f'{n} x ' if n > 1 else ''}{model}, {ports} x {gbps} Gb/s" for (model, ports, gbps), n in alike.items()]
+    lines += [
+        f"{f'{n} x ' if n > 1 else ''}{model}, {ports} x {gbps} Gb/s" for (model, ports, gbps), n in alike.items()
+    ]
     return lines
 
 
@@ -251,8 +283,12 @@ def _services(cluster: Cluster, boxes: Boxes) -> dict[str | None, dict[str, list
         portal += " (JupyterHub)" if cluster.portal.front_end == "jupyterhub" else " (Open OnDemand)"
     grafana = cluster.monitoring.grafana if cluster.monitoring else None
     placed = [
-        ("slurmctld", s.slurmctld), ("slurmdbd", s.slurmdbd), ("accounting_db (MariaDB)", s.accounting_db),
-        ("monitoring_db (InfluxDB)", s.monitoring_db), ("ldap", s.ldap), (portal, s.portal),
+        ("slurmctld", s.slurmctld),
+        ("slurmdbd", s.slurmdbd),
+        ("accounting_db (MariaDB)", s.accounting_db),
+        ("monitoring_db (InfluxDB)", s.monitoring_db),
+        ("ldap", s.ldap),
+        (portal, s.portal),
         ("grafana", grafana.host if grafana else None),
     ]
     out: dict[str | None, dict[str, list[str]]] = {}
@@ -293,14 +329,30 @@ def _switch_nodes(switches: list[tuple[int, str, Switch]]) -> dict[str, tuple[st
     """Switch name -> (node id, label): one node per switch, or per switch class when many.
     `switches`: Fabric.every_switch()."""
     if len(switches) <= MAX_SWITCHES:
-        return {name: (f"switch-{name}", _html([
-            _row(name, bold=True), _row(f"{s.tier}, {s.ports} ports", size=10),
-            *([_row(s.model, size=10)] if s.model else [])])) for _i, name, s in switches}
+        return {
+            name: (
+                f"switch-{name}",
+                _html(
+                    [
+                        _row(name, bold=True),
+                        _row(f"{s.tier}, {s.ports} ports", size=10),
+                        *([_row(s.model, size=10)] if s.model else []),
+                    ]
+                ),
+            )
+            for _i, name, s in switches
+        }
     classes = Counter((s.tier, s.model, s.ports) for _i, _name, s in switches)
     ordered = sorted(classes, key=lambda k: (SWITCH_TIERS[k[0]], k[1], k[2]))
-    nodes = {k: (f"switches-{n + 1}", _html([_row(f"{classes[k]:,} x {k[0]} switch", bold=True),
-                                              _row(f"{k[1] or 'switch'}, {k[2]} ports", size=10)]))
-             for n, k in enumerate(ordered)}
+    nodes = {
+        k: (
+            f"switches-{n + 1}",
+            _html(
+                [_row(f"{classes[k]:,} x {k[0]} switch", bold=True), _row(f"{k[1] or 'switch'}, {k[2]} ports", size=10)]
+            ),
+        )
+        for n, k in enumerate(ordered)
+    }
     return {name: nodes[(s.tier, s.model, s.ports)] for _i, name, s in switches}
 
 
@@ -401,10 +453,15 @@ def _storage(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes
         net = cluster.networks.get(gpfs.daemon_network or "")
         for fs in gpfs.filesystems:
             size = f", {fs.usable_tib:g} TiB" if fs.usable_tib else ""
-            rows = [_row(fs.name, bold=True, size=14), _row(f"GPFS file system ({release})", size=10),
-                    _row(f"mounted at {fs.mount_point}{size}"), _row(f"on {clients}", size=10),
-                    _row(f"block size {fs.block_size}, {fs.metadata_replicas} x metadata, {fs.data_replicas} x data",
-                         size=10)]
+            rows = [
+                _row(fs.name, bold=True, size=14),
+                _row(f"GPFS file system ({release})", size=10),
+                _row(f"mounted at {fs.mount_point}{size}"),
+                _row(f"on {clients}", size=10),
+                _row(
+                    f"block size {fs.block_size}, {fs.metadata_replicas} x metadata, {fs.data_replicas} x data", size=10
+                ),
+            ]
             fs_id = f"fs-gpfs-{fs.name}"
             sub.node(fs_id, _html(rows), shape="folder", fillcolor=fill, color=border)
             holders: Counter[str] = Counter()
@@ -417,15 +474,27 @@ def _storage(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes
             for holder, n in sorted(holders.items()):
                 g.edge(fs_id, holder, label=f"{n:,} NSDs", dir="back", color=border)
             if ends and net is not None and net.kind == "infiniband":
-                g.edge(ends[-1], fs_id, label=f"GPFS over {gpfs.daemon_network}", style="dashed", dir="none",
-                       color=border, ltail="cluster_fabric")
+                g.edge(
+                    ends[-1],
+                    fs_id,
+                    label=f"GPFS over {gpfs.daemon_network}",
+                    style="dashed",
+                    dir="none",
+                    color=border,
+                    ltail="cluster_fabric",
+                )
     for export in storage.nfs.exports:
         mounts = [m for m in storage.nfs.mounts if m.export == export.name]
-        rows = [_row(export.name, bold=True, size=14), _row("NFS export", size=10),
-                _row(f"{export.server}:{export.path}")]
+        rows = [
+            _row(export.name, bold=True, size=14),
+            _row("NFS export", size=10),
+            _row(f"{export.server}:{export.path}"),
+        ]
         for m in mounts:
-            rows += [_row(f"mounted at {m.mount_point}" + (" (read-only)" if "ro" in m.options else "")),
-                     _row(f"on {m.clients}", size=10)]
+            rows += [
+                _row(f"mounted at {m.mount_point}" + (" (read-only)" if "ro" in m.options else "")),
+                _row(f"on {m.clients}", size=10),
+            ]
         if not mounts:
             rows.append(_row("mounted nowhere", size=10))
         export_id = f"fs-nfs-{export.name}"
@@ -438,19 +507,24 @@ def _storage(cluster: Cluster, g: graphviz.Digraph, sub: graphviz.Digraph, boxes
 # ---- networks ---------------------------------------------------------------------------------
 def _networks(cluster: Cluster, sub: graphviz.Digraph) -> None:
     """One table: every network with its kind, CIDR and how many hosts have an address on it."""
+
     def cells(values: list[str], bold: bool = False) -> str:
         return "".join(f'<TD ALIGN="LEFT">{f"<B>{escape(v)}</B>" if bold else escape(v)}</TD>' for v in values)
 
-    rows = [f'<TR><TD ALIGN="LEFT" COLSPAN="4"><B>Networks</B></TD></TR>',
-            f"<TR>{cells(['network', 'kind', 'CIDR', 'hosts'], bold=True)}</TR>"]
+    rows = [
+        '<TR><TD ALIGN="LEFT" COLSPAN="4"><B>Networks</B></TD></TR>',
+        f"<TR>{cells(['network', 'kind', 'CIDR', 'hosts'], bold=True)}</TR>",
+    ]
     for name, net in cluster.networks.items():
         hosts = sum(len(nodeset(g.hosts)) for g in cluster.nodes if name in g.addresses)
         primary = " (primary)" if name == cluster.cluster.primary_network else ""
         values = [name + primary, NETWORK_KINDS[net.kind], str(net.cidr), f"{hosts:,}"]
         rows.append(f"<TR>{cells(values)}</TR>")
         if net.description:
-            rows.append(f'<TR><TD></TD><TD ALIGN="LEFT" COLSPAN="3"><FONT POINT-SIZE="10"><I>'
-                        f"{escape(net.description)}</I></FONT></TD></TR>")
+            rows.append(
+                f'<TR><TD></TD><TD ALIGN="LEFT" COLSPAN="3"><FONT POINT-SIZE="10"><I>'
+                f"{escape(net.description)}</I></FONT></TD></TR>"
+            )
     table = f'<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="3">{"".join(rows)}</TABLE>>'
     sub.node("networks", table, style="filled", fillcolor="#ffffff", color="#666666")
 
@@ -458,14 +532,19 @@ def _networks(cluster: Cluster, sub: graphviz.Digraph) -> None:
 # ---- reading order ----------------------------------------------------------------------------
 def _order(cluster: Cluster, g: graphviz.Digraph, boxes: Boxes) -> None:
     """Invisible edges that keep the tiers in reading order where no real edge does."""
+
     def first(*roles: Role) -> str | None:
         return next((b.id for b in boxes if b.role in roles), None)
 
     # Each step spans one rank: a longer invisible edge gets an invisible bend point beside the
     # fabric, which shoves the tiers sideways. Weight 0: ranks only, no pull to line them up.
     # Users reach the access tier by real edges; without one, an invisible edge keeps them on top.
-    chain = [first(Role.login, Role.data_transfer) or "users", first(Role.compute, Role.development),
-             *_fabric_ends(cluster), first(Role.storage)]
+    chain = [
+        first(Role.login, Role.data_transfer) or "users",
+        first(Role.compute, Role.development),
+        *_fabric_ends(cluster),
+        first(Role.storage),
+    ]
     steps = [node for node in chain if node is not None]
     for upper, lower in zip(steps, steps[1:]):
         g.edge(upper, lower, style="invis", weight="0")
@@ -488,8 +567,15 @@ def _row_order(sub: graphviz.Digraph, ids: list[str]) -> None:
 
 
 # ---- labels -----------------------------------------------------------------------------------
-def _row(text: str, *, bold: bool = False, italic: bool = False, size: int | None = None, colour: str = "",
-         wrap: bool = False) -> str:
+def _row(
+    text: str,
+    *,
+    bold: bool = False,
+    italic: bool = False,
+    size: int | None = None,
+    colour: str = "",
+    wrap: bool = False,
+) -> str:
     """One left-aligned cell of an HTML-like label; the text is escaped, and with `wrap` broken
     into lines of at most WRAP characters."""
     lines = textwrap.wrap(text, WRAP) if wrap else [text]
@@ -518,7 +604,9 @@ def _title(cluster: Cluster, boxes: Boxes) -> str:
     totals = f"{hosts:,} host{'s' * (hosts != 1)}" + (f", {gpus:,} GPU{'s' * (gpus != 1)}" if gpus else "")
     if gpus != compute_gpus:
         totals += f" ({compute_gpus:,} on compute nodes)"
-    return _html([
-        _row(f"{info.name}: {info.description}" if info.description else info.name, bold=True, size=20),
-        _row(f"{totals}; drawn from the cluster description", size=11, colour="#555555"),
-    ])
+    return _html(
+        [
+            _row(f"{info.name}: {info.description}" if info.description else info.name, bold=True, size=20),
+            _row(f"{totals}; drawn from the cluster description", size=11, colour="#555555"),
+        ]
+    )

@@ -42,8 +42,13 @@ DATASOURCES = "files/etc/grafana/provisioning/datasources/hal.yaml"
 PROVIDERS = "files/etc/grafana/provisioning/dashboards/hal.yaml"
 
 _DATASOURCE = dm.DataSourceRef(type_val="influxdb", uid=DATASOURCE_UID)
-_BUILDERS = {"stat": stat.Panel, "timeseries": timeseries.Panel, "table": table.Panel,
-             "bargauge": bargauge.Panel, "gauge": gauge.Panel}
+_BUILDERS = {
+    "stat": stat.Panel,
+    "timeseries": timeseries.Panel,
+    "table": table.Panel,
+    "bargauge": bargauge.Panel,
+    "gauge": gauge.Panel,
+}
 
 
 def dashboard_path(uid: str) -> str:
@@ -72,8 +77,13 @@ class InfluxQLQuery(cogvariants.Dataquery):
 
     def to_json(self) -> dict[str, object]:
         q = self.query
-        out: dict[str, object] = {"refId": q.ref_id, "datasource": _DATASOURCE.to_json(), "rawQuery": True,
-                                  "query": q.influxql, "resultFormat": q.format}
+        out: dict[str, object] = {
+            "refId": q.ref_id,
+            "datasource": _DATASOURCE.to_json(),
+            "rawQuery": True,
+            "query": q.influxql,
+            "resultFormat": q.format,
+        }
         if q.alias:
             out["alias"] = q.alias
         return out
@@ -89,18 +99,34 @@ class InfluxQLTarget(cogbuilder.Builder[cogvariants.Dataquery]):
 
 def dashboard_json(spec: Dashboard, interval_seconds: int) -> dict:
     """The dashboard model Grafana loads (no id: Grafana assigns it; no version, no time)."""
-    b = (board.Dashboard(spec.title).uid(spec.uid).description(spec.description).tags(["hal", "hal-provision"])
-         .readonly().time("now-6h", "now").refresh(_duration(interval_seconds)).timezone("browser"))
+    b = (
+        board.Dashboard(spec.title)
+        .uid(spec.uid)
+        .description(spec.description)
+        .tags(["hal", "hal-provision"])
+        .readonly()
+        .time("now-6h", "now")
+        .refresh(_duration(interval_seconds))
+        .timezone("browser")
+    )
     for number, panel in enumerate(spec.panels, 1):
         b.with_panel(_panel(panel, number, interval_seconds))
     return json.loads(json.dumps(b.build(), cls=JSONEncoder))
 
 
 def _panel(p: Panel, number: int, interval_seconds: int):
-    b = (_BUILDERS[p.kind]().id(number).title(p.title).description(p.description).datasource(_DATASOURCE)
-         .span(p.width).height(p.height).unit(p.unit)
-         # A bucket holds at least one collection, else sums of the latest see empty buckets.
-         .interval(_duration(interval_seconds)))
+    b = (
+        _BUILDERS[p.kind]()
+        .id(number)
+        .title(p.title)
+        .description(p.description)
+        .datasource(_DATASOURCE)
+        .span(p.width)
+        .height(p.height)
+        .unit(p.unit)
+        # A bucket holds at least one collection, else sums of the latest see empty buckets.
+        .interval(_duration(interval_seconds))
+    )
     for q in p.queries:
         b.with_target(InfluxQLTarget(q))
     if p.max is not None:
@@ -108,11 +134,15 @@ def _panel(p: Panel, number: int, interval_seconds: int):
     if p.no_value is not None:
         b.no_value(p.no_value)
     if p.alert_at is not None:
-        b.thresholds(board.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
-            [dm.Threshold(None, "green"), dm.Threshold(p.alert_at, "red")]))
+        b.thresholds(
+            board.ThresholdsConfig()
+            .mode(dm.ThresholdsMode.ABSOLUTE)
+            .steps([dm.Threshold(None, "green"), dm.Threshold(p.alert_at, "red")])
+        )
         if p.kind == "timeseries":  # a graph draws its thresholds only when asked to
-            b.thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(
-                cm.GraphTresholdsStyleMode.LINE_AND_AREA))
+            b.thresholds_style(
+                common_builders.GraphThresholdsStyleConfig().mode(cm.GraphTresholdsStyleMode.LINE_AND_AREA)
+            )
     for column, unit in p.field_units:
         b.override_by_name(column, [dm.DynamicConfigValue("unit", unit)])
     if p.kind in ("stat", "gauge", "bargauge"):
@@ -146,41 +176,53 @@ def datasources_yaml(cluster: Cluster) -> str:
     tls_json = {"tlsAuthWithCACert": True, "tlsSkipVerify": False} if m.influxdb.tls else {}
     # $__file{PATH}: Grafana's provisioning reads the file's content into the field.
     tls_secure = {"tlsCACert": "$__file{" + CA_CERT + "}"} if m.influxdb.tls else {}
-    return _yaml(cluster, what, {
-        "apiVersion": 1,
-        "datasources": [{
-            "name": m.grafana.datasource,
-            "uid": DATASOURCE_UID,
-            "type": "influxdb",
-            "access": "proxy",
-            "url": influx_url(cluster),
-            "user": DATASOURCE_USER,
-            "isDefault": True,
-            "editable": False,
-            "jsonData": {
-                "dbName": m.influxdb.database,
-                "httpMode": "GET",
-                "timeInterval": _duration(m.interval_seconds),
-                **tls_json,
-            },
-            # $NAME, not ${NAME}: Grafana expands it once, so a '$' inside the password stays.
-            "secureJsonData": {"password": f"${PASSWORD_ENV}", **tls_secure},
-        }],
-    })
+    return _yaml(
+        cluster,
+        what,
+        {
+            "apiVersion": 1,
+            "datasources": [
+                {
+                    "name": m.grafana.datasource,
+                    "uid": DATASOURCE_UID,
+                    "type": "influxdb",
+                    "access": "proxy",
+                    "url": influx_url(cluster),
+                    "user": DATASOURCE_USER,
+                    "isDefault": True,
+                    "editable": False,
+                    "jsonData": {
+                        "dbName": m.influxdb.database,
+                        "httpMode": "GET",
+                        "timeInterval": _duration(m.interval_seconds),
+                        **tls_json,
+                    },
+                    # $NAME, not ${NAME}: Grafana expands it once, so a '$' inside the password stays.
+                    "secureJsonData": {"password": f"${PASSWORD_ENV}", **tls_secure},
+                }
+            ],
+        },
+    )
 
 
 def providers_yaml(cluster: Cluster) -> str:
     folder = cluster.cluster.name.upper()  # as the dashboards' titles name the cluster
-    return _yaml(cluster, f"{folder}'s dashboards, from {DASHBOARD_DIR}.", {
-        "apiVersion": 1,
-        "providers": [{
-            "name": "hal",
-            "orgId": 1,
-            "folder": folder,
-            "type": "file",
-            "disableDeletion": True,
-            "allowUiUpdates": False,
-            "updateIntervalSeconds": 60,
-            "options": {"path": DASHBOARD_DIR, "foldersFromFilesStructure": False},
-        }],
-    })
+    return _yaml(
+        cluster,
+        f"{folder}'s dashboards, from {DASHBOARD_DIR}.",
+        {
+            "apiVersion": 1,
+            "providers": [
+                {
+                    "name": "hal",
+                    "orgId": 1,
+                    "folder": folder,
+                    "type": "file",
+                    "disableDeletion": True,
+                    "allowUiUpdates": False,
+                    "updateIntervalSeconds": 60,
+                    "options": {"path": DASHBOARD_DIR, "foldersFromFilesStructure": False},
+                }
+            ],
+        },
+    )

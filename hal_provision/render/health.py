@@ -74,8 +74,9 @@ def _port_states(profile, numbers: list[int], fabric_gbps: int) -> list[dict]:
     return out
 
 
-def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = None,
-                build: NodeBuild | None = None) -> dict:
+def expectation(
+    cluster: Cluster, group: NodeGroup, port_hosts: dict | None = None, build: NodeBuild | None = None
+) -> dict:
     """The checks of one compute group, each with what it compares against; with `build`, of
     those of its hosts (a composed host's own expectation: its profile as the active layout
     composes it).
@@ -92,14 +93,23 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
     checks: dict[str, dict] = {}
     for name in h.checks:
         if name == "cpus":
-            checks[name] = {"sockets": p.sockets, "cores_per_socket": p.cores_per_socket,
-                            "threads_per_core": p.threads_per_core, "cpus": p.cpus}
+            checks[name] = {
+                "sockets": p.sockets,
+                "cores_per_socket": p.cores_per_socket,
+                "threads_per_core": p.threads_per_core,
+                "cpus": p.cpus,
+            }
         elif name == "memory":
-            checks[name] = {"memory_gib": p.memory_gib, "tolerance_pct": h.memory_tolerance_pct,
-                            "min_kib": int(p.memory_gib * 1024 * 1024 * (1 - h.memory_tolerance_pct / 100))}
+            checks[name] = {
+                "memory_gib": p.memory_gib,
+                "tolerance_pct": h.memory_tolerance_pct,
+                "min_kib": int(p.memory_gib * 1024 * 1024 * (1 - h.memory_tolerance_pct / 100)),
+            }
         elif name == "gpus" and p.gpus:
-            checks[name] = {"files": [d.file or f"/dev/nvidia{i}" for i, d in enumerate(p.gpus.devices)],
-                            "major": GPU_MAJOR}
+            checks[name] = {
+                "files": [d.file or f"/dev/nvidia{i}" for i, d in enumerate(p.gpus.devices)],
+                "major": GPU_MAJOR,
+            }
         elif name == "gpu_model" and p.gpus:
             checks[name] = {"count": p.gpu_count, "model": p.gpus.model, "memory_gib": p.gpus.memory_gib}
         elif name == "gpu_faults" and p.gpus:
@@ -117,8 +127,10 @@ def expectation(cluster: Cluster, group: NodeGroup, port_hosts: dict | None = No
         elif name == "infiniband":
             ports = _ib_ports(port_hosts, hosts)
             if ports:
-                checks[name] = {"ports": _port_states(p, ports, cluster.fabric.rate_gbps),
-                                "rate_gbps": cluster.fabric.rate_gbps}
+                checks[name] = {
+                    "ports": _port_states(p, ports, cluster.fabric.rate_gbps),
+                    "rate_gbps": cluster.fabric.rate_gbps,
+                }
     return {
         "_comment": json_comment(cluster),
         "group": group.name,
@@ -133,8 +145,12 @@ def _gpu_faults(faults: GpuFaults, gpus: Gpus, count: int) -> dict:
     """The gpu_faults thresholds, and what the profile says of the GPUs' links: NVLink links
     per GPU (its row of the nvlink matrix; a GPU with more, e.g. to the CPU, passes) and the
     PCIe generation and width, where the profile names them."""
-    want: dict = {"count": count, "max_uncorrectable_ecc": faults.max_uncorrectable_ecc,
-                  "xids": sorted(set(faults.xids)), "throttle_reasons": list(faults.throttle_reasons)}
+    want: dict = {
+        "count": count,
+        "max_uncorrectable_ecc": faults.max_uncorrectable_ecc,
+        "xids": sorted(set(faults.xids)),
+        "throttle_reasons": list(faults.throttle_reasons),
+    }
     if gpus.nvlink:
         want["nvlink_links"] = [sum(n for j, n in enumerate(row) if j != i) for i, row in enumerate(gpus.nvlink)]
     if faults.check_pcie and gpus.pcie_generation is not None:
@@ -172,10 +188,12 @@ def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> s
     has them). gpu_model, gpu_faults and dcgm have no stock NHC check: left out."""
     if expectations is None:
         expectations = _expectations(cluster)
-    out = [header(cluster),
-           "# LBNL NHC checks written from the model's expectations (files/etc/hal-provision/health/).\n",
-           "# Match: NHC's {hostlist} ranges. NHC drains and resumes through its own Slurm support.\n",
-           "* || export MARK_OFFLINE=1 NHC_RM=slurm\n"]
+    out = [
+        header(cluster),
+        "# LBNL NHC checks written from the model's expectations (files/etc/hal-provision/health/).\n",
+        "# Match: NHC's {hostlist} ranges. NHC drains and resumes through its own Slurm support.\n",
+        "* || export MARK_OFFLINE=1 NHC_RM=slurm\n",
+    ]
     for stem, exp in expectations.items():
         checks = exp["checks"]
         match = "{" + exp["hosts"] + "}"
@@ -183,7 +201,9 @@ def nhc_conf(cluster: Cluster, expectations: dict[str, dict] | None = None) -> s
         out.append(f"\n# {who}: {exp['hardware']}\n")
         if "cpus" in checks:
             c = checks["cpus"]
-            out.append(f"{match} || check_hw_cpuinfo {c['sockets']} {c['sockets'] * c['cores_per_socket']} {c['cpus']}\n")
+            out.append(
+                f"{match} || check_hw_cpuinfo {c['sockets']} {c['sockets'] * c['cores_per_socket']} {c['cpus']}\n"
+            )
         if "memory" in checks:
             m = checks["memory"]
             out.append(f"{match} || check_hw_physmem {m['memory_gib']}GB {m['memory_gib']}GB {m['tolerance_pct']:g}%\n")
@@ -210,15 +230,24 @@ def render(cluster: Cluster) -> dict[str, str]:
         return {}
     groups = compute_groups(cluster)
     expectations = _expectations(cluster)
-    files = {f"{HEALTH_DIR}/{name}.json": json.dumps(exp, indent=2, sort_keys=True) + "\n"
-             for name, exp in expectations.items()}
-    files[FACTS] = json.dumps({
-        "_comment": json_comment(cluster),
-        "program": h.program,
-        "path": program_path(cluster),
-        "interval_s": h.interval_s,
-        "node_expectation": NODE_EXPECTATION,
-        "groups": sorted(g.name for g in groups),
-    }, indent=2, sort_keys=True) + "\n"
+    files = {
+        f"{HEALTH_DIR}/{name}.json": json.dumps(exp, indent=2, sort_keys=True) + "\n"
+        for name, exp in expectations.items()
+    }
+    files[FACTS] = (
+        json.dumps(
+            {
+                "_comment": json_comment(cluster),
+                "program": h.program,
+                "path": program_path(cluster),
+                "interval_s": h.interval_s,
+                "node_expectation": NODE_EXPECTATION,
+                "groups": sorted(g.name for g in groups),
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     files[NHC_CONF] = nhc_conf(cluster, expectations)
     return files

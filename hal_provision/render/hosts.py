@@ -13,7 +13,9 @@ PATH = "files/etc/hosts"
 def render(cluster: Cluster) -> dict[str, str]:
     domain = cluster.cluster.domain
     primary = cluster.cluster.primary_network
-    suffix = {name: ("" if name == primary else net.host_suffix or f"-{name}") for name, net in cluster.networks.items()}
+    suffix = {
+        name: ("" if name == primary else net.host_suffix or f"-{name}") for name, net in cluster.networks.items()
+    }
     lines = [
         header(cluster),
         "127.0.0.1\tlocalhost\n",

@@ -56,7 +56,7 @@ def _host_lines(primary: str, hosts: list[str], columns: dict[str, list[str]]) -
     """
     pairs = ", ".join(f'"{net.replace("%", "%%")}": "%s"' for net in columns)
     fields = '"ansible_host": "%s", ' if primary in columns else ""
-    template = f"        %s: {{{fields}\"hal_addresses\": {{{pairs}}}}}\n"
+    template = f'        %s: {{{fields}"hal_addresses": {{{pairs}}}}}\n'
     values = [hosts, *([columns[primary]] if primary in columns else []), *columns.values()]
     return "".join(map(template.__mod__, zip(*values)))
 
@@ -69,7 +69,7 @@ def render(cluster: Cluster) -> dict[str, str]:
         "  vars:\n",
         f"    hal_cluster_name: {_q(cluster.cluster.name)}\n",
         f"    hal_cluster_domain: {_q(cluster.cluster.domain)}\n",
-        "    hal_rendered_dir: \"{{ inventory_dir }}/../files\"\n",
+        '    hal_rendered_dir: "{{ inventory_dir }}/../files"\n',
         "  children:\n",
     ]
     # Node groups carry the host variables (each host is in exactly one node group).
@@ -110,8 +110,12 @@ def render(cluster: Cluster) -> dict[str, str]:
     out.extend(f"        nodes_{ansible_name(g.name)}:\n" for g in cluster.groups_with_role(*_slurm_roles()))
     if cluster.slurm.configless:
         # The slurm role gives these nodes slurmd's --conf-server instead of the files it withholds.
-        _member_block(out, "slurm_configless", list(cluster.configless_hosts),
-                      {"hal_slurm_withheld_files": withheld_files(cluster)})
+        _member_block(
+            out,
+            "slurm_configless",
+            list(cluster.configless_hosts),
+            {"hal_slurm_withheld_files": withheld_files(cluster)},
+        )
     return {PATH: "".join(out)}
 
 
@@ -130,7 +134,7 @@ def _pool_blocks(cluster: Cluster) -> list[str]:
             if group is None or profile is None:
                 out.append(f"        {host}:\n")
                 continue
-            out.append(f"        {host}: {{\"hal_hardware\": {_q(hardware_vars(group.hardware, profile))}}}\n")
+            out.append(f'        {host}: {{"hal_hardware": {_q(hardware_vars(group.hardware, profile))}}}\n')
     return out
 
 

@@ -110,26 +110,35 @@ def telegraf_conf(cluster: Cluster, inputs: list[str], what: str) -> str:
     m = cluster.monitoring
     out = [header(cluster), f"# Telegraf on {what}: inputs {', '.join(inputs) or 'none'}.\n"]
     _table(out, "global_tags", {"cluster": cluster.cluster.name}, array=False)
-    _table(out, "agent", {
-        "interval": f"{m.interval_seconds}s",
-        "round_interval": True,
-        "metric_batch_size": 1000,
-        "metric_buffer_limit": 10000,
-        "collection_jitter": "0s",
-        "flush_interval": f"{m.interval_seconds}s",
-        "flush_jitter": "0s",
-        "omit_hostname": False,
-    }, array=False)
-    _table(out, "outputs.influxdb", {
-        "urls": [influx_url(cluster)],
-        "database": m.influxdb.database,
-        "skip_database_creation": True,
-        "username": "telegraf",
-        "password": "${" + PASSWORD_ENV + "}",
-        "timeout": "5s",
-        # HTTPS: the server's certificate verified against the cluster CA, never skipped.
-        **({"tls_ca": CA_CERT, "insecure_skip_verify": False} if m.influxdb.tls else {}),
-    })
+    _table(
+        out,
+        "agent",
+        {
+            "interval": f"{m.interval_seconds}s",
+            "round_interval": True,
+            "metric_batch_size": 1000,
+            "metric_buffer_limit": 10000,
+            "collection_jitter": "0s",
+            "flush_interval": f"{m.interval_seconds}s",
+            "flush_jitter": "0s",
+            "omit_hostname": False,
+        },
+        array=False,
+    )
+    _table(
+        out,
+        "outputs.influxdb",
+        {
+            "urls": [influx_url(cluster)],
+            "database": m.influxdb.database,
+            "skip_database_creation": True,
+            "username": "telegraf",
+            "password": "${" + PASSWORD_ENV + "}",
+            "timeout": "5s",
+            # HTTPS: the server's certificate verified against the cluster CA, never skipped.
+            **({"tls_ca": CA_CERT, "insecure_skip_verify": False} if m.influxdb.tls else {}),
+        },
+    )
     for name in inputs:
         if INPUTS[name].kind == "builtin":
             _table(out, f"inputs.{name}", BUILTIN_OPTIONS[name])
@@ -160,7 +169,9 @@ def backup_sudoers(cluster: Cluster) -> str:
     """The sudoers drop-in beside hal-backup.conf: the telegraf user may run exactly the backup
     collector's command line as root. Its runs (one per collection interval) are not logged and
     open no PAM session; a refused attempt is still logged."""
-    return header(cluster) + f"""\
+    return (
+        header(cluster)
+        + f"""\
 # Telegraf's exec input (hal-backup.conf beside this file) runs
 # `{SUDO} -n {BACKUP_AGE}`, as root: the secret jobs' snapshots
 # are readable by root alone. This command line, argument for argument, and no other.
@@ -168,6 +179,7 @@ Cmnd_Alias HAL_TELEGRAF_BACKUP_AGE = {BACKUP_AGE}
 Defaults!HAL_TELEGRAF_BACKUP_AGE !log_allowed, !pam_session
 {TELEGRAF_USER} ALL = (root) NOPASSWD: HAL_TELEGRAF_BACKUP_AGE
 """
+    )
 
 
 def conf_path(cluster: Cluster, group: NodeGroup) -> str | None:
@@ -195,13 +207,17 @@ def render(cluster: Cluster) -> dict[str, str]:
     ctld = cluster.controllers[0] if cluster.controllers else None
     if ctld and any(INPUTS[n].needs == "slurm_controller" for n in m.all_inputs()):
         files[f"files/etc/telegraf/hosts/{ctld}/hal-slurm.conf"] = host_conf(
-            cluster, "slurm", f"The Slurm collector, on the slurmctld host {ctld} alone.")
+            cluster, "slurm", f"The Slurm collector, on the slurmctld host {ctld} alone."
+        )
     backup_hosts = backup_collector_hosts(cluster)
     for host in backup_hosts:
         files[f"files/etc/telegraf/hosts/{host}/hal-backup.conf"] = host_conf(
-            cluster, "backup", f"The backup collector, on each host with backup jobs ({', '.join(backup_hosts)}):",
+            cluster,
+            "backup",
+            f"The backup collector, on each host with backup jobs ({', '.join(backup_hosts)}):",
             "the age of this host's jobs' last good snapshots on its own destination, run as root",
-            "(hal-backup.sudoers).")
+            "(hal-backup.sudoers).",
+        )
         files[f"files/etc/telegraf/hosts/{host}/hal-backup.sudoers"] = backup_sudoers(cluster)
     facts = {
         "_comment": json_comment(cluster),

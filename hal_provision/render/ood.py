@@ -81,8 +81,7 @@ _Dumper.add_representer(str, _str)
 
 
 def _yaml(cluster: Cluster, data: dict, intro: str = "") -> str:
-    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
-                     width=110)
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=110)
     return header(cluster) + intro + "---\n" + body
 
 
@@ -123,7 +122,7 @@ def portal_config(cluster: Cluster, cat: dict) -> str:
     config["rnode_uri"] = "/rnode"
     config["host_regex"] = session_host_regex(cluster)
     intro = _comment(f"""
-Open OnDemand on {cat['server_name']}: ood-portal-generator's update_ood_portal turns this
+Open OnDemand on {cat["server_name"]}: ood-portal-generator's update_ood_portal turns this
 into Apache's ood-portal.conf. Users log in with their directory password (an anonymous
 search for the uid under ou=People, then a bind as that entry), and the uid is the system
 user. mod_ldap must trust the cluster CA ({CA_CERT}); LDAPTrustedGlobalCert
@@ -192,14 +191,17 @@ def app_files(cluster: Cluster, cat: dict, app: dict) -> dict[str, str]:
 
 
 def manifest(cluster: Cluster, app: dict) -> str:
-    return _yaml(cluster, {
-        "name": app["title"],
-        "category": "Interactive Apps",
-        "subcategory": "Servers",
-        "role": "batch_connect",
-        "description": app["description"] or f"{app['title']} as a Slurm job on a compute node of "
-                                              f"{cluster.cluster.name}.",
-    })
+    return _yaml(
+        cluster,
+        {
+            "name": app["title"],
+            "category": "Interactive Apps",
+            "subcategory": "Servers",
+            "role": "batch_connect",
+            "description": app["description"]
+            or f"{app['title']} as a Slurm job on a compute node of {cluster.cluster.name}.",
+        },
+    )
 
 
 def max_hours(app: dict) -> int:
@@ -250,20 +252,15 @@ def submit(cluster: Cluster, app: dict) -> str:
     for name, vp in app["virtual_partitions"].items():
         options = "".join(f"      {_ruby_string(o)},\n" for o in vp["options"])
         cases.append(
-            f"  when {_ruby_string(name)}\n"
-            f"    max_hours = {vp['max_hours']}\n"
-            f"    slurm_options = [\n{options}    ]\n"
+            f"  when {_ruby_string(name)}\n    max_hours = {vp['max_hours']}\n    slurm_options = [\n{options}    ]\n"
         )
     return (
-        header(cluster)
-        + "# The session's Slurm job: the chosen virtual partition's options, exactly as\n"
+        header(cluster) + "# The session's Slurm job: the chosen virtual partition's options, exactly as\n"
         "# `swbatch -p <virtual partition>` gives them, and the hours asked for.\n"
         "<%-\n"
-        "  case virtual_partition\n"
-        + "".join(cases)
-        + "  else\n"
+        "  case virtual_partition\n" + "".join(cases) + "  else\n"
         f'    raise ArgumentError, {_ruby_string(app["title"])} + " does not run on virtual partition "'
-        ' + virtual_partition.inspect\n'
+        " + virtual_partition.inspect\n"
         "  end\n"
         "  hours = bc_num_hours.to_i\n"
         "  unless (1..max_hours).cover?(hours)\n"
@@ -284,7 +281,9 @@ def submit(cluster: Cluster, app: dict) -> str:
 
 def before_script(cluster: Cluster, cat: dict, app: dict) -> str:
     origin = f"https://{cat['server_name']}" + ("" if cat["port"] == 443 else f":{cat['port']}")
-    return header(cluster) + f'''\
+    return (
+        header(cluster)
+        + f'''\
 # Sourced by Open OnDemand in the session's job before script.sh starts: the port and the
 # password the portal connects with (OnDemand's find_port and create_passwd; it sets host
 # and reads port and password back), and the Jupyter server's configuration.
@@ -305,7 +304,7 @@ c.ServerApp.ip = "0.0.0.0"
 c.ServerApp.port = ${{port}}
 c.ServerApp.port_retries = 0  # the portal proxies to exactly this port
 c.ServerApp.base_url = "{NODE_URI}/${{host}}/${{port}}/"
-c.ServerApp.default_url = {json.dumps(app['default_url'])}
+c.ServerApp.default_url = {json.dumps(app["default_url"])}
 c.ServerApp.root_dir = os.path.expanduser("~")
 c.ServerApp.open_browser = False
 c.ServerApp.allow_remote_access = True
@@ -317,23 +316,30 @@ c.IdentityProvider.token = ""  # the password alone logs in
 EOF
 )
 '''
+    )
 
 
 def main_script(cluster: Cluster, app: dict) -> str:
     environment = "modules and container" if app["container"] else "modules"
-    return "#!/bin/bash\n" + header(cluster) + f'''\
+    return (
+        "#!/bin/bash\n"
+        + header(cluster)
+        + f'''\
 # The session's main process, started by Open OnDemand in the job after before.sh: the app's
 # launch script (its {environment}; the same script JupyterHub's sessions run) starts
 # Jupyter with the configuration before.sh wrote.
-echo "{_shell_words(app['title'])} on ${{host}}:${{port}} (job ${{SLURM_JOB_ID:-none}})"
+echo "{_shell_words(app["title"])} on ${{host}}:${{port}} (job ${{SLURM_JOB_ID:-none}})"
 cd "${{HOME}}"
-exec {shlex.quote(app['launch'])} {JUPYTER_COMMAND[app['kind']]} --config="${{CONFIG_FILE}}"
+exec {shlex.quote(app["launch"])} {JUPYTER_COMMAND[app["kind"]]} --config="${{CONFIG_FILE}}"
 '''
+    )
 
 
 def after_script(cluster: Cluster) -> str:
     seconds = cluster.portal.start_timeout_seconds
-    return header(cluster) + f'''\
+    return (
+        header(cluster)
+        + f"""\
 # Sourced by Open OnDemand once script.sh is started: the portal offers Connect only when the
 # Jupyter server listens; a server that does not within {seconds} s ends the session.
 echo "Waiting for the Jupyter server on ${{host}}:${{port}}..."
@@ -344,21 +350,25 @@ else
   clean_up 1
 fi
 sleep 2
-'''
+"""
+    )
 
 
 def view(cluster: Cluster, app: dict) -> str:
     erb_header = "<%#\n" + header(cluster).replace("# ", "  ") + "-%>\n"
-    return erb_header + f'''\
+    return (
+        erb_header
+        + f'''\
 <%-
-  # Connect: log in to the session's Jupyter server with its password and open {app['default_url']}.
+  # Connect: log in to the session's Jupyter server with its password and open {app["default_url"]}.
   base_url = "{NODE_URI}/#{{host}}/#{{port}}"
-  login_url = "#{{base_url}}/login?next=#{{CGI.escape("#{{base_url}}{app['default_url']}")}}"
+  login_url = "#{{base_url}}/login?next=#{{CGI.escape("#{{base_url}}{app["default_url"]}")}}"
 -%>
 <form action="<%= login_url %>" method="post" target="_blank">
   <input type="hidden" name="password" value="<%= password %>">
   <button class="btn btn-primary" type="submit">
-    <i class="fa fa-external-link"></i> Connect to {html.escape(app['title'])}
+    <i class="fa fa-external-link"></i> Connect to {html.escape(app["title"])}
   </button>
 </form>
 '''
+    )

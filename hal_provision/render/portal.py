@@ -68,8 +68,7 @@ def session_options(cluster: Cluster, vp_name: str, table: dict | None = None) -
     holding all of the job's CPUs (the Jupyter server), without --time. `table`: the wrapper
     suite's table (render.swsuite.table), when the caller already has it."""
     try:
-        args = resolve(table if table is not None else swsuite.table(cluster), Request(vp_name),
-                       one_task_per_node=True)
+        args = resolve(table if table is not None else swsuite.table(cluster), Request(vp_name), one_task_per_node=True)
     except SwError:  # checks report it; render what can be rendered
         return []
     return [a for a in args if not a.startswith("--time=")]
@@ -103,18 +102,20 @@ def catalogue(cluster: Cluster) -> dict:
         if not offered and any(name in layout_hidden for name in app.virtual_partitions):
             hidden.append(f"{app.name}: every virtual partition it offers is hidden")
             continue
-        apps.append({
-            "name": app.name,
-            "kind": app.kind,
-            "title": app.title,
-            "description": app.description,
-            "modules": list(app.modules),
-            "container": app.container,
-            "launch": launch_path(p, app),
-            "default_url": DEFAULT_URL[app.kind],
-            "default_hours": app.default_hours,
-            "virtual_partitions": offered,
-        })
+        apps.append(
+            {
+                "name": app.name,
+                "kind": app.kind,
+                "title": app.title,
+                "description": app.description,
+                "modules": list(app.modules),
+                "container": app.container,
+                "launch": launch_path(p, app),
+                "default_url": DEFAULT_URL[app.kind],
+                "default_hours": app.default_hours,
+                "virtual_partitions": offered,
+            }
+        )
     env_prefix = _module_prefix(cluster, p.user_environment.module)
     return {
         "front_end": p.front_end,
@@ -124,14 +125,20 @@ def catalogue(cluster: Cluster) -> dict:
         "idle_cull_minutes": p.idle_cull_minutes,
         "sessions_per_user": p.sessions_per_user,
         "prefix": p.prefix,
-        "tls": {"site": p.tls.certificate is not None,
-                "certificate": p.tls.certificate or CA_SIGNED_CERT, "key": p.tls.key or CA_SIGNED_KEY},
+        "tls": {
+            "site": p.tls.certificate is not None,
+            "certificate": p.tls.certificate or CA_SIGNED_CERT,
+            "key": p.tls.key or CA_SIGNED_KEY,
+        },
         "user_environment": {
             "module": p.user_environment.module,
             "prefix": env_prefix,
             "python": p.user_environment.python,
-            "packages": [f"jupyterhub=={p.jupyterhub_version}", f"batchspawner=={p.batchspawner_version}",
-                         *p.user_environment.packages],
+            "packages": [
+                f"jupyterhub=={p.jupyterhub_version}",
+                f"batchspawner=={p.batchspawner_version}",
+                *p.user_environment.packages,
+            ],
         },
         "apps": apps,
         **({"_hidden": hidden} if hidden else {}),
@@ -167,7 +174,6 @@ def render(cluster: Cluster) -> dict[str, str]:
 
 
 def launch_script(cluster: Cluster, app: PortalApp) -> str:
-    p = cluster.portal
     lines = [
         "#!/bin/bash\n",
         header(cluster),
@@ -193,7 +199,7 @@ def launch_script(cluster: Cluster, app: PortalApp) -> str:
             'mkdir -p "$HAL_TENSORBOARD_LOGDIR"\n',
         ]
     lines += [
-        'echo "hal-portal: app ' + app.name + ' on $(hostname) (job ${SLURM_JOB_ID:-none}), '
+        'echo "hal-portal: app ' + app.name + " on $(hostname) (job ${SLURM_JOB_ID:-none}), "
         'GPUs ${CUDA_VISIBLE_DEVICES:-none}" >&2\n',
     ]
     if app.container is not None:
@@ -217,7 +223,9 @@ def _home_path(path: str) -> str:
 
 def server_proxy_config(cluster: Cluster) -> str:
     """jupyter-server-proxy entries of the session environment: TensorBoard and H2O Flow."""
-    return header(cluster) + '''\
+    return (
+        header(cluster)
+        + """\
 # The portal's session environment (installed into the environment module's etc/jupyter):
 # TensorBoard and H2O Flow behind the session's own authenticated URL, started on first use.
 import os
@@ -245,7 +253,8 @@ c.ServerProxy.servers = {
         "launcher_entry": {"title": "H2O Flow"},
     },
 }
-'''
+"""
+    )
 
 
 # ---- JupyterHub ---------------------------------------------------------------------------------
@@ -260,8 +269,10 @@ def hub_config(cluster: Cluster, cat: dict) -> str:
     key = p.tls.key or CA_SIGNED_KEY
     prefix = p.prefix.rstrip("/")
     hub_apps = {
-        app["name"]: {k: app[k] for k in ("title", "description", "kind", "launch", "default_url",
-                                          "default_hours", "virtual_partitions")}
+        app["name"]: {
+            k: app[k]
+            for k in ("title", "description", "kind", "launch", "default_url", "default_hours", "virtual_partitions")
+        }
         for app in cat["apps"]
     }
     for app in hub_apps.values():
@@ -271,7 +282,9 @@ def hub_config(cluster: Cluster, cat: dict) -> str:
         }
     apps_literal = pprint.pformat(hub_apps, indent=1, width=110, sort_dicts=False)
     port = a.directory.port if a is not None else 636
-    return header(cluster) + f'''\
+    return (
+        header(cluster)
+        + f'''\
 # JupyterHub on {cat["server_name"]}: log in with the directory password, start an app of the
 # catalogue as a Slurm job (batchspawner) on a compute node, as the user.
 # Secrets are not here: the cookie secret is generated on this node, the proxy token comes from
@@ -327,3 +340,4 @@ for role in c.JupyterHub.load_roles:
     if role["name"] == "idle-culler":
         role["services"] = ["idle-culler"]
 '''
+    )

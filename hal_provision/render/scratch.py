@@ -43,11 +43,9 @@ def scratch_profiles(cluster: Cluster) -> dict[str, HardwareProfile]:
 
 def mount_unit(cluster: Cluster, name: str, profile: HardwareProfile) -> str:
     scratch = profile.scratch
-    made_of = (f"{scratch.devices[0]}" if scratch.layout == "single"
-               else f"raid0 of {', '.join(scratch.devices)}")
+    made_of = f"{scratch.devices[0]}" if scratch.layout == "single" else f"raid0 of {', '.join(scratch.devices)}"
     return (
-        header(cluster)
-        + "[Unit]\n"
+        header(cluster) + "[Unit]\n"
         f"Description=Node-local scratch of {name} ({made_of}, {scratch.filesystem})\n"
         "Documentation=man:job_container.conf(5) man:namespace.yaml(5)\n"
         "\n[Mount]\n"
@@ -63,8 +61,7 @@ def mount_unit(cluster: Cluster, name: str, profile: HardwareProfile) -> str:
 def mdadm_conf(cluster: Cluster, name: str, profile: HardwareProfile) -> str:
     """The array by its name and members: mdadm assembles it at boot from these devices only."""
     return (
-        header(cluster)
-        + f"# Node-local scratch of {name}: raid0 (mdadm) over its NVMe devices.\n"
+        header(cluster) + f"# Node-local scratch of {name}: raid0 (mdadm) over its NVMe devices.\n"
         f"ARRAY {MD_DEVICE} metadata=1.2 devices={','.join(profile.scratch.devices)}\n"
     )
 

@@ -45,8 +45,13 @@ def render(cluster: Cluster) -> dict[str, str]:
 
 def slurmd_files(cluster: Cluster) -> list[str]:
     """The rendered files of slurm.conf's directory that slurmd reads (slurmdbd.conf is not)."""
-    return ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf",
-            *(path.rsplit("/", 1)[1] for path in job_namespace_files(cluster))]
+    return [
+        "slurm.conf",
+        "cgroup.conf",
+        "gres.conf",
+        "topology.conf",
+        *(path.rsplit("/", 1)[1] for path in job_namespace_files(cluster)),
+    ]
 
 
 def withheld_files(cluster: Cluster) -> list[str]:
@@ -68,23 +73,26 @@ def configless_files(cluster: Cluster) -> dict[str, str]:
     (Cluster.configless_hosts; the inventory's slurm_configless group)."""
     if not cluster.slurm.configless:
         return {}
-    retry = "" if cluster.slurm.at_least(SLURMD_RETRIES_FETCH_FROM) else (
-        "\n[Service]\n"
-        f"# Slurm {cluster.slurm.version}'s slurmd exits when no controller answers at its start (it asks\n"
-        f"# again by itself from {SLURMD_RETRIES_FETCH_FROM}): systemd starts it again.\n"
-        "Restart=on-failure\n"
-        "RestartSec=10\n")
+    retry = (
+        ""
+        if cluster.slurm.at_least(SLURMD_RETRIES_FETCH_FROM)
+        else (
+            "\n[Service]\n"
+            f"# Slurm {cluster.slurm.version}'s slurmd exits when no controller answers at its start (it asks\n"
+            f"# again by itself from {SLURMD_RETRIES_FETCH_FROM}): systemd starts it again.\n"
+            "Restart=on-failure\n"
+            "RestartSec=10\n"
+        )
+    )
     return {
         SLURMD_OPTIONS: header(cluster)
         + "# Configless: slurmd fetches slurm.conf and the files it names from slurmctld, asking\n"
         "# the controllers in this order (the primary first).\n"
         f'SLURMD_OPTIONS="--conf-server {conf_server(cluster)}"\n',
-        SLURMD_DROPIN: header(cluster)
-        + "[Unit]\n"
+        SLURMD_DROPIN: header(cluster) + "[Unit]\n"
         "# Debian's unit starts slurmd only where /etc/slurm/slurm.conf exists; a configless node has\n"
         "# none. The empty assignment drops that condition.\n"
-        "ConditionPathExists=\n"
-        + retry,
+        "ConditionPathExists=\n" + retry,
     }
 
 
@@ -106,8 +114,11 @@ def job_tmp_groups(cluster: Cluster) -> list:
 def scratch_mount(cluster: Cluster) -> str | None:
     """slurm.conf TmpFS: the local scratch mount point of the Slurm nodes' profiles (one path for
     the whole cluster; a check reports profiles that differ), None without scratch."""
-    points = [p.scratch.mount_point for g in cluster.groups_with_role(Role.compute)
-              if (p := cluster.profile_of(g)) is not None and p.scratch is not None]
+    points = [
+        p.scratch.mount_point
+        for g in cluster.groups_with_role(Role.compute)
+        if (p := cluster.profile_of(g)) is not None and p.scratch is not None
+    ]
     return points[0] if points else None
 
 
@@ -122,20 +133,25 @@ def _tmp_bases(cluster: Cluster) -> dict[str, list[str]]:
 def namespace_yaml(cluster: Cluster) -> str:
     """namespace/linux (Slurm 25.11 on): the same bases as job_container_conf, as namespace.yaml's
     node_confs (the default dirs, /tmp and /dev/shm; no extra PID or user namespace)."""
-    node_confs = [{"nodes": [fold_hostlists(hosts)], "options": {"auto_base_path": True, "base_path": base}}
-                  for base, hosts in _tmp_bases(cluster).items()]
-    return (header(cluster)
-            + "# Each job's private /tmp and /dev/shm (NamespaceType=namespace/linux in slurm.conf),\n"
-            "# made under base_path when the job starts and removed when it ends.\n"
-            + yaml.safe_dump({"node_confs": node_confs}, sort_keys=False, explicit_start=True))
+    node_confs = [
+        {"nodes": [fold_hostlists(hosts)], "options": {"auto_base_path": True, "base_path": base}}
+        for base, hosts in _tmp_bases(cluster).items()
+    ]
+    return (
+        header(cluster) + "# Each job's private /tmp and /dev/shm (NamespaceType=namespace/linux in slurm.conf),\n"
+        "# made under base_path when the job starts and removed when it ends.\n"
+        + yaml.safe_dump({"node_confs": node_confs}, sort_keys=False, explicit_start=True)
+    )
 
 
 def job_container_conf(cluster: Cluster) -> str:
     """job_container/tmpfs (Slurm before 25.11): per node group, the base under which each job gets
     a private /tmp and /dev/shm, made on demand (AutoBasePath) and removed with the job."""
-    out = [header(cluster),
-           "# Each job's private /tmp and /dev/shm (JobContainerType=job_container/tmpfs in slurm.conf),\n"
-           "# made under BasePath when the job starts and removed when it ends.\n"]
+    out = [
+        header(cluster),
+        "# Each job's private /tmp and /dev/shm (JobContainerType=job_container/tmpfs in slurm.conf),\n"
+        "# made under BasePath when the job starts and removed when it ends.\n",
+    ]
     for base, hosts in _tmp_bases(cluster).items():
         out.append(f"NodeName={fold_hostlists(hosts)} AutoBasePath=true BasePath={base}\n")
     return "".join(out)
@@ -173,8 +189,9 @@ def node_gres(profile: HardwareProfile, sharing: GpuSharing | None) -> list[str]
 
 def _offered(cluster: Cluster, kind: str) -> bool:
     """Whether some compute node with GPUs shares them as `kind` (GpuSharing.shares)."""
-    return any(s is not None and s.shares and s.shares[0] == kind and p.gpus
-               for _n, p, _f, s, _h in hardware_groups(cluster))
+    return any(
+        s is not None and s.shares and s.shares[0] == kind and p.gpus for _n, p, _f, s, _h in hardware_groups(cluster)
+    )
 
 
 def shard_nodes(cluster: Cluster) -> bool:
@@ -252,17 +269,23 @@ def slurm_conf(cluster: Cluster) -> str:
         "PrologFlags=Contain\n"
         + mps_lines(cluster)
         + (
-            ("\n# Each job's private /tmp and /dev/shm on the node's local scratch (namespace.yaml).\n"
-             "NamespaceType=namespace/linux\n" if cluster.slurm.namespace_yaml else
-             "\n# Each job's private /tmp and /dev/shm on the node's local scratch (job_container.conf).\n"
-             "JobContainerType=job_container/tmpfs\n")
-            if job_tmp_groups(cluster) else ""
+            (
+                "\n# Each job's private /tmp and /dev/shm on the node's local scratch (namespace.yaml).\n"
+                "NamespaceType=namespace/linux\n"
+                if cluster.slurm.namespace_yaml
+                else "\n# Each job's private /tmp and /dev/shm on the node's local scratch (job_container.conf).\n"
+                "JobContainerType=job_container/tmpfs\n"
+            )
+            if job_tmp_groups(cluster)
+            else ""
         )
-        + (f"# The local scratch slurmd measures for TmpDisk.\nTmpFS={scratch_mount(cluster)}\n"
-           if scratch_mount(cluster) else "")
         + (
-            "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\n"
-            "TopologyPlugin=topology/tree\n"
+            f"# The local scratch slurmd measures for TmpDisk.\nTmpFS={scratch_mount(cluster)}\n"
+            if scratch_mount(cluster)
+            else ""
+        )
+        + (
+            "\n# Network-aware placement from the InfiniBand fabric (topology.conf).\nTopologyPlugin=topology/tree\n"
             if cluster.fabric is not None
             # The flat topology's name is the version's (topology/none, default or flat).
             else "\n# No fabric described: no network-aware placement (topology.conf is not read).\n"
@@ -330,7 +353,8 @@ def extra_lines(cluster: Cluster) -> str:
     if not extra:
         return ""
     return "\n# slurm.extra: options the model does not cover.\n" + "".join(
-        f"{key}={extra[key]}\n" for key in sorted(extra))
+        f"{key}={extra[key]}\n" for key in sorted(extra)
+    )
 
 
 def slurmctld_parameters(cluster: Cluster) -> list[str]:
@@ -342,9 +366,12 @@ def slurmctld_parameters_lines(cluster: Cluster) -> str:
     params = slurmctld_parameters(cluster)
     if not params:
         return ""
-    why = ("\n# Configless: slurmctld serves this file and the ones it names to slurmd on the compute\n"
-           "# nodes (slurmd --conf-server); only a restart of slurmctld changes it.\n"
-           if "enable_configless" in params else "")
+    why = (
+        "\n# Configless: slurmctld serves this file and the ones it names to slurmd on the compute\n"
+        "# nodes (slurmd --conf-server); only a restart of slurmctld changes it.\n"
+        if "enable_configless" in params
+        else ""
+    )
     return why + f"SlurmctldParameters={','.join(params)}\n"
 
 
@@ -379,10 +406,12 @@ def priority_lines(cluster: Cluster) -> str:
 def gres_conf(cluster: Cluster) -> str:
     out = [
         header(cluster),
-        ("# slurmd is built with NVML (slurm.nvml), yet GPUs are declared, not detected, except MIG\n"
-         "# instances, which only NVML finds (AutoDetect=nvml on their nodes' lines).\n"
-         if cluster.slurm.nvml else
-         "# Debian's Slurm is built without NVML, so GPUs are declared, not detected.\n")
+        (
+            "# slurmd is built with NVML (slurm.nvml), yet GPUs are declared, not detected, except MIG\n"
+            "# instances, which only NVML finds (AutoDetect=nvml on their nodes' lines).\n"
+            if cluster.slurm.nvml
+            else "# Debian's Slurm is built without NVML, so GPUs are declared, not detected.\n"
+        )
         + "# Cores= are Slurm's logical core indices of the GPU's socket (not CPU thread ids).\n"
         "AutoDetect=off\n",
     ]
@@ -444,8 +473,12 @@ def topology_conf(cluster: Cluster) -> str:
     # configuration <parent> has invalid child (<child>)"), e.g. a storage-only leaf.
     written = _switches_above_nodes(leaf_nodes, children)
     slurm_nodes = cluster.slurm_nodes
-    other_rails = {switch for link in fabric.links for switch, run in link.runs()
-                   if switch not in leaf_nodes and overlaps(nodeset(run), slurm_nodes)}
+    other_rails = {
+        switch
+        for link in fabric.links
+        for switch, run in link.runs()
+        if switch not in leaf_nodes and overlaps(nodeset(run), slurm_nodes)
+    }
     out.append(f"# Fabric {fabric.name}: {fabric.rate_gbps} Gb/s. Only Slurm nodes are listed.\n")
     for _i, name, _sw in every:
         parts = []

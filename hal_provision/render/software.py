@@ -46,6 +46,7 @@ def render(cluster: Cluster) -> dict[str, str]:
 
 # ---- Lmod ------------------------------------------------------------------------------------
 
+
 def lua(value: str) -> str:
     """A Lua double-quoted string literal."""
     out = []
@@ -111,7 +112,7 @@ def module_trees(cluster: Cluster) -> dict[str, dict[str, str]]:
             tree[path] = modulefile(cluster, m, role, m.full_name in opened)
         for (compiler, name), version in default_versions(modules).items():
             rc = f"{FILES}{level_dir(sw, role, compiler)}/{name}/.modulerc.lua"
-            tree[rc] = header(cluster, "--") + f"module_version({lua(f'{name}/{version}')}, \"default\")\n"
+            tree[rc] = header(cluster, "--") + f'module_version({lua(f"{name}/{version}")}, "default")\n'
         trees[role] = dict(sorted(tree.items()))
     return trees
 
@@ -138,7 +139,7 @@ def modulefile(cluster: Cluster, m: Module, role: str, opens_level: bool) -> str
         out.append(f"setenv({lua(var)}, {lua(value.replace('{prefix}', prefix))})\n")
     if opens_level:
         out.append("\n-- Modules built with this compiler become visible once it is loaded.\n")
-        out.append(f"prepend_path(\"MODULEPATH\", {lua(level_dir(sw, role, m.full_name))})\n")
+        out.append(f'prepend_path("MODULEPATH", {lua(level_dir(sw, role, m.full_name))})\n')
     return "".join(out)
 
 
@@ -146,10 +147,14 @@ def lmod_site_files(cluster: Cluster, roles: list[str]) -> dict[str, str]:
     sw = cluster.software
     refuse = sw.on_conflict == "refuse"
     cache = sw.spider_cache_dir.rstrip("/")
-    modulespath = header(cluster) + (
-        "# One tree per node role; a node carries only its own role's tree, and Lmod's profile\n"
-        "# script adds only directories that exist: `module avail` shows exactly that role's modules.\n"
-    ) + "".join(f"{level_dir(sw, role, None)}\n" for role in roles)
+    modulespath = (
+        header(cluster)
+        + (
+            "# One tree per node role; a node carries only its own role's tree, and Lmod's profile\n"
+            "# script adds only directories that exist: `module avail` shows exactly that role's modules.\n"
+        )
+        + "".join(f"{level_dir(sw, role, None)}\n" for role in roles)
+    )
     lmodrc = header(cluster, "--") + (
         "-- The system spider cache; the lmod role rebuilds it whenever the node's tree changes.\n"
         "scDescriptT = {\n"
@@ -166,6 +171,7 @@ def lmod_site_files(cluster: Cluster, roles: list[str]) -> dict[str, str]:
 
 
 # ---- container runtime -----------------------------------------------------------------------
+
 
 def bind_paths(cluster: Cluster, ct: Containers) -> list[str]:
     mounts = cluster.storage.filesystem_mounts()
@@ -231,17 +237,23 @@ def container_files(cluster: Cluster) -> dict[str, str]:
     ct = cluster.containers
     assert ct is not None
     subids = subid_file(cluster, ct)
-    return {f"{FILES}{ct.config_path}": runtime_conf(cluster, ct), f"{FILES}{SUBUID}": subids, f"{FILES}{SUBGID}": subids}
+    return {
+        f"{FILES}{ct.config_path}": runtime_conf(cluster, ct),
+        f"{FILES}{SUBUID}": subids,
+        f"{FILES}{SUBGID}": subids,
+    }
 
 
 # ---- the plan the roles and tests read -------------------------------------------------------
 
+
 def _node_path(rendered: str) -> str:
-    return rendered[len(FILES):]
+    return rendered[len(FILES) :]
 
 
-def manifest(cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dict[str, str],
-             runtime_files: dict[str, str]) -> str:
+def manifest(
+    cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dict[str, str], runtime_files: dict[str, str]
+) -> str:
     sw, ct = cluster.software, cluster.containers
     visible = visible_modules(cluster)
     lmod = {
@@ -277,9 +289,15 @@ def manifest(cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dic
         },
         # Modules whose software the lmod role installs: a virtualenv at the prefix, by pip.
         "environments": [
-            {"module": m.full_name, "prefix": sw.prefix_of(m), "python": m.pip.python,
-             "packages": list(m.pip.packages), "roles": [r.value for r in sw.roles_of(m)]}
-            for m in sw.modules if m.pip is not None
+            {
+                "module": m.full_name,
+                "prefix": sw.prefix_of(m),
+                "python": m.pip.python,
+                "packages": list(m.pip.packages),
+                "roles": [r.value for r in sw.roles_of(m)],
+            }
+            for m in sw.modules
+            if m.pip is not None
         ],
         "wheelhouse": sw.wheelhouse,
     }
@@ -293,8 +311,11 @@ def manifest(cluster: Cluster, trees: dict[str, dict[str, str]], lmod_files: dic
             "files": [_node_path(p) for p in runtime_files],
             "fakeroot": {
                 "enabled": ct.fakeroot.enabled,
-                "ranges": [{"user": r.user, "first": r.first, "count": r.count}
-                           for r in fakeroot_ranges(ct.fakeroot, cluster.accounts) if r.active],
+                "ranges": [
+                    {"user": r.user, "first": r.first, "count": r.count}
+                    for r in fakeroot_ranges(ct.fakeroot, cluster.accounts)
+                    if r.active
+                ],
             },
         }
     body = {

@@ -72,9 +72,10 @@ class _Members:
 
 
 def node_file(cluster: Cluster, gpfs: Gpfs, members: _Members) -> str:
-    special = {h: "-".join(r for r, hosts in (("quorum", gpfs.quorum), ("manager", gpfs.managers))
-                           if h in set(expand(hosts)))
-               for h in set(expand(gpfs.quorum)) | set(expand(gpfs.managers))}
+    special = {
+        h: "-".join(r for r, hosts in (("quorum", gpfs.quorum), ("manager", gpfs.managers)) if h in set(expand(hosts)))
+        for h in set(expand(gpfs.quorum)) | set(expand(gpfs.managers))
+    }
     out = [
         header(cluster),
         f"# Node file of GPFS cluster {gpfs.cluster_name}, one NodeName:Designation:AdminNodeName per line:\n",
@@ -84,7 +85,9 @@ def node_file(cluster: Cluster, gpfs: Gpfs, members: _Members) -> str:
         out.append(f"\n# node class {nc.name}: {nc.hosts}\n")
         names, admins = members.by_class[nc.name]
         out.extend(
-            f"{name}:{special.get(admin, 'client')}:{admin}\n" if name != admin else f"{name}:{special.get(admin, 'client')}\n"
+            f"{name}:{special.get(admin, 'client')}:{admin}\n"
+            if name != admin
+            else f"{name}:{special.get(admin, 'client')}\n"
             for name, admin in zip(names, admins)
         )
     return "".join(out)
@@ -92,11 +95,14 @@ def node_file(cluster: Cluster, gpfs: Gpfs, members: _Members) -> str:
 
 def class_file(cluster: Cluster, name: str, members: _Members) -> str:
     names, _admins = members.by_class[name]
-    return "".join([
-        header(cluster),
-        f"# Members of node class {name}:  mmcrnodeclass {name} -N {name}.list\n",
-        "\n".join(names), "\n",
-    ])
+    return "".join(
+        [
+            header(cluster),
+            f"# Members of node class {name}:  mmcrnodeclass {name} -N {name}.list\n",
+            "\n".join(names),
+            "\n",
+        ]
+    )
 
 
 def nsd_stanzas(cluster: Cluster, fs: GpfsFilesystem) -> str:
@@ -124,20 +130,24 @@ def mmcrfs_command(fs: GpfsFilesystem) -> list[str]:
     argv += ["-r", str(fs.data_replicas), "-R", str(fs.max_data_replicas)]
     argv += ["-Q", "yes" if fs.quotas else "no"]
     if fs.inode_limit:
-        argv += ["--inode-limit", f"{fs.inode_limit}" + (f":{fs.inodes_preallocated}" if fs.inodes_preallocated else "")]
+        argv += [
+            "--inode-limit",
+            f"{fs.inode_limit}" + (f":{fs.inodes_preallocated}" if fs.inodes_preallocated else ""),
+        ]
     return argv
 
 
 def mmcrfs_file(cluster: Cluster, fs: GpfsFilesystem) -> str:
     argv = mmcrfs_command(fs)
     # One option per line: the parameters are what a reviewer reads.
-    pairs = [argv[:2]] + [argv[i:i + 2] for i in range(2, len(argv), 2)]
+    pairs = [argv[:2]] + [argv[i : i + 2] for i in range(2, len(argv), 2)]
     body = " \\\n    ".join(" ".join(p) for p in pairs)
     return (
         header(cluster)
         + f"# Creates file system {fs.name} on the NSDs of {fs.name}.nsd (run mmcrnsd -F {fs.name}.nsd first).\n"
         + "# Run once, by hand, on the admin node: mmcrfs formats the disks.\n"
-        + body + "\n"
+        + body
+        + "\n"
     )
 
 
@@ -165,8 +175,11 @@ def tuning_plan(cluster: Cluster, gpfs: Gpfs) -> str:
     ]
     for nc in gpfs.node_classes:
         values = desired.effective(gpfs, nc)
-        managed = sorted(set(desired.tuning_values(gpfs.tuning)) | set(desired.tuning_values(nc.tuning))
-                         | {"pagepool", "maxFilesToCache", "maxStatCache"})
+        managed = sorted(
+            set(desired.tuning_values(gpfs.tuning))
+            | set(desired.tuning_values(nc.tuning))
+            | {"pagepool", "maxFilesToCache", "maxStatCache"}
+        )
         out.append(f"\n[{nc.name}] {nc.hosts} ({len(nodeset(nc.hosts))} nodes)\n")
         width = max(len(a) for a in managed)
         for attribute in managed:
@@ -180,14 +193,18 @@ def tuning_plan(cluster: Cluster, gpfs: Gpfs) -> str:
             gib, what, hosts = min(members, key=lambda m: m[0])
             who = str(hosts) if len(hosts) <= 32 else f"{len(hosts)} hosts"  # no 100,000-host hostlists
             fit = f" of {gib} GiB ({what} {who})"
-        out.append(f"  cache memory: pagepool {_gib(mem.pagepool)} + files {_gib(mem.files)} + stat {_gib(mem.stats)}"
-                   f" = {_gib(mem.total)}{fit}\n")
+        out.append(
+            f"  cache memory: pagepool {_gib(mem.pagepool)} + files {_gib(mem.files)} + stat {_gib(mem.stats)}"
+            f" = {_gib(mem.total)}{fit}\n"
+        )
     fresh = tuning.plan(desired.desired_state(gpfs), [])
     out.append("\n# On a new cluster (nothing set yet):\n")
     out.extend(" ".join(argv) + "\n" for argv in fresh.commands())
     restart = fresh.restart()
     if restart:
-        out.append(f"# then restart GPFS on: {', '.join('all nodes' if s == desired.CLUSTER else s for s in restart)}\n")
+        out.append(
+            f"# then restart GPFS on: {', '.join('all nodes' if s == desired.CLUSTER else s for s in restart)}\n"
+        )
     return "".join(out)
 
 
@@ -265,8 +282,7 @@ def nfs_files(cluster: Cluster) -> dict[str, str]:
         files[f"{NFS_DIR}/mounts/{unit}"] = mount_unit(cluster, mount)
         mounts.append({"unit": unit, "group": mount_group(mount), "mount_point": mount.mount_point})
     if servers or mounts:
-        doc = {"_comment": json_comment(cluster),
-               "servers": servers, "mounts": mounts}
+        doc = {"_comment": json_comment(cluster), "servers": servers, "mounts": mounts}
         files[MANIFEST] = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     return files
 

@@ -36,8 +36,11 @@ def table(cluster: Cluster) -> dict:
             "description": vp.description,
             "node": node,
         }
-    return {"cluster": cluster.cluster.name, "virtual_partitions": vps,
-            **({"_hidden": list(hidden.values())} if hidden else {})}
+    return {
+        "cluster": cluster.cluster.name,
+        "virtual_partitions": vps,
+        **({"_hidden": list(hidden.values())} if hidden else {}),
+    }
 
 
 def render(cluster: Cluster) -> dict[str, str]:

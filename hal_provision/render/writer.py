@@ -27,8 +27,7 @@ def write_tree(files: dict[str, str], out_dir: str | os.PathLike) -> Path:
             raise WriteError(f"{out} exists and is not a directory")
         if any(out.iterdir()) and not (out / MARKER).is_file():
             raise WriteError(
-                f"{out} is not empty and was not written by hal-provision; "
-                "choose an empty or new directory"
+                f"{out} is not empty and was not written by hal-provision; choose an empty or new directory"
             )
     parent = out.resolve().parent
     try:
@@ -41,7 +40,9 @@ def write_tree(files: dict[str, str], out_dir: str | os.PathLike) -> Path:
             target = _inside(staging, rel, out)
             target.parent.mkdir(parents=True, exist_ok=True)
             write_file(target, text)
-        write_file(staging / MARKER, "This directory is written by `hal-provision render`; it is replaced as a whole.\n")
+        write_file(
+            staging / MARKER, "This directory is written by `hal-provision render`; it is replaced as a whole.\n"
+        )
         for d in [staging, *(p for p in staging.rglob("*") if p.is_dir())]:
             d.chmod(0o755)
         _swap_in(staging, out)
@@ -74,7 +75,7 @@ def write_file(target: Path, text: str) -> None:
     """`text` into `target` as UTF-8, SLICE characters at a time."""
     with open(target, "w", encoding="utf-8", newline="") as stream:
         for start in range(0, len(text), SLICE):
-            stream.write(text[start:start + SLICE])
+            stream.write(text[start : start + SLICE])
 
 
 def _swap_in(staging: Path, out: Path) -> None:

@@ -43,8 +43,9 @@ class SandboxError(ValueError):
     pass
 
 
-def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False,
-                   os: str | None = None) -> Cluster:
+def derive_sandbox(
+    cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False, os: str | None = None
+) -> Cluster:
     """The sandbox's model of `cluster`; `os`: the nodes' cluster.os when it is not the description's
     (sandbox up --release)."""
     data = cluster.model_dump(mode="json", exclude_none=True)
@@ -106,8 +107,11 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
             if len(kept):
                 # Keep each kept host on the switch port it has in the full cluster.
                 offset = list(hosts).index(kept[0])
-                links.append(dict(link, hosts=str(kept), first_switch_port=link["first_switch_port"] + offset)
-                             if _contiguous(hosts, kept) else dict(link, hosts=str(kept)))
+                links.append(
+                    dict(link, hosts=str(kept), first_switch_port=link["first_switch_port"] + offset)
+                    if _contiguous(hosts, kept)
+                    else dict(link, hosts=str(kept))
+                )
         data["fabric"]["links"] = links
 
     comp_set = nodeset(comp_hosts)
@@ -120,7 +124,7 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
     part_names = {p["name"] for p in parts}
     deploy = data.get("deploy") or {}
     if deploy.get("distribution"):  # pull mode: each point serves the kept nodes of its own; one point
-        points = []                 # left (the management host) when the others went with the narrowing
+        points = []  # left (the management host) when the others went with the narrowing
         for point in deploy["distribution"]:
             if point["host"] not in keep:
                 continue
@@ -144,7 +148,9 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
         data["swsuite"]["virtual_partitions"] = vps
 
     if "storage" in data:
-        storage = narrow_storage(cluster.storage, keep, _backup_rehome(cluster, keep, svc, [login_host, *comp_ns[0:computes]]))
+        storage = narrow_storage(
+            cluster.storage, keep, _backup_rehome(cluster, keep, svc, [login_host, *comp_ns[0:computes]])
+        )
         data["storage"] = storage.model_dump(mode="json", exclude_none=True)
         binds = (data.get("containers") or {}).get("bind_filesystems")
         if binds is not None:  # containers bind only the shared file systems the sandbox keeps
@@ -156,8 +162,9 @@ def derive_sandbox(cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SU
                 del data["backup"]
     kept_roles = {g["role"] for g in data["nodes"]}
     if "monitoring" in data:
-        data["monitoring"] = _sandbox_monitoring(data["monitoring"], mgmt_host, keep, kept_roles,
-                                                 {g["name"] for g in data["nodes"]})
+        data["monitoring"] = _sandbox_monitoring(
+            data["monitoring"], mgmt_host, keep, kept_roles, {g["name"] for g in data["nodes"]}
+        )
     if data.get("recipes"):
         data["recipes"] = _sandbox_recipes(data["recipes"], vps)
     if data.get("health"):
@@ -214,8 +221,12 @@ def _sandbox_scratch(data: dict, compute: dict) -> None:
     source = profile.get("scratch") or {}
     mount_point = source.get("mount_point", "/local")
     profile["local_disks"] = [{"device": SCRATCH_STANDIN, "kind": "nvme", "size_gib": SCRATCH_STANDIN_GIB}]
-    profile["scratch"] = {"devices": [SCRATCH_STANDIN], "layout": "single",
-                          "filesystem": source.get("filesystem", "ext4"), "mount_point": mount_point}
+    profile["scratch"] = {
+        "devices": [SCRATCH_STANDIN],
+        "layout": "single",
+        "filesystem": source.get("filesystem", "ext4"),
+        "mount_point": mount_point,
+    }
     if not compute.get("job_tmp_base", "").startswith(mount_point.rstrip("/") + "/"):
         compute["job_tmp_base"] = mount_point.rstrip("/") + "/jobs"
 
@@ -231,10 +242,16 @@ def _sandbox_monitoring(mon: dict, mgmt_host: str, keep, kept_roles: set[str], k
     no InfiniBand counters (containers have no InfiniBand devices: that input would find
     nothing to read; a group's list left empty keeps the heartbeat, system)."""
     mon = dict(mon, interval_seconds=min(mon.get("interval_seconds", 60), SANDBOX_INTERVAL_SECONDS))
-    mon["inputs"] = {role: [n for n in names if n != "infiniband"] for role, names in mon.get("inputs", {}).items()
-                     if role in kept_roles}
-    mon["inputs_by_group"] = {group: [n for n in names if n != "infiniband"] or ["system"]
-                              for group, names in mon.get("inputs_by_group", {}).items() if group in kept_groups}
+    mon["inputs"] = {
+        role: [n for n in names if n != "infiniband"]
+        for role, names in mon.get("inputs", {}).items()
+        if role in kept_roles
+    }
+    mon["inputs_by_group"] = {
+        group: [n for n in names if n != "infiniband"] or ["system"]
+        for group, names in mon.get("inputs_by_group", {}).items()
+        if group in kept_groups
+    }
     grafana = mon.get("grafana")
     if grafana is not None and not set(nodeset(grafana["host"])) & set(keep):
         mon["grafana"] = dict(grafana, host=mgmt_host)
@@ -271,8 +288,11 @@ def _sandbox_backup(backup: dict, filesystems: set[str], services: dict, keep) -
     if backup["destination"]["filesystem"] not in filesystems:
         return None
     if "host_destinations" in backup:
-        own = {host: d for host, d in backup["host_destinations"].items()
-               if host in keep and d["filesystem"] in filesystems}
+        own = {
+            host: d
+            for host, d in backup["host_destinations"].items()
+            if host in keep and d["filesystem"] in filesystems
+        }
         backup = dict(backup, host_destinations=own)
     needs = {"directory": "ldap", "monitoring": "monitoring_db"}
     if "state" in backup:
@@ -315,16 +335,20 @@ SANDBOX_PRIORITY_CALC_PERIOD_MINUTES = 1
 def _sandbox_priority(data: dict) -> None:
     priority = data.get("slurm", {}).get("priority")
     if priority is not None:
-        priority["calc_period_minutes"] = min(priority.get("calc_period_minutes", 5),
-                                              SANDBOX_PRIORITY_CALC_PERIOD_MINUTES)
+        priority["calc_period_minutes"] = min(
+            priority.get("calc_period_minutes", 5), SANDBOX_PRIORITY_CALC_PERIOD_MINUTES
+        )
 
 
 def _sandbox_health(health: dict) -> dict:
     checks = health.get("checks")
     if checks is None:
         from ..model.health import CHECKS as checks
-    return dict(health, interval_s=min(health.get("interval_s", 300), SANDBOX_HEALTH_INTERVAL_SECONDS),
-                checks=[c for c in checks if c not in SANDBOX_HEALTH_UNCHECKABLE])
+    return dict(
+        health,
+        interval_s=min(health.get("interval_s", 300), SANDBOX_HEALTH_INTERVAL_SECONDS),
+        checks=[c for c in checks if c not in SANDBOX_HEALTH_UNCHECKABLE],
+    )
 
 
 def _ip(n: int) -> str:

@@ -50,8 +50,16 @@ REVISION_LABEL = "io.hal-provision.image-revision"
 SUITE = "bookworm"
 # openssh-server: Ansible and the tests reach every node over SSH, as on a real cluster.
 PACKAGES = [
-    "python3", "python3-apt", "systemd", "systemd-sysv", "dbus", "sudo", "procps",
-    "iproute2", "ca-certificates", "openssh-server",
+    "python3",
+    "python3-apt",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "sudo",
+    "procps",
+    "iproute2",
+    "ca-certificates",
+    "openssh-server",
 ]
 # Host keys are made by each node at its first start, never baked into the shared image:
 # ssh.service's own ExecStartPre (sshd -t) needs them, so the drop-in puts ssh-keygen first.
@@ -64,9 +72,14 @@ SSH_HOSTKEYS_DROPIN = (
 )
 # Units that make no sense in a container and only slow its boot or spin.
 MASKED_UNITS = [
-    "getty@tty1.service", "console-getty.service", "systemd-udevd.service",
-    "systemd-udev-trigger.service", "systemd-logind.service", "apt-daily.timer",
-    "apt-daily-upgrade.timer", "systemd-timesyncd.service",
+    "getty@tty1.service",
+    "console-getty.service",
+    "systemd-udevd.service",
+    "systemd-udev-trigger.service",
+    "systemd-logind.service",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "systemd-timesyncd.service",
 ]
 
 
@@ -76,12 +89,15 @@ REPO = Path(__file__).resolve().parents[2]
 # Packages a role must install itself: their installation reads site input prepared first.
 NOT_IN_IMAGE = {
     "slapd": "ldap_server preseeds its domain, organization and admin password through debconf "
-             "before it installs slapd; installed in the image, it would carry the builder's",
+    "before it installs slapd; installed in the image, it would carry the builder's",
 }
 # Secrets and identities a package makes at installation; a node makes its own (the munge
 # role generates the cluster key on its key host when none is there), never the image.
-NODE_SECRETS = ["/etc/munge/munge.key", "/etc/ssl/private/ssl-cert-snakeoil.key",
-                "/etc/ssl/certs/ssl-cert-snakeoil.pem"]
+NODE_SECRETS = [
+    "/etc/munge/munge.key",
+    "/etc/ssl/private/ssl-cert-snakeoil.key",
+    "/etc/ssl/certs/ssl-cert-snakeoil.pem",
+]
 
 
 class ImageError(RuntimeError):
@@ -150,7 +166,9 @@ def host_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
                 for k, _, v in (ln.partition(":") for ln in stanza.splitlines() if ":" in ln and not ln.startswith("#"))
             )
             suites = fields.get("Suites", "").split()
-            if any(s == SUITE or s.startswith(SUITE) and "security" not in s for s in suites) and "security" not in fields.get("URIs", ""):
+            if any(
+                s == SUITE or s.startswith(SUITE) and "security" not in s for s in suites
+            ) and "security" not in fields.get("URIs", ""):
                 candidates.extend(fields.get("URIs", "").split())
     lists = [etc_apt / "sources.list", *sorted((etc_apt / "sources.list.d").glob("*.list"))]
     for lst in lists:
@@ -165,8 +183,12 @@ def host_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
 
 
 def _label(image: str, label: str) -> str | None:
-    proc = subprocess.run(["podman", "image", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}', image],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["podman", "image", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}', image],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
@@ -222,8 +244,10 @@ def build(image: str | None = None, force: bool = False, release: str = DEFAULT_
     mirror = host_mirror()
     with tempfile.TemporaryDirectory(prefix="hal-node-") as tmp:
         root = Path(tmp) / "root"
-        _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", release, str(root), mirror],
-             stdout=subprocess.DEVNULL)
+        _run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", release, str(root), mirror],
+            stdout=subprocess.DEVNULL,
+        )
         _copy_apt_sources(root, release)
         (root / "etc/machine-id").write_text("")
         for key in (root / "etc/ssh").glob("ssh_host_*"):
@@ -248,8 +272,22 @@ def build(image: str | None = None, force: bool = False, release: str = DEFAULT_
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        _run(["podman", "import", "--change", 'CMD ["/sbin/init"]', "--change", "STOPSIGNAL SIGRTMIN+3",
-              "--change", f"LABEL {REVISION_LABEL}={REVISION}", "-", image], stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        _run(
+            [
+                "podman",
+                "import",
+                "--change",
+                'CMD ["/sbin/init"]',
+                "--change",
+                "STOPSIGNAL SIGRTMIN+3",
+                "--change",
+                f"LABEL {REVISION_LABEL}={REVISION}",
+                "-",
+                image,
+            ],
+            stdin=tar.stdout,
+            stdout=subprocess.DEVNULL,
+        )
         tar.stdout.close()
         if tar.wait() != 0:
             raise ImageError("tar of the image root failed")
@@ -308,8 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rebuild even if the image exists")
     ap.add_argument("--bare", action="store_true", help="only the bare image, not the packages image on it")
     ap.add_argument("--print-mirror", action="store_true", help="print the host's Debian mirror and exit")
-    ap.add_argument("--release", choices=sorted(RELEASE_SLURM), default=DEFAULT_RELEASE,
-                    help="the nodes' Debian release (default %(default)s)")
+    ap.add_argument(
+        "--release",
+        choices=sorted(RELEASE_SLURM),
+        default=DEFAULT_RELEASE,
+        help="the nodes' Debian release (default %(default)s)",
+    )
     args = ap.parse_args(argv)
     if args.print_mirror:
         try:

@@ -99,8 +99,10 @@ class Sandbox:
                 continue
             sizes = {d.device: d.size_gib for d in profile.local_disks}
             for host in nodeset(g.hosts):
-                out[host] = [(dev, self.workdir.resolve() / "disks" / f"{host}-{Path(dev).name}.img", sizes[dev])
-                             for dev in profile.scratch.devices]
+                out[host] = [
+                    (dev, self.workdir.resolve() / "disks" / f"{host}-{Path(dev).name}.img", sizes[dev])
+                    for dev in profile.scratch.devices
+                ]
         return out
 
     @property
@@ -117,32 +119,47 @@ def sandbox_name(cluster: Cluster) -> str:
     return f"{cluster.cluster.name}-sandbox"
 
 
-def plan(full: Cluster, workdir: Path, computes: int = 2, subnet: str = DEFAULT_SUBNET, caches: bool = True,
-         cpu_only: bool = False, release: str | None = None) -> Sandbox:
+def plan(
+    full: Cluster,
+    workdir: Path,
+    computes: int = 2,
+    subnet: str = DEFAULT_SUBNET,
+    caches: bool = True,
+    cpu_only: bool = False,
+    release: str | None = None,
+) -> Sandbox:
     """The sandbox of `full`: its derived model, rendered for the Slurm major of the nodes'
     release (None: the release of the description's cluster.os). The caches (the packages image
     and the wheelhouse) are Debian 12's: another release runs without them."""
     release = release or operating_system(full.cluster.os).release
     if release not in image_mod.RELEASE_SLURM:
-        raise SandboxError(f"no sandbox nodes of Debian release {release!r} (known: "
-                           f"{', '.join(image_mod.RELEASE_SLURM)})")
+        raise SandboxError(
+            f"no sandbox nodes of Debian release {release!r} (known: {', '.join(image_mod.RELEASE_SLURM)})"
+        )
     caches = caches and release == image_mod.DEFAULT_RELEASE
-    cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only,
-                             os=os_of_release(release).name)
+    cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only, os=os_of_release(release).name)
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
-    shared = tuple(SharedMount(name, mount_point, tuple(hosts))
-                   for (name, mount_point), hosts in shared_mounts(full, keep).items())
-    return Sandbox(name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches,
-                   release=release)
+    shared = tuple(
+        SharedMount(name, mount_point, tuple(hosts)) for (name, mount_point), hosts in shared_mounts(full, keep).items()
+    )
+    return Sandbox(
+        name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches, release=release
+    )
 
 
 def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str, cpu_only: bool = False) -> None:
     """What `sandbox up` was given, beside the derived model: the tests that scale the sandbox
     out and back run `sandbox up` again with the same description and one more compute node."""
-    doc = {"file": str(file.absolute()) if file is not None else None, "computes": computes, "subnet": subnet,
-           "caches": sb.caches, "cpu_only": cpu_only, "release": sb.release,
-           "shared": [[m.name, m.mount_point, list(m.hosts)] for m in sb.shared],
-           "without_packages": list(sb.without_packages)}
+    doc = {
+        "file": str(file.absolute()) if file is not None else None,
+        "computes": computes,
+        "subnet": subnet,
+        "caches": sb.caches,
+        "cpu_only": cpu_only,
+        "release": sb.release,
+        "shared": [[m.name, m.mount_point, list(m.hosts)] for m in sb.shared],
+        "without_packages": list(sb.without_packages),
+    }
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -164,8 +181,15 @@ def made_again(workdir: Path, full: Cluster) -> Sandbox:
     """The sandbox `sandbox up FULL` makes at WORKDIR with the options it was made with there
     (sandbox.json): what it would render, for `plan` on the sandbox."""
     source = _source(workdir)
-    sb = plan(full, workdir, computes=source.get("computes", 2), subnet=source.get("subnet", DEFAULT_SUBNET),
-              caches=source.get("caches", True), cpu_only=source.get("cpu_only", False), release=source.get("release"))
+    sb = plan(
+        full,
+        workdir,
+        computes=source.get("computes", 2),
+        subnet=source.get("subnet", DEFAULT_SUBNET),
+        caches=source.get("caches", True),
+        cpu_only=source.get("cpu_only", False),
+        release=source.get("release"),
+    )
     missing = tuple(source.get("without_packages", []))
     if missing:
         sb = replace(sb, cluster=without_module_packages(sb.cluster, set(missing)), without_packages=missing)
@@ -201,9 +225,13 @@ def host_pip_cert(environ: dict[str, str] | None = None, files: tuple[Path, ...]
     environ = os.environ if environ is None else environ
     if files is None:
         home = Path.home()
-        files = (Path("/etc/xdg/pip/pip.conf"), Path("/etc/pip.conf"), home / ".pip/pip.conf",
-                 home / ".config/pip/pip.conf",
-                 *((Path(environ["PIP_CONFIG_FILE"]),) if environ.get("PIP_CONFIG_FILE") else ()))
+        files = (
+            Path("/etc/xdg/pip/pip.conf"),
+            Path("/etc/pip.conf"),
+            home / ".pip/pip.conf",
+            home / ".config/pip/pip.conf",
+            *((Path(environ["PIP_CONFIG_FILE"]),) if environ.get("PIP_CONFIG_FILE") else ()),
+        )
     value = environ.get("PIP_CERT")
     for path in files:
         if value is None and path.is_file():
@@ -229,8 +257,13 @@ def rendered_files(sb: Sandbox) -> dict[str, str]:
     """The sandbox's rendered tree: its model, with each directory user's SSH key replaced by
     the sandbox's own key pair for that user (see make_user_keys)."""
     shared = {m.mount_point: list(m.hosts) for m in sb.shared}
-    return sandbox_files(with_user_keys(sb), sb.ssh, shared, pip_cert=host_pip_cert() is not None,
-                         wheelhouse=wheelhouse.NODE_WHEELHOUSE if sb.caches else None)
+    return sandbox_files(
+        with_user_keys(sb),
+        sb.ssh,
+        shared,
+        pip_cert=host_pip_cert() is not None,
+        wheelhouse=wheelhouse.NODE_WHEELHOUSE if sb.caches else None,
+    )
 
 
 def render(sb: Sandbox) -> None:
@@ -246,10 +279,18 @@ def load(workdir: Path) -> Sandbox:
     is the tree `up` rendered (a work directory from before they were recorded has none)."""
     cluster = Cluster.model_validate_json((workdir / MODEL).read_text())
     source = json.loads((workdir / SOURCE).read_text()) if (workdir / SOURCE).is_file() else {}
-    shared = tuple(SharedMount(name, mount_point, tuple(hosts)) for name, mount_point, hosts in source.get("shared", []))
-    return Sandbox(name=f"{cluster.cluster.name}-sandbox", workdir=workdir, cluster=cluster, shared=shared,
-                   caches=source.get("caches", True), release=source.get("release", image_mod.DEFAULT_RELEASE),
-                   without_packages=tuple(source.get("without_packages", [])))
+    shared = tuple(
+        SharedMount(name, mount_point, tuple(hosts)) for name, mount_point, hosts in source.get("shared", [])
+    )
+    return Sandbox(
+        name=f"{cluster.cluster.name}-sandbox",
+        workdir=workdir,
+        cluster=cluster,
+        shared=shared,
+        caches=source.get("caches", True),
+        release=source.get("release", image_mod.DEFAULT_RELEASE),
+        without_packages=tuple(source.get("without_packages", [])),
+    )
 
 
 def _keygen(key: Path, comment: str, log=print) -> None:
@@ -258,8 +299,12 @@ def _keygen(key: Path, comment: str, log=print) -> None:
         return
     key.parent.mkdir(parents=True, exist_ok=True)
     key.parent.chmod(0o700)
-    proc = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(key)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise LifecycleError(f"ssh-keygen failed: {proc.stderr.strip()}")
     key.chmod(0o600)
@@ -295,9 +340,9 @@ def fill_wheelhouse(sb: Sandbox, image: str, wheels: Path | None = None, log=pri
     for the nodes of `image`; the module environments whose packages no pip source of this
     machine has (see wheelhouse.fill_available). Needs no container of the sandbox: `python -m
     hal_provision.sandbox.prefill` runs it ahead of `up`."""
-    return wheelhouse.fill_available(rendered_files(sb), wheels or wheelhouse.default_dir(), image,
-                                     host_pip_cert(), log)
-
+    return wheelhouse.fill_available(
+        rendered_files(sb), wheels or wheelhouse.default_dir(), image, host_pip_cert(), log
+    )
 
 
 CPU_SHARES_ENV = "HAL_CONTAINER_CPU_SHARES"
@@ -315,6 +360,7 @@ def cpu_shares_args(environ: dict | None = None) -> list[str]:
         raise SandboxError(f"{CPU_SHARES_ENV}={value!r}: podman's --cpu-shares takes a whole number from 2 to 262144")
     return ["--cpu-shares", value]
 
+
 def create(sb: Sandbox, log=print) -> Sandbox:
     """Render, build the image if missing, start the network and one container per host.
     Returns the sandbox as made: without the module environments whose packages this machine's
@@ -331,11 +377,14 @@ def create(sb: Sandbox, log=print) -> Sandbox:
         wheels = wheelhouse.default_dir()
         missing = fill_wheelhouse(sb, image, wheels, log)
         for module, why in sorted(missing.items()):
-            log(f"module {module}: its packages are in none of this machine's pip sources ({why}); the sandbox "
-                "writes its modulefile and installs nothing for it, and the tests that need it skip")
+            log(
+                f"module {module}: its packages are in none of this machine's pip sources ({why}); the sandbox "
+                "writes its modulefile and installs nothing for it, and the tests that need it skip"
+            )
         if missing:
-            sb = replace(sb, cluster=without_module_packages(sb.cluster, set(missing)),
-                         without_packages=tuple(sorted(missing)))
+            sb = replace(
+                sb, cluster=without_module_packages(sb.cluster, set(missing)), without_packages=tuple(sorted(missing))
+            )
             render(sb)
     net = sb.name
     primary = sb.cluster.cluster.primary_network
@@ -353,9 +402,25 @@ def create(sb: Sandbox, log=print) -> Sandbox:
                 _podman("start", host)
                 log(f"container {host} started")
             continue
-        args = ["run", "-d", "--name", host, "--hostname", host, "--label", f"{LABEL}={sb.name}",
-                "--network", net, "--ip", ip, "--no-hosts",
-                "--systemd", "always", "--stop-signal", "SIGRTMIN+3"]
+        args = [
+            "run",
+            "-d",
+            "--name",
+            host,
+            "--hostname",
+            host,
+            "--label",
+            f"{LABEL}={sb.name}",
+            "--network",
+            net,
+            "--ip",
+            ip,
+            "--no-hosts",
+            "--systemd",
+            "always",
+            "--stop-signal",
+            "SIGRTMIN+3",
+        ]
         if host in privileged:
             args.append("--privileged")
         args += cpu_shares_args()
@@ -398,8 +463,9 @@ def _loop_device(backing: Path, size_gib: int) -> str:
     found = _loops_over(backing)
     if found:
         return found[0]
-    made = subprocess.run(["losetup", "--find", "--show", "--direct-io=on", str(backing)],
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        ["losetup", "--find", "--show", "--direct-io=on", str(backing)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         raise LifecycleError(f"no loop device for {backing}: {made.stderr.strip()}")
     return made.stdout.strip()
@@ -451,11 +517,18 @@ def _settle_mount_namespaces(host: str, log=print) -> None:
     """Make jobs' mount namespaces bindable on every CPU of `host` (see _SETTLE) now, and at
     every start of its container (a unit before slurmd: a restarted container's namespace takes
     a new id, and the faults tests stop and start compute containers)."""
-    install = (f"cat > {SETTLE_SCRIPT} && chmod 0755 {SETTLE_SCRIPT} && "
-               f"printf '%s' {shlex.quote(_SETTLE_UNIT_TEXT)} > /etc/systemd/system/{SETTLE_UNIT} && "
-               f"systemctl daemon-reload && systemctl enable --quiet {SETTLE_UNIT} && {SETTLE_SCRIPT}")
-    out = subprocess.run(["podman", "exec", "-i", host, "bash", "-c", install], input="#!/bin/bash\n" + _SETTLE,
-                         capture_output=True, text=True, check=False)
+    install = (
+        f"cat > {SETTLE_SCRIPT} && chmod 0755 {SETTLE_SCRIPT} && "
+        f"printf '%s' {shlex.quote(_SETTLE_UNIT_TEXT)} > /etc/systemd/system/{SETTLE_UNIT} && "
+        f"systemctl daemon-reload && systemctl enable --quiet {SETTLE_UNIT} && {SETTLE_SCRIPT}"
+    )
+    out = subprocess.run(
+        ["podman", "exec", "-i", host, "bash", "-c", install],
+        input="#!/bin/bash\n" + _SETTLE,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     counts = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.startswith("cpu"))
     if out.returncode != 0 or any(v == "unsettled" for v in counts.values()):
         raise LifecycleError(f"{host}: job mount namespaces cannot be bound: {out.stdout}{out.stderr}")

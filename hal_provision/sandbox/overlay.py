@@ -73,24 +73,31 @@ RECORDS = Path(__file__).resolve().parents[2] / "tests" / "data"
 NODE_PIP_CERT = "/etc/ssl/hal-sandbox/host-ca.crt"
 
 
-def sandbox_files(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]] | None = None,
-                  pip_cert: bool = False, wheelhouse: str | None = None) -> dict[str, str]:
+def sandbox_files(
+    cluster: Cluster,
+    ssh: SshAccess,
+    shared: dict[str, list[str]] | None = None,
+    pip_cert: bool = False,
+    wheelhouse: str | None = None,
+) -> dict[str, str]:
     """The production render of the sandbox's model plus the test-harness changes above.
     `shared`: mount point -> nodes, the shared file systems the sandbox backs with host
     directories (listed in the inventory for the tests). `pip_cert`: the host's pip trusts a
     CA bundle of its own, bound into the nodes at NODE_PIP_CERT; the nodes' pip gets it too.
     `wheelhouse`: where the nodes see the host's wheelhouse (None: pip uses the index)."""
     files = render_all(cluster)
-    slurm = _replace_once(files[SLURM_CONF], "TaskPlugin=task/cgroup,task/affinity\n",
-                          "TaskPlugin=task/cgroup\n", SLURM_CONF)
+    slurm = _replace_once(
+        files[SLURM_CONF], "TaskPlugin=task/cgroup,task/affinity\n", "TaskPlugin=task/cgroup\n", SLURM_CONF
+    )
     files[SLURM_CONF] = slurm + (
-        "\n" + MARK
+        "\n"
+        + MARK
         + "# Containers declare the real hardware; CPU binding (task/affinity) is off above.\n"
         + "SlurmdParameters=config_overrides\n"
     )
-    files[CGROUP_CONF] = _replace_once(files[CGROUP_CONF], "ConstrainCores=yes\n", "ConstrainCores=no\n", CGROUP_CONF) + (
-        MARK + "# ConstrainCores=no: the declared CPUs do not exist in a container.\n"
-    )
+    files[CGROUP_CONF] = _replace_once(
+        files[CGROUP_CONF], "ConstrainCores=yes\n", "ConstrainCores=no\n", CGROUP_CONF
+    ) + (MARK + "# ConstrainCores=no: the declared CPUs do not exist in a container.\n")
     files.update(_health_mounts(cluster, files, shared or {}))
     files[SANDBOX_INVENTORY] = sandbox_inventory(cluster, ssh, shared or {}, pip_cert, wheelhouse)
     return dict(sorted(files.items()))
@@ -120,8 +127,13 @@ def _health_mounts(cluster: Cluster, files: dict[str, str], shared: dict[str, li
     return out
 
 
-def sandbox_inventory(cluster: Cluster, ssh: SshAccess, shared: dict[str, list[str]], pip_cert: bool = False,
-                      wheelhouse: str | None = None) -> str:
+def sandbox_inventory(
+    cluster: Cluster,
+    ssh: SshAccess,
+    shared: dict[str, list[str]],
+    pip_cert: bool = False,
+    wheelhouse: str | None = None,
+) -> str:
     from ..hostlist import nodeset
 
     known_hosts = f"-o UserKnownHostsFile={ssh.known_hosts} -o StrictHostKeyChecking=yes"

@@ -38,8 +38,13 @@ def main(argv: list[str] | None = None) -> int:
             sb = lifecycle.plan(loaded.model, Path(tmp), computes=args.computes, cpu_only=args.cpu_only)
             image = image_mod.build_packages(release=sb.release)
             missing = lifecycle.fill_wheelhouse(sb, image, log=print)
-    except (SandboxError, lifecycle.LifecycleError, image_mod.ImageError, wheelhouse.WheelhouseError,
-            subprocess.CalledProcessError) as exc:
+    except (
+        SandboxError,
+        lifecycle.LifecycleError,
+        image_mod.ImageError,
+        wheelhouse.WheelhouseError,
+        subprocess.CalledProcessError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for module, why in sorted(missing.items()):

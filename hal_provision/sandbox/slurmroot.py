@@ -124,8 +124,10 @@ def build(root: Path | None = None, force: bool = False) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.build-", dir=root.parent))
         try:
             tmp.chmod(0o755)  # munged wants o+x on every directory above its socket
-            _run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), mirror],
-                 stdout=subprocess.DEVNULL)
+            _run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), mirror],
+                stdout=subprocess.DEVNULL,
+            )
             # What the tests never use: downloaded packages, the package lists, documentation.
             for rel in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
                 shutil.rmtree(tmp / rel, ignore_errors=True)
@@ -145,8 +147,11 @@ def build(root: Path | None = None, force: bool = False) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        print(f"built {root} in {time.monotonic() - started:.0f} s, {_size_bytes(root) / 2**20:.0f} MiB, "
-              f"recipe {recipe()}", flush=True)
+        print(
+            f"built {root} in {time.monotonic() - started:.0f} s, {_size_bytes(root) / 2**20:.0f} MiB, "
+            f"recipe {recipe()}",
+            flush=True,
+        )
     return root
 
 

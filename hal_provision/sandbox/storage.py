@@ -81,6 +81,8 @@ def _rehomed(nfs: Nfs, rehome: dict[str, str]) -> Nfs:
             here = servers[host]
             servers[host] = here.model_copy(update={"volumes": list(dict.fromkeys([*here.volumes, *volumes]))})
         else:
-            servers[host] = NfsServer(host=host, volumes=volumes, description=f"sandbox: serves {e.name} for {e.server}")
+            servers[host] = NfsServer(
+                host=host, volumes=volumes, description=f"sandbox: serves {e.name} for {e.server}"
+            )
         exports.append(e.model_copy(update={"server": host}))
     return nfs.model_copy(update={"servers": list(servers.values()), "exports": exports})

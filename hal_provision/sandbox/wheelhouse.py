@@ -68,8 +68,9 @@ def requirements(files: dict[str, str]) -> list[str]:
     return sorted(set(portal).union(*modules.values()))
 
 
-def fill_available(files: dict[str, str], wheelhouse: Path, image: str, pip_cert: Path | None = None,
-                   log=print) -> dict[str, str]:
+def fill_available(
+    files: dict[str, str], wheelhouse: Path, image: str, pip_cert: Path | None = None, log=print
+) -> dict[str, str]:
     """fill() for everything this tree's roles pip-install, or, where some module environment's
     packages are in none of this machine's pip sources (a CPU build of PyTorch, say, which PyPI
     does not carry), for the rest: returns those modules, each with pip's reason. The portal's
@@ -99,8 +100,9 @@ def host_find_links(environ: dict[str, str] | None = None) -> list[Path]:
     reaches the nodes' wheelhouse the way the host's pip would find it."""
     environ = os.environ if environ is None else environ
     found = environ.get("PIP_FIND_LINKS", "").split()
-    conf = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                          check=False, env=dict(environ))
+    conf = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False, env=dict(environ)
+    )
     if conf.returncode == 0:
         for line in conf.stdout.splitlines():
             key, _, value = line.partition("=")
@@ -136,20 +138,30 @@ def _fill_locked(reqs: list[str], wheelhouse: Path, image: str, pip_cert: Path |
         return wheelhouse
     args = ["podman", "run", "--rm", "--mount", f"type=bind,src={wheelhouse.resolve()},dst=/wheelhouse"]
     if pip_cert is not None:
-        args += ["--mount", f"type=bind,src={pip_cert},dst=/etc/ssl/hal-wheelhouse.crt,ro=true",
-                 "--env", "PIP_CERT=/etc/ssl/hal-wheelhouse.crt"]
+        args += [
+            "--mount",
+            f"type=bind,src={pip_cert},dst=/etc/ssl/hal-wheelhouse.crt,ro=true",
+            "--env",
+            "PIP_CERT=/etc/ssl/hal-wheelhouse.crt",
+        ]
     links = ""
     dirs = host_find_links()
     for i, d in enumerate(dirs):
         args += ["--mount", f"type=bind,src={d},dst=/find-links/{i},ro=true"]
         links += f" --find-links /find-links/{i}"
     quoted = " ".join(shlex.quote(r) for r in reqs)
-    wheel = ("/tmp/pip/bin/pip --disable-pip-version-check wheel --quiet --use-pep517 --wheel-dir /wheelhouse "
-             "--find-links /wheelhouse" + links)
-    script = (f"python3 -m venv /tmp/pip && ( {wheel} --no-index {quoted} >/dev/null 2>&1 || "
-              f"{{ echo fetching >&2; {wheel} {quoted}; }} )")
-    log(f"wheelhouse {wheelhouse}: {len(reqs)} requirements of the portal and the modules and what they need, "
-        f"for the nodes' Python (from the index{''.join(', ' + str(d) for d in dirs)})")
+    wheel = (
+        "/tmp/pip/bin/pip --disable-pip-version-check wheel --quiet --use-pep517 --wheel-dir /wheelhouse "
+        "--find-links /wheelhouse" + links
+    )
+    script = (
+        f"python3 -m venv /tmp/pip && ( {wheel} --no-index {quoted} >/dev/null 2>&1 || "
+        f"{{ echo fetching >&2; {wheel} {quoted}; }} )"
+    )
+    log(
+        f"wheelhouse {wheelhouse}: {len(reqs)} requirements of the portal and the modules and what they need, "
+        f"for the nodes' Python (from the index{''.join(', ' + str(d) for d in dirs)})"
+    )
     proc = subprocess.run([*args, image, "sh", "-c", script], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise WheelhouseError(f"pip wheel into {wheelhouse} failed: {(proc.stderr or proc.stdout).strip()[-2000:]}")

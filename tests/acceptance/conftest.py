@@ -55,8 +55,9 @@ ROOT_BUILD_WAIT_S = 900.0
 def _root_slurm() -> SlurmInstall:
     root = slurmroot.default_dir()
     if not slurmroot.is_current(root) and not slurmroot.wait_for_build(root, ROOT_BUILD_WAIT_S):
-        pytest.skip(f"no current Slurm {slurmroot.SLURM_MAJOR} root at {root}: build it with "
-                    f"`{slurmroot.BUILD_COMMAND}`")
+        pytest.skip(
+            f"no current Slurm {slurmroot.SLURM_MAJOR} root at {root}: build it with `{slurmroot.BUILD_COMMAND}`"
+        )
     return SlurmInstall(slurmroot.SLURM_MAJOR, root)
 
 
@@ -69,6 +70,7 @@ def slurm(request) -> SlurmInstall:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items) -> None:
     """The root's major last (stable otherwise): its tests may wait for the root's build."""
+
     def major(item) -> int:
         callspec = getattr(item, "callspec", None)
         return MAJORS.index(callspec.params["slurm"]) if callspec and "slurm" in callspec.params else 0
@@ -126,7 +128,9 @@ class _Controllers:
 
 
 def start_controller(
-    cluster: Cluster, scratches: list[Scratch], edit: Callable[[Scratch], None] | None = None,
+    cluster: Cluster,
+    scratches: list[Scratch],
+    edit: Callable[[Scratch], None] | None = None,
     slurm: SlurmInstall = HOST_SLURM,
 ) -> Controller:
     """`slurm`'s slurmctld on the tree of `cluster` rendered for it, after `edit` (negative

@@ -50,15 +50,20 @@ def compute_nodes(cluster: Cluster) -> dict[str, NodeExpectation]:
     for group in cluster.groups_with_role(Role.compute):
         for build in cluster.node_builds(group):
             for host in nodeset(build.hosts):
-                out[host] = NodeExpectation(group, build.profile, cluster.real_memory_mib(build.profile), build.features)
+                out[host] = NodeExpectation(
+                    group, build.profile, cluster.real_memory_mib(build.profile), build.features
+                )
     return out
 
 
 def compute_groups(cluster: Cluster) -> list[tuple[str, NodeExpectation]]:
     """(first host, expectation) for each build of each compute group: one emulated node per build."""
     nodes = compute_nodes(cluster)
-    return [(nodeset(b.hosts)[0], nodes[nodeset(b.hosts)[0]])
-            for g in cluster.groups_with_role(Role.compute) for b in cluster.node_builds(g)]
+    return [
+        (nodeset(b.hosts)[0], nodes[nodeset(b.hosts)[0]])
+        for g in cluster.groups_with_role(Role.compute)
+        for b in cluster.node_builds(g)
+    ]
 
 
 def gpu_cores(profile: HardwareProfile, index: int) -> str:

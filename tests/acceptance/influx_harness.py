@@ -57,8 +57,9 @@ class Influxd:
             return False
 
     def _post(self, path: str, params: dict, body: bytes) -> bytes:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}?{urllib.parse.urlencode(params)}",
-                                     data=body, method="POST")
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}?{urllib.parse.urlencode(params)}", data=body, method="POST"
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.read()
 

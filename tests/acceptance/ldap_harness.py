@@ -38,7 +38,8 @@ def make_config(root: Path, base: str) -> tuple[Path, Path]:
     conf.mkdir(parents=True)
     db.mkdir()
     (root / "config.ldif").write_text(config_ldif(base, db))
-    made = subprocess.run([SLAPADD, "-n0", "-F", str(conf), "-l", str(root / "config.ldif")],
-                          capture_output=True, text=True, check=False)
+    made = subprocess.run(
+        [SLAPADD, "-n0", "-F", str(conf), "-l", str(root / "config.ldif")], capture_output=True, text=True, check=False
+    )
     assert made.returncode == 0, made.stderr
     return conf, db

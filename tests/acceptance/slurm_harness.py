@@ -199,22 +199,26 @@ def slurm_conf_rewrites(scratch: Path, munge_socket: Path, controller: str = "")
         Rewrite("SlurmctldLogFile", str(scratch / f"log/slurmctld{own}.log"), "log kept with the run"),
         Rewrite("SlurmdLogFile", str(scratch / "log/slurmd.log"), "log kept with the run"),
         Rewrite(
-            "AccountingStorageType", "accounting_storage/none",
+            "AccountingStorageType",
+            "accounting_storage/none",
             "no slurmdbd and MariaDB here (slurmdbd.conf is checked on its own)",
         ),
         Rewrite(
-            "AccountingStorageTRES", None,
-            "with accounting_storage/none slurmctld stops: 'fatal: slurmdbd is required to "
-            "run with TRES gres/gpu'",
+            "AccountingStorageTRES",
+            None,
+            "with accounting_storage/none slurmctld stops: 'fatal: slurmdbd is required to run with TRES gres/gpu'",
         ),
         Rewrite(
-            "AccountingStorageEnforce", None,
+            "AccountingStorageEnforce",
+            None,
             "enforcement needs the slurmdbd that accounting_storage/none replaces: 'error: You can "
             "not have AccountingStorageEnforce set for AccountingStorageType='accounting_storage/none''",
             optional=True,
         ),
         Rewrite(
-            "AuthInfo", f"socket={munge_socket}", "the private munged's socket",
+            "AuthInfo",
+            f"socket={munge_socket}",
+            "the private munged's socket",
             add_if_missing=True,
         ),
     ]
@@ -226,7 +230,9 @@ def slurmdbd_conf_rewrites(scratch: Path, munge_socket: Path) -> list[Rewrite]:
         Rewrite("LogFile", str(scratch / "log/slurmdbd.log"), "log kept with the run"),
         Rewrite("PidFile", str(scratch / "slurmdbd.pid"), "nothing under /run"),
         Rewrite(
-            "AuthInfo", f"socket={munge_socket}", "the private munged's socket",
+            "AuthInfo",
+            f"socket={munge_socket}",
+            "the private munged's socket",
             add_if_missing=True,
         ),
     ]
@@ -258,9 +264,7 @@ def apply_rewrites(text: str, rewrites: list[Rewrite], file: str) -> str:
         if rewrite.key in seen or (rewrite.optional and not rewrite.add_if_missing):
             continue
         if not rewrite.add_if_missing:
-            raise HarnessError(
-                f"the rendered {file} no longer sets {rewrite.key}; update the harness rewrites"
-            )
+            raise HarnessError(f"the rendered {file} no longer sets {rewrite.key}; update the harness rewrites")
         out.append(_rewritten(rewrite, None))
     return "".join(out)
 
@@ -350,8 +354,12 @@ class Scratch:
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(1024))
         return self.slurm.argv(
-            "munged", "--foreground", f"--socket={self.munge_socket}", f"--key-file={key}",
-            f"--pid-file={m / 'munged.pid'}", f"--log-file={self.root / 'log/munged.log'}",
+            "munged",
+            "--foreground",
+            f"--socket={self.munge_socket}",
+            f"--key-file={key}",
+            f"--pid-file={m / 'munged.pid'}",
+            f"--log-file={self.root / 'log/munged.log'}",
             f"--seed-file={m / 'munged.seed'}",
         )
 
@@ -384,8 +392,9 @@ class Scratch:
         and log files, beside the primary's (the other rendered files are read from there)."""
         path = self.conf_dir / f"slurm-{host}.conf"
         path.write_text(
-            apply_rewrites(self.rendered_text("slurm.conf"),
-                           slurm_conf_rewrites(self.root, self.munge_socket, host), "slurm.conf"),
+            apply_rewrites(
+                self.rendered_text("slurm.conf"), slurm_conf_rewrites(self.root, self.munge_socket, host), "slurm.conf"
+            ),
             encoding="utf-8",
         )
         return path
@@ -470,11 +479,27 @@ class Namespace:
         addresses over it: two hosts that reach each other, and still nothing else."""
         mine, theirs = "hal-peer0", "hal-peer1"
         steps = [
-            [_prog("ip"), "link", "add", mine, "netns", str(self.holder.pid), "type", "veth",
-             "peer", "name", theirs, "netns", str(other.holder.pid)],
+            [
+                _prog("ip"),
+                "link",
+                "add",
+                mine,
+                "netns",
+                str(self.holder.pid),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                theirs,
+                "netns",
+                str(other.holder.pid),
+            ],
             *([*ns.argv(_prog("ip"), "link", "set", dev, "up")] for ns, dev in ((self, mine), (other, theirs))),
-            *([*a.argv(_prog("ip"), "route", "add", f"{addr}/32", "dev", dev, "src", a.addresses[0])]
-              for a, b, dev in ((self, other, mine), (other, self, theirs)) for addr in b.addresses),
+            *(
+                [*a.argv(_prog("ip"), "route", "add", f"{addr}/32", "dev", dev, "src", a.addresses[0])]
+                for a, b, dev in ((self, other, mine), (other, self, theirs))
+                for addr in b.addresses
+            ),
         ]
         for argv in steps:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
@@ -538,7 +563,9 @@ class ServiceHost:
         if not retry(lambda: sock.exists() or proc.poll() is not None, START_TIMEOUT, POLL) or not sock.exists():
             raise HarnessError(
                 "munged did not create its socket:\n"
-                + self.scratch.log("munged.out") + "\n" + self.scratch.log("munged.log")
+                + self.scratch.log("munged.out")
+                + "\n"
+                + self.scratch.log("munged.log")
             )
 
     def spawn(self, name: str, *argv: str, env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -572,7 +599,8 @@ class Controller:
             if self.proc.poll() is not None or not self._up():
                 status = self.proc.poll()
                 what = (
-                    f"exited with status {status}" if status is not None
+                    f"exited with status {status}"
+                    if status is not None
                     else f"did not answer `scontrol ping` within {START_TIMEOUT:.0f} s"
                 )
                 raise HarnessError(
@@ -616,8 +644,7 @@ def run_slurmdbd_until_storage(scratch: Scratch, host: str, wait_for: tuple[str,
             "slurmdbd", *scratch.slurm.argv("slurmdbd", "-D"), env={"SLURM_CONF": str(scratch.slurm_conf)}
         )
         retry(
-            lambda: proc.poll() is not None
-            or any(s in scratch.log("slurmdbd.log") for s in wait_for),
+            lambda: proc.poll() is not None or any(s in scratch.log("slurmdbd.log") for s in wait_for),
             START_TIMEOUT,
             POLL,
         )
@@ -631,10 +658,7 @@ def run_slurmdbd_until_storage(scratch: Scratch, host: str, wait_for: tuple[str,
 
 def synthetic_topology(profile) -> str:
     """hwloc's synthetic description of a hardware profile: packages, NUMA, cores, PUs."""
-    return (
-        f"pack:{profile.sockets} [numa] core:{profile.cores_per_socket} "
-        f"pu:{profile.threads_per_core}"
-    )
+    return f"pack:{profile.sockets} [numa] core:{profile.cores_per_socket} pu:{profile.threads_per_core}"
 
 
 def nvidia_minor(path: str) -> int:
@@ -661,15 +685,20 @@ def run_slurmd(
     if not xml.exists():
         subprocess.run(
             [_prog("lstopo"), "--input", synthetic_topology(profile), "--of", "xml", str(xml)],
-            check=True, capture_output=True, timeout=COMMAND_TIMEOUT,
+            check=True,
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT,
         )
     slurm = scratch.slurm
     dev = slurm.dev_dir()
     in_dev = lambda f: shlex.quote(dev + f.removeprefix("/dev"))  # noqa: E731
     slurmd = slurm.argv("slurmd", *args, "-f", str(scratch.slurm_conf))
     if for_seconds:  # the root's own timeout inside the chroot, the host's outside it
-        slurmd = [*slurmd[:2], "/usr/bin/timeout", f"{for_seconds:g}", *slurmd[2:]] if slurm.root else \
-            [_prog("timeout"), f"{for_seconds:g}", *slurmd]
+        slurmd = (
+            [*slurmd[:2], "/usr/bin/timeout", f"{for_seconds:g}", *slurmd[2:]]
+            if slurm.root
+            else [_prog("timeout"), f"{for_seconds:g}", *slurmd]
+        )
     sock = shlex.quote(str(scratch.munge_socket))
     steps = [
         "ip link set lo up",
@@ -696,7 +725,10 @@ def run_slurmd(
     try:
         return subprocess.run(
             [_prog("unshare"), "--mount", "--net", "--", "sh", "-ec", "\n".join(steps)],
-            capture_output=True, text=True, timeout=COMMAND_TIMEOUT, env=env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT,
+            env=env,
             preexec_fn=_die_with_parent,
         )
     except subprocess.TimeoutExpired as exc:

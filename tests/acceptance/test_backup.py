@@ -42,8 +42,17 @@ def write_config(tmp_path: Path, *jobs: dict) -> Path:
     dest = tmp_path / "dest"
     dest.mkdir(exist_ok=True)
     path = tmp_path / "backup.json"
-    path.write_text(json.dumps({"format": 2, "cluster": "hal", "keep": 3, "jobs": list(jobs),
-                                "destinations": {"hal-mgmt1": {"path": str(dest), "mount_point": "/"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": 2,
+                "cluster": "hal",
+                "keep": 3,
+                "jobs": list(jobs),
+                "destinations": {"hal-mgmt1": {"path": str(dest), "mount_point": "/"}},
+            }
+        )
+    )
     return path
 
 
@@ -76,18 +85,29 @@ def dns(ldif: str) -> list[str]:
 
 # ---- slapd ---------------------------------------------------------------------------------------
 
+
 def test_slapd_job_dumps_the_directory_with_slapcat(tmp_path, capsys):
     cluster = load(None).model
     base = accounts.tree(cluster, cluster.accounts)["base"]
     conf, _db = make_config(tmp_path / "live", base)
     rendered = tmp_path / "hal.ldif"
     rendered.write_text(accounts.render(cluster)[accounts.LDIF])
-    loaded = subprocess.run([SLAPADD, "-F", str(conf), "-b", base, "-l", str(rendered)],
-                            capture_output=True, text=True, check=False)
+    loaded = subprocess.run(
+        [SLAPADD, "-F", str(conf), "-b", base, "-l", str(rendered)], capture_output=True, text=True, check=False
+    )
     assert loaded.returncode == 0, loaded.stderr
 
-    config = write_config(tmp_path, {"name": "directory", "kind": "slapd", "host": "hal-mgmt1", "suffix": base,
-                                     "config_dir": str(conf), "secret": True})
+    config = write_config(
+        tmp_path,
+        {
+            "name": "directory",
+            "kind": "slapd",
+            "host": "hal-mgmt1",
+            "suffix": base,
+            "config_dir": str(conf),
+            "secret": True,
+        },
+    )
     rc, out, err = run(capsys, config)
     assert rc == 0, err
     assert "directory: " in out
@@ -108,8 +128,12 @@ def test_slapd_job_dumps_the_directory_with_slapcat(tmp_path, capsys):
 
     # The dump loads again into an empty database under the same schemas: restorable.
     fresh, _db = make_config(tmp_path / "fresh", base)
-    again = subprocess.run([SLAPADD, "-F", str(fresh), "-b", base, "-l", str(snap / "data.ldif")],
-                           capture_output=True, text=True, check=False)
+    again = subprocess.run(
+        [SLAPADD, "-F", str(fresh), "-b", base, "-l", str(snap / "data.ldif")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert again.returncode == 0, again.stderr
     assert backup.main(["verify", "--dest", str(tmp_path / "dest")]) == 0
 
@@ -145,13 +169,22 @@ def test_influxdb_job_backs_up_and_the_snapshot_restores(tmp_path, capsys, influ
     live, restored = influxd_pair
     live.create("telegraf")
     now = int(time.time())
-    live.write("telegraf", [f"{m},host={h},index={i} value={v} {now - 10 * k}"
-                            for k, (m, h, i, v) in enumerate(POINTS)])
+    live.write(
+        "telegraf", [f"{m},host={h},index={i} value={v} {now - 10 * k}" for k, (m, h, i, v) in enumerate(POINTS)]
+    )
     written = _series(live)
     assert len(written) == len(POINTS)
 
-    config = write_config(tmp_path, {"name": "monitoring", "kind": "influxdb", "host": "hal-mgmt1",
-                                     "databases": ["telegraf"], "address": live.rpc_address})
+    config = write_config(
+        tmp_path,
+        {
+            "name": "monitoring",
+            "kind": "influxdb",
+            "host": "hal-mgmt1",
+            "databases": ["telegraf"],
+            "address": live.rpc_address,
+        },
+    )
     rc, out, err = run(capsys, config)
     assert rc == 0, err
     snap = only_snapshot(tmp_path / "dest" / "monitoring")
@@ -162,8 +195,21 @@ def test_influxdb_job_backs_up_and_the_snapshot_restores(tmp_path, capsys, influ
     assert sum(f["bytes"] for f in manifest["files"]) == sum((snap / n).stat().st_size for n in names)
     assert backup.main(["verify", "--dest", str(tmp_path / "dest"), f"monitoring/{snap.name}"]) == 0
 
-    done = subprocess.run([INFLUXD, "restore", "-portable", "-db", "telegraf", "-host", restored.rpc_address,
-                           str(snap / "influxdb" / "telegraf")], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            INFLUXD,
+            "restore",
+            "-portable",
+            "-db",
+            "telegraf",
+            "-host",
+            restored.rpc_address,
+            str(snap / "influxdb" / "telegraf"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     # The restored shard opens a moment later: "shard is disabled", then for a while only some of
     # its measurements answer.
@@ -181,23 +227,38 @@ def test_influxdb_job_backs_up_and_the_snapshot_restores(tmp_path, capsys, influ
 @needs_influxd
 def test_influxdb_job_for_a_missing_database_fails_in_one_line(tmp_path, capsys, influxd_pair):
     live, _restored = influxd_pair
-    config = write_config(tmp_path, {"name": "monitoring", "kind": "influxdb", "host": "hal-mgmt1",
-                                     "databases": ["telegraf"], "address": live.rpc_address})
+    config = write_config(
+        tmp_path,
+        {
+            "name": "monitoring",
+            "kind": "influxdb",
+            "host": "hal-mgmt1",
+            "databases": ["telegraf"],
+            "address": live.rpc_address,
+        },
+    )
     rc, _out, err = run(capsys, config)
     assert rc == 1
-    assert err.splitlines() == [f"hal-backup: error: job monitoring: influxd failed (exit 1): backup: EOF "
-                                f"(does {live.rpc_address} answer, and has it a database telegraf?)"]
+    assert err.splitlines() == [
+        f"hal-backup: error: job monitoring: influxd failed (exit 1): backup: EOF "
+        f"(does {live.rpc_address} answer, and has it a database telegraf?)"
+    ]
     assert [p.name for p in (tmp_path / "dest" / "monitoring").iterdir()] == [backup.LOCK]
 
 
 # ---- the destination -------------------------------------------------------------------------
 
+
 @contextlib.contextmanager
 def tmpfs(dest: Path, options: str):
     """A tmpfs mounted at `dest` for the block (the test is skipped where mounting is not allowed)."""
     dest.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "hal-backup-test", str(dest)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "hal-backup-test", str(dest)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -210,8 +271,9 @@ def run_files_job(tmp_path: Path, capsys, data: bytes) -> tuple[int, str, str]:
     """hal-backup run of a files job (hal-mgmt1's slurmctld_state) of one file holding `data`."""
     source = tmp_path / "state"
     source.write_bytes(data)
-    config = write_config(tmp_path, {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1",
-                                     "paths": [str(source)]})
+    config = write_config(
+        tmp_path, {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1", "paths": [str(source)]}
+    )
     return run(capsys, config)
 
 
@@ -220,8 +282,10 @@ def test_a_read_only_destination_fails_the_run_in_one_line(tmp_path, capsys):
     with tmpfs(dest, "ro,size=1m"):
         rc, _out, err = run_files_job(tmp_path, capsys, b"state\n")
     assert rc == 1
-    assert err.splitlines() == [f"hal-backup: error: destination {dest} is not writable (mounted read-only, or a "
-                                "file system that squashes root?)"]
+    assert err.splitlines() == [
+        f"hal-backup: error: destination {dest} is not writable (mounted read-only, or a "
+        "file system that squashes root?)"
+    ]
 
 
 def test_a_full_destination_says_no_space_left_on_device(tmp_path, capsys):

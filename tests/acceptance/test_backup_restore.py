@@ -36,8 +36,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -56,7 +54,8 @@ REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 needs = pytest.mark.skipif(
     INFLUXD is None or not ANSIBLE_PLAYBOOK.exists() or os.geteuid() != 0,
-    reason="needs root, ansible-playbook beside this Python and InfluxDB 1.x's influxd")
+    reason="needs root, ansible-playbook beside this Python and InfluxDB 1.x's influxd",
+)
 POINTS = [("gpu", "hal01", 71.5), ("gpu", "hal02", 68.0), ("cpu", "hal01", 12.25)]
 
 
@@ -71,8 +70,9 @@ class Site:
         self.conf, self.db = make_config(root / "ldap", self.suffix)
         ldif = root / "hal.ldif"
         ldif.write_text(accounts.render(cluster)[accounts.LDIF])
-        subprocess.run([SLAPADD, "-F", str(self.conf), "-b", self.suffix, "-l", str(ldif)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [SLAPADD, "-F", str(self.conf), "-b", self.suffix, "-l", str(ldif)], check=True, capture_output=True
+        )
         self.state = root / "live" / "slurmctld"
         self.state.mkdir(parents=True)
         (self.state / "job_state").write_text("queue v1\n")
@@ -96,65 +96,138 @@ class Site:
         (files / "etc/hal-provision").mkdir(parents=True)
         (files / "etc/systemd/system").mkdir(parents=True)
         self.jobs = [
-            {"name": "directory", "kind": "slapd", "host": "hal-mgmt1", "suffix": self.suffix,
-             "config_dir": str(self.conf), "secret": True},
-            {"name": "monitoring", "kind": "influxdb", "host": "hal-mgmt1", "databases": ["telegraf"],
-             "address": influxd.rpc_address, "secret": False},
-            {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1", "paths": [str(self.state)],
-             "secret": True},
+            {
+                "name": "directory",
+                "kind": "slapd",
+                "host": "hal-mgmt1",
+                "suffix": self.suffix,
+                "config_dir": str(self.conf),
+                "secret": True,
+            },
+            {
+                "name": "monitoring",
+                "kind": "influxdb",
+                "host": "hal-mgmt1",
+                "databases": ["telegraf"],
+                "address": influxd.rpc_address,
+                "secret": False,
+            },
+            {
+                "name": "slurmctld_state",
+                "kind": "files",
+                "host": "hal-mgmt1",
+                "paths": [str(self.state)],
+                "secret": True,
+            },
             {"name": "secrets", "kind": "files", "host": "hal-mgmt1", "paths": [str(self.secret)], "secret": True},
             # Another host's job: hal-mgmt2 (in the inventory) has none, and is left alone.
             {"name": "elsewhere", "kind": "files", "host": "hal-mgmt3", "paths": ["/nonexistent"], "secret": True},
         ]
         self.files = files
         self.destinations = {host: {"path": str(self.dest), "mount_point": "/"} for host in ("hal-mgmt1", "hal-mgmt3")}
-        (files / "etc/hal-provision/backup.json").write_text(json.dumps(
-            {"format": 2, "cluster": "hal", "destinations": self.destinations, "keep": 7, "jobs": self.jobs}))
+        (files / "etc/hal-provision/backup.json").write_text(
+            json.dumps({"format": 2, "cluster": "hal", "destinations": self.destinations, "keep": 7, "jobs": self.jobs})
+        )
         # HAL's rendered units, with this scratch program and "/" as the destination's mount point.
         hal = render_all(cluster)
         (files / "etc/systemd/system/hal-backup.service").write_text(
-            hal[SERVICE].replace(backup.CONFIG, str(self.config)).replace("/usr/local/sbin/hal-backup", str(self.program))
-            .replace("ReadWritePaths=-/backup -/backup-mgmt2\n", "ReadWritePaths=-/\n"))
+            hal[SERVICE]
+            .replace(backup.CONFIG, str(self.config))
+            .replace("/usr/local/sbin/hal-backup", str(self.program))
+            .replace("ReadWritePaths=-/backup -/backup-mgmt2\n", "ReadWritePaths=-/\n")
+        )
         (files / "etc/systemd/system/hal-backup.timer").write_text(hal[TIMER])
         monitoring = json.loads(hal["files/etc/hal-provision/monitoring.json"])
         # The scratch influxd speaks plain HTTP (HAL's HTTPS is the sandbox's: tests/infra/test_monitoring.py).
-        (files / "etc/hal-provision/monitoring.json").write_text(json.dumps(dict(monitoring, port=influxd.port, tls=False)))
+        (files / "etc/hal-provision/monitoring.json").write_text(
+            json.dumps(dict(monitoring, port=influxd.port, tls=False))
+        )
         (root / "password").write_text("unused: the scratch influxd has no authentication\n")
 
         inventory = root / "inventory.yml"
-        inventory.write_text(yaml.safe_dump({"all": {
-            "vars": {"hal_rendered_dir": str(files), "ansible_connection": "local",
-                     "ansible_python_interpreter": sys.executable},
-            "hosts": {"hal-mgmt1": None, "hal-mgmt2": None},
-            "children": {"service_slurmctld": {"hosts": {"hal-mgmt1": None}},
-                         "service_slurmdbd": {"hosts": {"hal-mgmt1": None}}}}}))
+        inventory.write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "vars": {
+                            "hal_rendered_dir": str(files),
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                        },
+                        "hosts": {"hal-mgmt1": None, "hal-mgmt2": None},
+                        "children": {
+                            "service_slurmctld": {"hosts": {"hal-mgmt1": None}},
+                            "service_slurmdbd": {"hosts": {"hal-mgmt1": None}},
+                        },
+                    }
+                }
+            )
+        )
         self.units = root / "systemd"
-        self.extra = {"__backup_config_path": str(self.config), "__backup_key_path": str(self.key),
-                      "backup_restore_state_dir": str(self.records),
-                      "__backup_unit_dir": str(self.units), "__backup_unit_checker": str(root / "sbin" / "unit-verify"),
-                      "__backup_slapd_db_dir": str(self.db),
-                      "backup_influxdb_admin_password_file": str(root / "password")}
+        self.extra = {
+            "__backup_config_path": str(self.config),
+            "__backup_key_path": str(self.key),
+            "backup_restore_state_dir": str(self.records),
+            "__backup_unit_dir": str(self.units),
+            "__backup_unit_checker": str(root / "sbin" / "unit-verify"),
+            "__backup_slapd_db_dir": str(self.db),
+            "backup_influxdb_admin_password_file": str(root / "password"),
+        }
 
     def backup(self) -> None:
         """A snapshot of each of hal-mgmt1's jobs, by the real hal-backup, each a second apart:
         every job's newest snapshot has its own stamp, as when jobs take a while."""
         config = self.root / "run.json"
-        config.write_text(json.dumps({"format": 2, "cluster": "hal", "destinations": self.destinations, "keep": 7,
-                                      "jobs": self.jobs[:-1]}))
+        config.write_text(
+            json.dumps(
+                {"format": 2, "cluster": "hal", "destinations": self.destinations, "keep": 7, "jobs": self.jobs[:-1]}
+            )
+        )
         for job in self.jobs[:-1]:
-            assert backup.main(["run", "--config", str(config), "--host", "hal-mgmt1", "--job", job["name"],
-                                "--key", str(self.key)]) == 0
+            assert (
+                backup.main(
+                    [
+                        "run",
+                        "--config",
+                        str(config),
+                        "--host",
+                        "hal-mgmt1",
+                        "--job",
+                        job["name"],
+                        "--key",
+                        str(self.key),
+                    ]
+                )
+                == 0
+            )
             time.sleep(1.1)  # the next snapshot gets the next second's stamp
 
     def restore(self, *args: str) -> subprocess.CompletedProcess:
         return self.playbook("restore.yml", *args)
 
     def playbook(self, name: str, *args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_STDOUT_CALLBACK": "default"}
-        return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(self.root / "inventory.yml"),
-                               "-e", json.dumps(self.extra), *args, str(REPO / "playbooks" / name)],
-                              capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+        env = {
+            **os.environ,
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_STDOUT_CALLBACK": "default",
+        }
+        return subprocess.run(
+            [
+                str(ANSIBLE_PLAYBOOK),
+                "-i",
+                str(self.root / "inventory.yml"),
+                "-e",
+                json.dumps(self.extra),
+                *args,
+                str(REPO / "playbooks" / name),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=300,
+        )
 
     def damage(self) -> None:
         (self.state / "job_state").write_text("queue v2\n")
@@ -244,8 +317,10 @@ def test_restore_refuses_an_unknown_job_and_a_snapshot_that_does_not_verify(site
     site.backup()
     unknown = site.restore("-e", "snapshot=latest", "-e", "jobs=secrets,acounting_db")
     assert unknown.returncode != 0
-    assert ("jobs=acounting_db: no such job in " in unknown.stdout
-            and "(its jobs: directory, monitoring, slurmctld_state, secrets, elsewhere)" in unknown.stdout), unknown.stdout
+    assert (
+        "jobs=acounting_db: no such job in " in unknown.stdout
+        and "(its jobs: directory, monitoring, slurmctld_state, secrets, elsewhere)" in unknown.stdout
+    ), unknown.stdout
     bad_name = site.restore("-e", "snapshot=yesterday")
     assert bad_name.returncode != 0 and "snapshot=yesterday is neither a snapshot stamp" in bad_name.stdout
 
@@ -256,13 +331,17 @@ def test_restore_refuses_an_unknown_job_and_a_snapshot_that_does_not_verify(site
     site.secret.write_text("key v2\n")
     refused = site.restore("-e", f"snapshot={snapshot.name}", "-e", "jobs=secrets")
     assert refused.returncode != 0
-    assert (f"secrets/{snapshot.name} does not verify, nothing restored: FAIL secrets/{snapshot.name}: "
-            "files.tar: SHA-256 differs from the manifest") in refused.stdout, refused.stdout[-3000:]
+    assert (
+        f"secrets/{snapshot.name} does not verify, nothing restored: FAIL secrets/{snapshot.name}: "
+        "files.tar: SHA-256 differs from the manifest"
+    ) in refused.stdout, refused.stdout[-3000:]
     assert site.secret.read_text() == "key v2\n" and not (site.records / "restored-secrets").exists()
     missing = site.restore("-e", "snapshot=20000101T000000Z", "-e", "jobs=directory")
     assert missing.returncode != 0
-    assert (f"directory: no complete snapshot 20000101T000000Z under {site.dest}/directory (complete ones there: "
-            f"{next((site.dest / 'directory').glob('2*')).name}); nothing restored.") in missing.stdout, missing.stdout[-3000:]
+    assert (
+        f"directory: no complete snapshot 20000101T000000Z under {site.dest}/directory (complete ones there: "
+        f"{next((site.dest / 'directory').glob('2*')).name}); nothing restored."
+    ) in missing.stdout, missing.stdout[-3000:]
 
 
 def rewrite(snapshot: Path, payload: dict[str, bytes]) -> None:
@@ -271,8 +350,9 @@ def rewrite(snapshot: Path, payload: dict[str, bytes]) -> None:
     manifest = json.loads((snapshot / "MANIFEST.json").read_text())
     for name, data in payload.items():
         (snapshot / name).write_bytes(data)
-    manifest["files"] = [{"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-                         for name, data in payload.items()]
+    manifest["files"] = [
+        {"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in payload.items()
+    ]
     (snapshot / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -298,14 +378,18 @@ def test_restore_refuses_a_payload_rewritten_with_its_manifest(site):
     site.backup()
     [snapshot] = [p for p in (site.dest / "secrets").iterdir() if backup.STAMP_RE.fullmatch(p.name)]
     elsewhere = site.root / "planted"
-    rewrite(snapshot, {"files.tar": tar_of((str(site.secret).lstrip("/"), b"key v3\n"),
-                                           (str(elsewhere).lstrip("/"), b"planted\n"))})
+    rewrite(
+        snapshot,
+        {"files.tar": tar_of((str(site.secret).lstrip("/"), b"key v3\n"), (str(elsewhere).lstrip("/"), b"planted\n"))},
+    )
     assert backup.main(["verify", "--dest", str(site.dest), f"secrets/{snapshot.name}"]) == 0  # checksums only
     site.secret.write_text("key v2\n")
     refused = site.restore("-e", f"snapshot={snapshot.name}", "-e", "jobs=secrets")
     assert refused.returncode != 0
-    assert (f"secrets/{snapshot.name} does not verify, nothing restored: FAIL secrets/{snapshot.name}: MANIFEST.json "
-            "does not match its HMAC: changed after the snapshot was written") in refused.stdout, refused.stdout[-3000:]
+    assert (
+        f"secrets/{snapshot.name} does not verify, nothing restored: FAIL secrets/{snapshot.name}: MANIFEST.json "
+        "does not match its HMAC: changed after the snapshot was written"
+    ) in refused.stdout, refused.stdout[-3000:]
     assert site.secret.read_text() == "key v2\n" and not elsewhere.exists()
     assert not (site.records / "restored-secrets").exists()
 
@@ -325,8 +409,9 @@ def test_restore_extracts_the_job_s_paths_only_and_latest_is_never_in_the_future
     ahead = site.dest / "secrets" / "21000101T000000Z"
     shutil.copytree(snapshot, ahead)
     manifest = json.loads((ahead / "MANIFEST.json").read_text())
-    (ahead / "MANIFEST.json").write_text(json.dumps(backup.seal(dict(manifest, created="2100-01-01T00:00:00Z"),
-                                                                backup.load_key(site.key))))
+    (ahead / "MANIFEST.json").write_text(
+        json.dumps(backup.seal(dict(manifest, created="2100-01-01T00:00:00Z"), backup.load_key(site.key)))
+    )
     site.secret.write_text("key v2\n")
     done = site.restore("-e", "snapshot=latest", "-e", "jobs=secrets")
     assert done.returncode == 0, done.stdout[-4000:]
@@ -344,9 +429,15 @@ def test_backup_check_on_a_fresh_host_says_what_it_would_install_and_changes_not
     assert checked.returncode == 0, checked.stdout[-4000:]
     assert "would enable and start hal-backup.timer (its unit is not installed yet)" in checked.stdout
     assert recap(checked)["changed"] >= 5 and recap(checked, "hal-mgmt2")["changed"] == 0
-    for task in ("Install hal-backup", "Install the job list", "Make the manifests' key on the host, once",
-                 "Install the service and the timer"):
-        assert re.search(rf"TASK \[backup : {task}\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[hal-mgmt1\]", checked.stdout), task
+    for task in (
+        "Install hal-backup",
+        "Install the job list",
+        "Make the manifests' key on the host, once",
+        "Install the service and the timer",
+    ):
+        assert re.search(
+            rf"TASK \[backup : {task}\][^\n]*\n(?:(?!TASK).*\n)*?changed: \[hal-mgmt1\]", checked.stdout
+        ), task
     assert not site.program.exists() and not site.config.exists() and not site.units.exists()
     assert not site.key.exists()
 
@@ -363,6 +454,8 @@ def test_backup_refuses_a_destination_whose_file_system_is_not_mounted(site):
     for playbook, args in (("backup.yml", ["--check"]), ("restore.yml", ["-e", "snapshot=latest"])):
         refused = site.playbook(playbook, *args)
         assert refused.returncode != 0, refused.stdout[-3000:]
-        assert (f"{unmounted} is not a mount point on hal-mgmt1: the backup destination {unmounted}/hal lies on the "
-                "shared file system mounted there") in refused.stdout, refused.stdout[-3000:]
+        assert (
+            f"{unmounted} is not a mount point on hal-mgmt1: the backup destination {unmounted}/hal lies on the "
+            "shared file system mounted there"
+        ) in refused.stdout, refused.stdout[-3000:]
     assert not (unmounted / "hal").exists()

@@ -24,12 +24,14 @@ LAYOUT_NAMES = [layout.name for layout in load_cluster(CASE).composable.layouts]
 def use_layout(name: str):
     """A Scratch edit: the layout's slurm.conf (with the harness's rewrites) and gres.conf in
     place of the main tree's."""
+
     def edit(scratch) -> None:
         for conf in ("slurm.conf", "gres.conf"):
             text = scratch.rendered[f"{LAYOUTS}/{name}/etc/slurm/{conf}"]
             scratch.rendered[f"{SLURM_DIR}/{conf}"] = text
             (scratch.conf_dir / conf).write_text(text, encoding="utf-8")
         scratch.install_harness_configs()
+
     return edit
 
 
@@ -39,8 +41,9 @@ def test_slurmctld_and_slurmd_accept_every_layout(layout, slurm, extra_controlle
     counts = base.composable.counts(base.composable.layout(layout))
     assert sorted(set(counts.values())) != [0], counts  # the layout composes something
     controller = extra_controller(base, use_layout(layout))
-    assert (controller.scratch.conf_dir / "gres.conf").read_text() == \
-        controller.scratch.rendered[f"{LAYOUTS}/{layout}/etc/slurm/gres.conf"]
+    assert (controller.scratch.conf_dir / "gres.conf").read_text() == controller.scratch.rendered[
+        f"{LAYOUTS}/{layout}/etc/slurm/gres.conf"
+    ]
     nodes = records(controller.scontrol("-o", "show", "node"), "NodeName")
     view = base.with_layout(layout)  # what the model says that layout is, not the rendered text
     want = expected.compute_nodes(view)
@@ -53,7 +56,7 @@ def test_slurmctld_and_slurmd_accept_every_layout(layout, slurm, extra_controlle
         result = run_slurmd(controller.scratch, profile, devices, "-G", "-N", host)
         assert result.returncode == 0, result.stderr
         assert not re.search(r"error|fatal", result.stderr, re.IGNORECASE), result.stderr
-        gres = records("\n".join(l for l in result.stderr.splitlines() if " Gres Name=" in l), "Index")
+        gres = records("\n".join(line for line in result.stderr.splitlines() if " Gres Name=" in line), "Index")
         assert sorted(gres, key=int) == [str(i) for i in range(n)], (host, result.stderr)
         for i, got in gres.items():
             assert (got["Type"], got["File"]) == ("v100", f"/dev/nvidia{i}"), (host, got)

@@ -134,8 +134,9 @@ def test_slurmd_binds_the_mps_to_the_gpus(mps):
     assert result.returncode == 0, result.stderr
     assert not re.search(r"error|fatal", result.stderr, re.IGNORECASE), result.stderr
     records = [g for g in _gres_records(result.stderr) if g["Name"] == "mps"]
-    assert sorted((g["File"], int(g["Count"])) for g in records) == [(d, MPS_PER_GPU) for d in sorted(devices)], \
+    assert sorted((g["File"], int(g["Count"])) for g in records) == [(d, MPS_PER_GPU) for d in sorted(devices)], (
         result.stderr
+    )
 
 
 def test_slurmd_accepts_the_mig_nodes_gres_conf(mig):
@@ -149,7 +150,10 @@ def test_slurmd_accepts_the_mig_nodes_gres_conf(mig):
     assert "NodeName=tg[05-08] Name=gpu" not in gres_conf, gres_conf  # NVML's to find, not declared
     result = run_slurmd(controller.scratch, p, [], "-G", "-N", "tg05")
     assert result.returncode == 0, result.stderr
-    unexpected = [line for line in result.stderr.splitlines()
-                  if re.search(r"error|fatal", line, re.IGNORECASE) and not NO_NVML.search(line)]
+    unexpected = [
+        line
+        for line in result.stderr.splitlines()
+        if re.search(r"error|fatal", line, re.IGNORECASE) and not NO_NVML.search(line)
+    ]
     assert not unexpected, result.stderr
     assert not [g for g in _gres_records(result.stderr) if g["Name"] == "gpu"], result.stderr

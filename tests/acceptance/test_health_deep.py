@@ -23,6 +23,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm"
 
 def slurm_commands(controller: Controller):
     """run(argv): stdout of a Slurm client command talking to `controller`; DeepError on failure."""
+
     def run(argv: list[str]) -> str:
         done = controller.service.ns.run(*controller.scratch.slurm.argv(argv[0], *argv[1:]), env=controller.env)
         if done.returncode != 0:
@@ -42,7 +43,10 @@ def test_reservation_drain_and_cleanup_on_a_real_slurmctld(extra_controller, slu
     def diag(argv, nodes):
         # While the diagnostic runs: the reservation as slurmctld holds it.
         seen["reservation"] = controller.scontrol("-o", "show", "reservation")
-        return {nodes[0]: (DATA / "diag-r3-one-failed.json").read_text(), nodes[1]: (DATA / "diag-r2-pass.json").read_text()}
+        return {
+            nodes[0]: (DATA / "diag-r3-one-failed.json").read_text(),
+            nodes[1]: (DATA / "diag-r2-pass.json").read_text(),
+        }
 
     shown: list[str] = []
     report = deep.run_deep(run, diag, hosts, 3, shown.append, now=datetime(2026, 11, 28, 12, 0, 0))
@@ -56,8 +60,9 @@ def test_reservation_drain_and_cleanup_on_a_real_slurmctld(extra_controller, slu
     nodes = records(controller.scontrol("-o", "show", "node", ",".join(hosts)), "NodeName")
     assert "DRAIN" in nodes[hosts[0]]["State"]
     line = controller.scontrol("-o", "show", "node", hosts[0])  # Reason= holds spaces: records() cuts it
-    assert "Reason=hal-deep: dcgm diag -r 3: memory failed on GPU 1: Found 2 faulty memory elements on GPU 1 [" \
-        in line, line
+    assert (
+        "Reason=hal-deep: dcgm diag -r 3: memory failed on GPU 1: Found 2 faulty memory elements on GPU 1 [" in line
+    ), line
     assert "DRAIN" not in nodes[hosts[1]]["State"]
     assert [n.passed for n in report.nodes] == [False, True]
 

@@ -82,8 +82,11 @@ def points(now: int, stopped: dict[str, int] | None = None) -> list[str]:
     that many intervals."""
     stopped = stopped or {}
     lines = []
-    runs = [(name, [h for g in HAL.groups_with_role(role) for h in nodeset(g.hosts)])
-            for role, names in HAL.monitoring.inputs.items() for name in names]
+    runs = [
+        (name, [h for g in HAL.groups_with_role(role) for h in nodeset(g.hosts)])
+        for role, names in HAL.monitoring.inputs.items()
+        for name in names
+    ]
     runs.append(("backup", BACKUP_HOSTS))  # from the backup section, not listed
     for name, hosts in runs:
         spec = INPUTS[name]
@@ -143,29 +146,36 @@ def _panel_query(title: str, ref: str = "A") -> str:
 @pytest.mark.parametrize("board,title,ref,q", QUERIES, ids=[f"{b}:{t}:{r}" for b, t, r, _ in QUERIES])
 def test_every_panel_query_returns_data(influx, board, title, ref, q):
     text = concrete(q, interval_seconds=INTERVAL)
-    assert _values(influx.query("running", text)), f"dashboard {board}, panel {title!r} ({ref}) returned nothing:\n{text}"
+    assert _values(influx.query("running", text)), (
+        f"dashboard {board}, panel {title!r} ({ref}) returned nothing:\n{text}"
+    )
 
 
 def test_nodes_down_is_zero_with_every_node_reporting(influx):
     expected = len(reporting_hosts(HAL))
     assert _values(influx.query("running", concrete(_panel_query("Nodes down"), interval_seconds=INTERVAL))) == [0]
-    assert _values(influx.query("running", concrete(_panel_query("Nodes reporting"),
-                                                    interval_seconds=INTERVAL))) == [expected]
+    assert _values(influx.query("running", concrete(_panel_query("Nodes reporting"), interval_seconds=INTERVAL))) == [
+        expected
+    ]
 
 
 def test_a_node_silent_for_three_intervals_is_down(influx):
     expected = len(reporting_hosts(HAL))
     assert _values(influx.query("stopped", concrete(_panel_query("Nodes down"), interval_seconds=INTERVAL))) == [1]
-    assert _values(influx.query("stopped", concrete(_panel_query("Nodes reporting"),
-                                                    interval_seconds=INTERVAL))) == [expected - 1]
+    assert _values(influx.query("stopped", concrete(_panel_query("Nodes reporting"), interval_seconds=INTERVAL))) == [
+        expected - 1
+    ]
 
 
 @pytest.mark.parametrize("collections_per_bucket", [1, 5])
 def test_sums_count_each_series_once_however_wide_the_bucket(influx, collections_per_bucket):
     """GPUs in use is the sum of each node's latest gpus_alloc, also when a bucket ($__interval)
     holds several collections of every node."""
-    q = concrete(_panel_query("GPUs in use"), window_seconds=POINTS * INTERVAL,
-                 interval_seconds=collections_per_bucket * INTERVAL)
+    q = concrete(
+        _panel_query("GPUs in use"),
+        window_seconds=POINTS * INTERVAL,
+        interval_seconds=collections_per_bucket * INTERVAL,
+    )
     got = _values(influx.query("running", q))
     assert got and set(got) == {GAUGE * len(HAL.slurm_nodes)}, q
 

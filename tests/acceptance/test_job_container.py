@@ -29,9 +29,12 @@ pytestmark = pytest.mark.acceptance
 
 JOB_CONTAINER = "files/etc/slurm/job_container.conf"
 CASES = [name for name in CLUSTER_FILES if JOB_CONTAINER in render_all(load_cluster(name))]
-UNIT_CASES = [pytest.param(name, path, id=f"{name}-{path.removeprefix(SCRATCH_DIR + '/')}")
-              for name in CLUSTER_FILES for path in render_all(load_cluster(name))
-              if path.startswith(SCRATCH_DIR + "/") and path.endswith(".mount")]
+UNIT_CASES = [
+    pytest.param(name, path, id=f"{name}-{path.removeprefix(SCRATCH_DIR + '/')}")
+    for name in CLUSTER_FILES
+    for path in render_all(load_cluster(name))
+    if path.startswith(SCRATCH_DIR + "/") and path.endswith(".mount")
+]
 
 
 def _node_lines(text: str) -> list[tuple[str, str]]:
@@ -48,8 +51,9 @@ def test_slurmd_loads_job_container_conf_and_makes_the_base(name, make_scratch):
     assert lines, conf.read_text()
     base = scratch.root / "jobs"
     conf.write_text(re.sub(r"(?<!Auto)BasePath=\S+", f"BasePath={base}", conf.read_text()))
-    scratch.slurm_conf.write_text(re.sub(r"^TmpFS=\S+", f"TmpFS={scratch.root}", scratch.slurm_conf.read_text(),
-                                         flags=re.M))
+    scratch.slurm_conf.write_text(
+        re.sub(r"^TmpFS=\S+", f"TmpFS={scratch.root}", scratch.slurm_conf.read_text(), flags=re.M)
+    )
     for hosts, _ in lines:
         host = nodeset(hosts)[0]
         exp = expected.compute_nodes(cluster)[host]
@@ -60,7 +64,9 @@ def test_slurmd_loads_job_container_conf_and_makes_the_base(name, make_scratch):
         assert not re.search(r"error: .*(job_container|Configuration not)", log), log[-3000:]
         made = list(base.iterdir()) if base.exists() else []
         assert made, f"{host}: slurmd made nothing under the BasePath {base}\n{log[-2000:]}"
-        print(f"{name} {host}: slurmd read job_container.conf and made {', '.join(p.name for p in made)} under the base")
+        print(
+            f"{name} {host}: slurmd read job_container.conf and made {', '.join(p.name for p in made)} under the base"
+        )
 
 
 @pytest.mark.parametrize(("name", "path"), UNIT_CASES)

@@ -31,8 +31,9 @@ def slapd_config(tmp_path_factory):
 
 
 def slapadd_dry_run(conf: Path, base: str, ldif: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([SLAPADD, "-u", "-F", str(conf), "-b", base, "-l", str(ldif)],
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [SLAPADD, "-u", "-F", str(conf), "-b", base, "-l", str(ldif)], capture_output=True, text=True, check=False
+    )
 
 
 def test_rendered_hal_directory_passes_slapadd_dry_run(slapd_config):
@@ -45,11 +46,14 @@ def test_rendered_hal_directory_passes_slapadd_dry_run(slapd_config):
     assert entries == 3 + len(cluster.accounts.groups) + len(cluster.accounts.users)
 
 
-@pytest.mark.parametrize(("old", "new", "said"), [
-    ("\nuidNumber: 100200\n", "\n", "uidNumber"),                       # posixAccount MUST
-    ("\nobjectClass: ldapPublicKey\n", "\n", "sshPublicKey"),             # key without its class
-    ("\nobjectClass: posixGroup\n", "\nobjectClass: posixGroups\n", "posixGroups"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "said"),
+    [
+        ("\nuidNumber: 100200\n", "\n", "uidNumber"),  # posixAccount MUST
+        ("\nobjectClass: ldapPublicKey\n", "\n", "sshPublicKey"),  # key without its class
+        ("\nobjectClass: posixGroup\n", "\nobjectClass: posixGroups\n", "posixGroups"),
+    ],
+)
 def test_slapadd_refuses_an_entry_the_schema_forbids(slapd_config, old, new, said):
     """The dry run is a real schema check: the same LDIF with one entry broken is refused."""
     cluster, base, conf, root = slapd_config

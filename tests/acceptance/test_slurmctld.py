@@ -33,24 +33,17 @@ pytestmark = pytest.mark.acceptance
 
 # Log lines slurmctld writes in this harness that do not concern the rendered files.
 KNOWN_LOG_ERRORS = {
-    r"Configured MailProg is invalid":
-        "MailProg defaults to /bin/mail, which this host lacks (a deploy concern)",
+    r"Configured MailProg is invalid": "MailProg defaults to /bin/mail, which this host lacks (a deploy concern)",
     r"Job accounting information gathered, but not stored|Even though we are collecting "
-    r"accounting information":
-        "the harness's accounting_storage/none",
-    r"mpi/pmix|MPI: Cannot create context":
-        "slurmctld loads every MPI plugin; Debian's mpi/pmix_v4 dlopens "
-        "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so (package libpmix-dev), absent here",
-    r"Could not open (node|job|reservation|trigger) state file|Trying backup state save file":
-        "first start on an empty StateSaveLocation",
-    r"_shutdown_bu_thread:send/recv \S+: Network is unreachable":
-        "a primary alone in its namespace: at its start it tells the backup host to stand down, and the "
-        "cases start no backup (test_a_backup_controller_stands_by_and_takes_over_from_the_shared_state does)",
-    r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD, ignoring":
-        "the harness's accounting_storage/none: age and fair-share come from slurmdbd's records",
-    r"High latency for 1000 calls to gettimeofday\(\)":
-        "slurmctld times its clock at start and calls a slow one an error: the machine was busy (CI runs these "
-        "tests at low priority beside the sandboxes), not a configuration slurmctld refused",
+    r"accounting information": "the harness's accounting_storage/none",
+    r"mpi/pmix|MPI: Cannot create context": "slurmctld loads every MPI plugin; Debian's mpi/pmix_v4 dlopens "
+    "/usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so (package libpmix-dev), absent here",
+    r"Could not open (node|job|reservation|trigger) state file|Trying backup state save file": "first start on an empty StateSaveLocation",
+    r"_shutdown_bu_thread:send/recv \S+: Network is unreachable": "a primary alone in its namespace: at its start it tells the backup host to stand down, and the "
+    "cases start no backup (test_a_backup_controller_stands_by_and_takes_over_from_the_shared_state does)",
+    r"PriorityWeight(Age|Fairshare) can only be used with SlurmDBD, ignoring": "the harness's accounting_storage/none: age and fair-share come from slurmdbd's records",
+    r"High latency for 1000 calls to gettimeofday\(\)": "slurmctld times its clock at start and calls a slow one an error: the machine was busy (CI runs these "
+    "tests at low priority beside the sandboxes), not a configuration slurmctld refused",
 }
 
 # Rendered slurm.conf keys whose value scontrol shows under another name.
@@ -88,7 +81,11 @@ def test_every_compute_node_is_loaded_with_its_hardware(case):
         got = nodes[host]
         p = exp.profile
         assert (got["CPUTot"], got["Boards"], got["Sockets"], got["CoresPerSocket"], got["ThreadsPerCore"]) == (
-            str(p.cpus), "1", str(p.sockets), str(p.cores_per_socket), str(p.threads_per_core)
+            str(p.cpus),
+            "1",
+            str(p.sockets),
+            str(p.cores_per_socket),
+            str(p.threads_per_core),
         ), host
         assert got["RealMemory"] == str(exp.real_memory_mib), host
         assert got["Gres"] == exp.gres, host
@@ -133,7 +130,10 @@ def test_partitions_are_loaded_as_described(case):
 def test_hal_gpu_partition(hal):
     got = records(hal.controller.scontrol("-o", "show", "partition"), "PartitionName")["gpu"]
     assert (got["Nodes"], got["Default"], got["MaxTime"], got["TotalCPUs"]) == (
-        "hal[01-16]", "YES", "1-00:00:00", "2560"
+        "hal[01-16]",
+        "YES",
+        "1-00:00:00",
+        "2560",
     )
 
 
@@ -179,12 +179,8 @@ def test_switch_without_slurm_nodes_is_left_out_of_the_tree(extra_controller):
     """A storage-only leaf under the spine: the renderer must not name it as a child, or
     slurmctld stops ("fatal: Switch configuration ib-spine1 has invalid child (ib-leaf3)")."""
     data = load_cluster("x86-twogen").model_dump(mode="json", exclude_none=True)
-    data["fabric"]["switches"].append(
-        {"name": "ib-leaf3", "tier": "leaf", "ports": 40, "uplinks": ["ib-spine1"]}
-    )
-    data["fabric"]["links"].append(
-        {"hosts": "tg-nfs", "port": 1, "switch": "ib-leaf3", "first_switch_port": 1}
-    )
+    data["fabric"]["switches"].append({"name": "ib-leaf3", "tier": "leaf", "ports": 40, "uplinks": ["ib-spine1"]})
+    data["fabric"]["links"].append({"hosts": "tg-nfs", "port": 1, "switch": "ib-leaf3", "first_switch_port": 1})
     cluster = Cluster.model_validate(data)
     got = _topology(extra_controller(cluster))
     _assert_topology(got, cluster)
@@ -200,8 +196,13 @@ def test_compact_fabric_is_loaded_as_cabled(extra_controller):
         {"names": "ib-leaf[1-2]", "tier": "leaf", "ports": 36, "uplinks": ["ib-spine"]},
     ]
     links = data["fabric"]["links"]
-    links[0] = {"hosts": "hal[01-16]", "port": 1, "switches": "ib-leaf[1-2]", "hosts_per_switch": 8,
-                "first_switch_port": 1}
+    links[0] = {
+        "hosts": "hal[01-16]",
+        "port": 1,
+        "switches": "ib-leaf[1-2]",
+        "hosts_per_switch": 8,
+        "first_switch_port": 1,
+    }
     for link in links[1:]:
         link["switch"] = "ib-leaf1"
     cluster = Cluster.model_validate(data)
@@ -254,9 +255,7 @@ def test_switch_with_nodes_and_switches_is_refused_before_slurm(extra_controller
     data["fabric"]["switches"][0]["uplinks"] = ["ib-spine"]
     data["fabric"]["switches"].append({"name": "ib-spine", "tier": "spine", "ports": 36})
     data["fabric"]["links"][0]["hosts"] = "hal[01-15]"
-    data["fabric"]["links"].append(
-        {"hosts": "hal16", "port": 1, "switch": "ib-spine", "first_switch_port": 1}
-    )
+    data["fabric"]["links"].append({"hosts": "hal16", "port": 1, "switch": "ib-spine", "first_switch_port": 1})
     cluster = Cluster.model_validate(data)
     refused = [f for f in run_all(cluster) if f.level == Level.error and f.check == "nodes_only_on_leaf_switches"]
     assert [f.dotted for f in refused] == ["fabric.switches[1].name"], refused
@@ -337,7 +336,10 @@ def test_priority_is_loaded_as_modelled(case):
         return
     p = case.cluster.slurm.priority
     assert (config["PriorityWeightFairShare"], config["PriorityWeightQOS"], config["PriorityWeightAge"]) == (
-        str(p.weight_fairshare), str(p.weight_qos), str(p.weight_age))
+        str(p.weight_fairshare),
+        str(p.weight_qos),
+        str(p.weight_age),
+    )
     assert slurm_minutes(config["PriorityDecayHalfLife"]) == slurm_minutes(p.decay_half_life)
     assert slurm_minutes(config["PriorityMaxAge"]) == slurm_minutes(p.max_age)
 
@@ -352,14 +354,18 @@ def test_tres_weights_are_loaded_negative_ones_too(extra_controller):
     out: the harness's accounting_storage/none drops AccountingStorageTRES=gres/gpu, and a
     weight on an untracked TRES stops slurmctld: "TRES weight ... is not a configured TRES type".)"""
     data = load_cluster("hal").model_dump(mode="json", exclude_none=True)
-    data["slurm"]["priority"].update(weight_tres={"Mem": 2000, "CPU": -1000}, favor_small=True,
-                                     usage_reset_period="MONTHLY", calc_period_minutes=10)
+    data["slurm"]["priority"].update(
+        weight_tres={"Mem": 2000, "CPU": -1000}, favor_small=True, usage_reset_period="MONTHLY", calc_period_minutes=10
+    )
     cluster = Cluster.model_validate(data)
     assert not [f for f in run_all(cluster) if f.level != Level.info]
     config = show_config(extra_controller(cluster).scontrol("show", "config"))
-    assert (config["PriorityWeightTRES"], config["PriorityFavorSmall"].lower(), config["PriorityUsageResetPeriod"],
-            config["PriorityCalcPeriod"]) == ("CPU=-1000,Mem=2000", "yes", "MONTHLY", "00:10:00")  # 24.11: 'yes'
-
+    assert (
+        config["PriorityWeightTRES"],
+        config["PriorityFavorSmall"].lower(),
+        config["PriorityUsageResetPeriod"],
+        config["PriorityCalcPeriod"],
+    ) == ("CPU=-1000,Mem=2000", "yes", "MONTHLY", "00:10:00")  # 24.11: 'yes'
 
 
 def test_cgroup_conf_is_parsed_with_the_model_values(case):
@@ -404,8 +410,10 @@ def test_a_backup_controller_stands_by_and_takes_over_from_the_shared_state(extr
         backup.scontrol("takeover")
         assert retry(lambda: "Running as primary controller" in backup.log(), 60, 0.5), backup.log()
         assert retry(lambda: primary.proc.poll() is not None, 30, 0.5), "the primary kept running after the takeover"
-        assert backup.ping().splitlines()[:2] == [f"Slurmctld(primary) at {primary_host} is DOWN",
-                                                  f"Slurmctld(backup) at {backup_host} is UP"]
+        assert backup.ping().splitlines()[:2] == [
+            f"Slurmctld(primary) at {primary_host} is DOWN",
+            f"Slurmctld(backup) at {backup_host} is UP",
+        ]
         node = records(backup.scontrol("-o", "show", "node", "tg01"), "NodeName")["tg01"]
         assert "DRAIN" in node["State"] and node["Reason"] == "before-takeover", node
     finally:

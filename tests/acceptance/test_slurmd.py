@@ -34,7 +34,7 @@ def _devices(exp) -> list[str]:
 
 def _gres_lines(result) -> dict[str, dict[str, str]]:
     """slurmd -G prints 'slurmd: Gres Name=gpu ... Index=0 ... Cores=0-19 ... Links=...'."""
-    return records("\n".join(l for l in result.stderr.splitlines() if " Gres Name=" in l), "Index")
+    return records("\n".join(line for line in result.stderr.splitlines() if " Gres Name=" in line), "Index")
 
 
 @pytest.mark.parametrize(("name", "host"), NODE_CASES)
@@ -47,9 +47,13 @@ def test_slurmd_detects_what_slurm_conf_declares(name, host, make_scratch):
     detected = fields(result.stdout)
     p = exp.profile
     assert (detected["CPUs"], detected["Boards"], detected["SocketsPerBoard"]) == (str(p.cpus), "1", str(p.sockets))
-    assert (detected["CoresPerSocket"], detected["ThreadsPerCore"]) == (str(p.cores_per_socket), str(p.threads_per_core))
+    assert (detected["CoresPerSocket"], detected["ThreadsPerCore"]) == (
+        str(p.cores_per_socket),
+        str(p.threads_per_core),
+    )
     declared = next(
-        fields(line) for line in scratch.rendered_text("slurm.conf").splitlines()
+        fields(line)
+        for line in scratch.rendered_text("slurm.conf").splitlines()
         if line.startswith("NodeName=") and host in nodeset(fields(line)["NodeName"])
     )
     for key in ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore"):

@@ -37,15 +37,20 @@ MUTATING = ("changes", "faults")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "changes: day-2 changes made to the model and converged, then undone "
-                            "(sandbox only); run after the read-only tests")
+    config.addinivalue_line(
+        "markers",
+        "changes: day-2 changes made to the model and converged, then undone "
+        "(sandbox only); run after the read-only tests",
+    )
     config.addinivalue_line("markers", "faults: destructive fault injection (sandbox only); runs last")
-    config.addinivalue_line("markers", "pull: pull mode's nodes converging themselves (a sandbox with deploy.mode "
-                            "pull: the fleet scenario)")
+    config.addinivalue_line(
+        "markers", "pull: pull mode's nodes converging themselves (a sandbox with deploy.mode pull: the fleet scenario)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that change the cluster run after every read-only one, whatever their file names."""
+
     def rank(item: pytest.Item) -> int:
         return next((i + 1 for i, m in enumerate(MUTATING) if item.get_closest_marker(m)), 0)
 

@@ -8,7 +8,6 @@ collection time to parametrize over hosts, partitions and files.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import subprocess
@@ -90,15 +89,17 @@ class Deployed:
     def health_expectation(self, host: str) -> str | None:
         """The rendered expectation the healthcheck role installs on a host: its own (a composed
         host set apart from its group by the active layout) where there is one, else its group's."""
-        return (self.rendered(f"etc/hal-provision/health/hosts/{host}.json")
-                or self.rendered(f"etc/hal-provision/health/{self.hostvars[host].get('hal_node_group')}.json"))
+        return self.rendered(f"etc/hal-provision/health/hosts/{host}.json") or self.rendered(
+            f"etc/hal-provision/health/{self.hostvars[host].get('hal_node_group')}.json"
+        )
 
     def telegraf_conf(self, host: str) -> str | None:
         """The rendered telegraf.conf the telegraf role installs on a host: its node group's
         where there is one, else its role's; None: no agent there."""
         hv = self.hostvars[host]
-        return (self.rendered(f"etc/telegraf/groups/{hv.get('hal_node_group')}.conf")
-                or self.rendered(f"etc/telegraf/roles/{hv.get('hal_role')}.conf"))
+        return self.rendered(f"etc/telegraf/groups/{hv.get('hal_node_group')}.conf") or self.rendered(
+            f"etc/telegraf/roles/{hv.get('hal_role')}.conf"
+        )
 
     def hosts_in(self, *groups: str) -> list[str]:
         wanted = {h for g in groups for h in self.groups.get(g, [])}
@@ -132,8 +133,10 @@ class Deployed:
                 # slurmd registers each share bound to its GPU, so slurmctld shows it typed:
                 # slurm.conf's shard:4 is shard:h100:4 once the node is up.
                 shares = [g.split(":") for g in gres.group(1).split(",") if g.startswith(("shard:", "mps:"))]
-                typed = [f"{kind}:{hw['gpu_type']}:{count}" if hw.get("gpu_type") else f"{kind}:{count}"
-                         for kind, count in shares]
+                typed = [
+                    f"{kind}:{hw['gpu_type']}:{count}" if hw.get("gpu_type") else f"{kind}:{count}"
+                    for kind, count in shares
+                ]
                 return ",".join([gpus, *typed])
         return gpus
 
@@ -184,15 +187,17 @@ class Deployed:
                 become = bool(hv.get("ansible_become")) or hv.get("ansible_user", "root") != "root"
                 _ansible_config_as_ansible_reads_it(str(self.inventory))
                 self._hosts[name] = testinfra.get_host(
-                    f"ansible://{name}", ansible_inventory=str(self.inventory), sudo=become)
+                    f"ansible://{name}", ansible_inventory=str(self.inventory), sudo=become
+                )
         return self._hosts[name]
 
     def as_user(self, name: str, script: str, timeout: int = JOB_TIMEOUT):
         """Run a shell script as the normal test user, in a login shell, on a host."""
         # Over SSH an exit status of 255 means "ssh failed" to testinfra, which raises: a
         # script's own 255 (an ssh it ran was refused, say) is reported as 254.
-        return self.host(name).run("timeout %s su - %s -c %s; rc=$?; [ $rc -ne 255 ] || rc=254; exit $rc",
-                                   str(timeout), TEST_USER, script)
+        return self.host(name).run(
+            "timeout %s su - %s -c %s; rc=$?; [ $rc -ne 255 ] || rc=254; exit $rc", str(timeout), TEST_USER, script
+        )
 
     def user_ok(self, script: str, timeout: int = JOB_TIMEOUT) -> str:
         """as_user on the login node; the test fails with the output unless the script exits 0."""
@@ -231,8 +236,10 @@ def _ansible_config_as_ansible_reads_it(inventory: str) -> None:
 # A shell loop printing "ok DEV" or "denied DEV" for each of {devs}. An open() refused by the
 # devices cgroup fails with EPERM. An allowed fake device (no driver behind it) fails with
 # ENXIO instead, and a real one opens: both count as allowed.
-PROBE_DEVICES = ("for d in {devs}; do e=$( (: < $d) 2>&1 ); case \"$e\" in "
-                 "*'Operation not permitted'*) echo denied $d;; *) echo ok $d;; esac; done")
+PROBE_DEVICES = (
+    'for d in {devs}; do e=$( (: < $d) 2>&1 ); case "$e" in '
+    "*'Operation not permitted'*) echo denied $d;; *) echo ok $d;; esac; done"
+)
 
 
 @functools.cache
@@ -271,8 +278,9 @@ def retry(fn, timeout: float, interval: float = 1.0):
 RECAP_LINE = re.compile(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$")
 
 
-def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml",
-             inventories: list[Path] | None = None) -> tuple[list[str], dict[str, str]]:
+def site_cmd(
+    inventory: Path, *extra: str, playbook: str = "site.yml", inventories: list[Path] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """ansible-playbook on playbooks/PLAYBOOK (site.yml or one of its tiers) and its environment,
     as hal_provision.cli.runner builds them. Its -i sources are `inventories`, by default those
     `sandbox up` converges with (the inventory plugin's source in the tree of `inventory`, then
@@ -286,8 +294,13 @@ def site_cmd(inventory: Path, *extra: str, playbook: str = "site.yml",
     return runner.playbook_cmd(playbook, sources, *extra), env
 
 
-def run_site(inventory: Path, *extra: str, timeout: float = 1200, playbook: str = "site.yml",
-             inventories: list[Path] | None = None) -> subprocess.CompletedProcess:
+def run_site(
+    inventory: Path,
+    *extra: str,
+    timeout: float = 1200,
+    playbook: str = "site.yml",
+    inventories: list[Path] | None = None,
+) -> subprocess.CompletedProcess:
     """Run site_cmd's command through hal_provision.cli.runner (its events pipe, its timeout: the
     run is killed after `timeout` seconds) with Ansible's output kept in a log: its exit status,
     and that output (stderr included) as stdout, for the tests to parse."""
@@ -323,18 +336,20 @@ def changed_tasks(output: str) -> list[str]:
     found, task = [], "?"
     for line in output.splitlines():
         if line.startswith("TASK ["):
-            task = line[6:line.rfind("]")]
+            task = line[6 : line.rfind("]")]
         elif line.startswith(("changed: [", "fatal: [")):
             found.append(f"{task} -> {line.split('[', 1)[1].split(']', 1)[0]} ({line.split(':', 1)[0]})")
     return found
 
 
-def run_playbook(inventory: Path, playbook: str, *extra: str, timeout: float = 900,
-                 inventories: list[Path] | None = None) -> str:
+def run_playbook(
+    inventory: Path, playbook: str, *extra: str, timeout: float = 900, inventories: list[Path] | None = None
+) -> str:
     """run_site for one playbook; asserts that it succeeded on every host, and returns its output."""
     proc = run_site(inventory, *extra, timeout=timeout, playbook=playbook, inventories=inventories)
     recap = parse_recap(proc.stdout)
     ran = recap or "skipping: no hosts matched" in proc.stdout  # a tier this cluster has no hosts for
     assert proc.returncode == 0 and ran and not any(r["failed"] or r["unreachable"] for r in recap.values()), (
-        f"{playbook}: exit {proc.returncode}\n" + "\n".join(changed_tasks(proc.stdout)) + "\n" + tail(proc.stdout))
+        f"{playbook}: exit {proc.returncode}\n" + "\n".join(changed_tasks(proc.stdout)) + "\n" + tail(proc.stdout)
+    )
     return proc.stdout

@@ -63,8 +63,9 @@ def password(user: str) -> str:
 
 def influx(path: str, user: str | None, params: dict, data: bytes | None = None) -> tuple[int, object]:
     """One HTTP request to InfluxDB as `user` (None: no credentials): status and body."""
-    req = urllib.request.Request(f"{url()}{path}?{urllib.parse.urlencode(params)}", data=data,
-                                 method="POST" if data is not None else "GET")
+    req = urllib.request.Request(
+        f"{url()}{path}?{urllib.parse.urlencode(params)}", data=data, method="POST" if data is not None else "GET"
+    )
     if user:
         token = base64.b64encode(f"{user}:{password(user)}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")

@@ -33,9 +33,13 @@ DIRECTORY = json.loads(D.rendered("etc/hal-provision/ldap-directory.json") or "n
 PLAN = json.loads(D.rendered("etc/hal-provision/slurm-accounting.json") or "{}")
 KINDS = {job["kind"]: job for job in (CONFIG or {}).get("jobs", [])}
 
-pytestmark = [pytest.mark.faults,
-              pytest.mark.skipif(CONFIG is None or not {"mariadb", "slapd"} <= KINDS.keys(),
-                                 reason="the model backs up no accounting database and directory")]
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(
+        CONFIG is None or not {"mariadb", "slapd"} <= KINDS.keys(),
+        reason="the model backs up no accounting database and directory",
+    ),
+]
 
 
 def root(host: str, command: str, timeout: int = 120):
@@ -56,6 +60,7 @@ def job_ids() -> set[str]:
 def job_ids_once_answered(timeout: int = 120) -> set[str]:
     """job_ids once sacct answers again: a restarted slurmdbd refuses connections until it has
     made its tables (seconds on a quiet machine, longer on a loaded one)."""
+
     def answered():
         out = D.host(D.controller).run("timeout 60 bash -c %s", SACCT_ALL)
         return (out.stdout,) if out.rc == 0 else None
@@ -83,7 +88,9 @@ def set_password(name: str, password: str | None) -> None:
     else:
         hashed = root(host, f"slappasswd -s {shlex.quote(password)}").strip()
         ldif = f"dn: {user_dn(name)}\nchangetype: modify\nreplace: userPassword\nuserPassword: {hashed}\n"
-    out = D.host(host).run("timeout 60 bash -c %s", f"printf %s {shlex.quote(ldif)} | ldapmodify -Q -Y EXTERNAL -H ldapi:///")
+    out = D.host(host).run(
+        "timeout 60 bash -c %s", f"printf %s {shlex.quote(ldif)} | ldapmodify -Q -Y EXTERNAL -H ldapi:///"
+    )
     assert out.rc == 0 or (password is None and "No such attribute" in out.stderr), out.stderr
 
 
@@ -92,8 +99,9 @@ def panel_points(until: int) -> list:
     from monitoring_queries import panels, query, values
 
     q = next(q for _b, _t, _r, q in panels() if "$timeFilter" in q)
-    return values(query(q.replace("$timeFilter", f"time > {until - 3600}s AND time <= {until}s")
-                        .replace("$__interval", "60s")))
+    return values(
+        query(q.replace("$timeFilter", f"time > {until - 3600}s AND time <= {until}s").replace("$__interval", "60s"))
+    )
 
 
 def restore(*extra: str) -> str:
@@ -152,7 +160,7 @@ def test_a_destroyed_management_node_state_comes_back_from_the_backup():
         assert not changed, f"a second restore changed {changed}\n{tail(again)}"
     finally:
         if not restored and taken_backup:  # stopped after the state was destroyed: bring it back for
-            try:                           # the tests after this one, whatever failed here
+            try:  # the tests after this one, whatever failed here
                 restore()
             except AssertionError:
                 pass
@@ -192,7 +200,9 @@ def test_a_snapshot_rewritten_on_the_destination_is_refused_and_nothing_restored
     snap = f"{destination(host)}/accounting_db/{stamp}"
     record = D.host(host).run("cat /var/lib/hal-backup/restored-accounting_db").stdout
     try:
-        python(host, f"""
+        python(
+            host,
+            f"""
 import hashlib, json, pathlib
 snap = pathlib.Path({snap!r})
 dump = snap / "accounting_db.sql"
@@ -201,19 +211,29 @@ dump.write_bytes(data)
 manifest = json.loads((snap / "MANIFEST.json").read_text())
 manifest["files"] = [{{"name": "accounting_db.sql", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}}]
 (snap / "MANIFEST.json").write_text(json.dumps(manifest))
-""")
+""",
+        )
         assert "\\! touch /tmp/hal-backup-forged" in root(host, f"tail -n 3 {snap}/accounting_db.sql")
         checksums = D.host(host).run("hal-backup verify --dest %s accounting_db/%s", destination(host), stamp)
         assert checksums.rc == 0 and "checksums only" in checksums.stdout, checksums.stdout + checksums.stderr
         own = D.host(host).run("hal-backup verify accounting_db/%s", stamp)
-        assert own.rc == 1 and (f"FAIL accounting_db/{stamp}: MANIFEST.json does not match its HMAC: changed after "
-                                "the snapshot was written") in own.stdout, own.stdout + own.stderr
+        assert (
+            own.rc == 1
+            and (
+                f"FAIL accounting_db/{stamp}: MANIFEST.json does not match its HMAC: changed after "
+                "the snapshot was written"
+            )
+            in own.stdout
+        ), own.stdout + own.stderr
 
-        refused = run_site(D.inventory, "-e", f"snapshot={stamp}", "-e", "jobs=accounting_db", playbook="restore.yml",
-                           timeout=900)
+        refused = run_site(
+            D.inventory, "-e", f"snapshot={stamp}", "-e", "jobs=accounting_db", playbook="restore.yml", timeout=900
+        )
         assert refused.returncode != 0, tail(refused.stdout)
-        assert (f"accounting_db/{stamp} does not verify, nothing restored" in refused.stdout
-                and "does not match its HMAC" in refused.stdout), tail(refused.stdout)
+        assert (
+            f"accounting_db/{stamp} does not verify, nothing restored" in refused.stdout
+            and "does not match its HMAC" in refused.stdout
+        ), tail(refused.stdout)
         assert D.host(host).run("systemctl is-active slurmdbd").rc == 0, D.journal(host, "slurmdbd")
         assert "hal_backup_forged" not in root(host, "mariadb -N -e 'SHOW DATABASES'")
         assert not D.host(host).file("/tmp/hal-backup-forged").exists
@@ -237,7 +257,9 @@ def test_a_future_dated_snapshot_is_reported_and_not_kept_as_the_newest():
     jobdir = f"{destination(host)}/{name}"
     future_stamp = FUTURE.replace("-", "").replace(":", "") + "Z"
     try:
-        python(host, f"""
+        python(
+            host,
+            f"""
 import datetime as dt, importlib.machinery, importlib.util, sys
 loader = importlib.machinery.SourceFileLoader("hal_backup", "/usr/local/sbin/hal-backup")
 spec = importlib.util.spec_from_loader("hal_backup", loader)
@@ -248,18 +270,24 @@ real = program.run_job
 program.run_job = lambda *a, **k: real(*a, now=lambda: dt.datetime.fromisoformat({FUTURE!r}).replace(
     tzinfo=dt.timezone.utc), **k)
 sys.exit(program.main(["run", "--job", {name!r}]))
-""")
+""",
+        )
         assert future_stamp in root(host, f"ls {shlex.quote(jobdir)}")
-        python(host, """
+        python(
+            host,
+            """
 import json
 doc = json.load(open("/etc/hal-provision/backup.json"))
 json.dump(dict(doc, keep=1), open("/tmp/backup-keep1.json", "w"))
-""")
+""",
+        )
         ran = D.host(host).run("hal-backup run --config /tmp/backup-keep1.json --job %s", name)
         assert ran.rc == 0, ran.stdout + ran.stderr
         written = re.search(rf"{re.escape(jobdir)}/(\d{{8}}T\d{{6}}Z)", ran.stdout)[1]
-        assert (f"warning: job {name}: {name}/{future_stamp}: dated in the future (made {FUTURE}Z" in ran.stderr
-                and "not counted as the newest, not removed" in ran.stderr), ran.stderr
+        assert (
+            f"warning: job {name}: {name}/{future_stamp}: dated in the future (made {FUTURE}Z" in ran.stderr
+            and "not counted as the newest, not removed" in ran.stderr
+        ), ran.stderr
         stamps = sorted(n for n in root(host, f"ls {shlex.quote(jobdir)}").split() if STAMP.match(n))
         assert stamps == [written, future_stamp], stamps
         age = D.host(host).run("hal-backup age")

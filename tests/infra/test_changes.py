@@ -44,9 +44,13 @@ HANDLERS = {
 # backup's first, then the primary's (roles/slurm/handlers/main.yml).
 SAME_HANDLER = {"Restart the backup slurmctld": "Restart slurmctld"}
 
-pytestmark = [pytest.mark.changes,
-              pytest.mark.skipif(WORKDIR is None or not (WORKDIR / "model.json").is_file(),
-                                 reason="only the sandbox's model can be changed and put back")]
+pytestmark = [
+    pytest.mark.changes,
+    pytest.mark.skipif(
+        WORKDIR is None or not (WORKDIR / "model.json").is_file(),
+        reason="only the sandbox's model can be changed and put back",
+    ),
+]
 
 
 def load_model() -> dict:
@@ -66,8 +70,14 @@ def render(model: dict, into: Path) -> Path:
 
 
 def plan(new: Path, old: Path) -> tuple[int, dict]:
-    proc = subprocess.run([tools.self_command(), "plan", str(new), "--from", str(old), "--json"],
-                          env=tools.child_env(), capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [tools.self_command(), "plan", str(new), "--from", str(old), "--json"],
+        env=tools.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode in (0, 2), f"plan exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc.returncode, json.loads(proc.stdout)
@@ -90,7 +100,8 @@ def apply(rendered: Path) -> str:
     inventory is the deployed tree's inventory/ as it is (hosts.yml, then sandbox.yml)."""
     return "\n".join(
         run_playbook(D.inventory, playbook, "-e", f"hal_rendered_dir={rendered / 'files'}", inventories=[D.inventory])
-        for playbook in SLURM_TIERS)
+        for playbook in SLURM_TIERS
+    )
 
 
 HANDLER_RE = re.compile(r"^RUNNING HANDLER \[slurm : (?P<name>[^\]]+)\]", re.M)
@@ -139,7 +150,9 @@ def job_state(job_id: str) -> str:
 def running_job():
     """A job of the test user on a compute node, running through every change."""
     node = D.partitions()[D.compute_partitions()[0]][0]
-    job_id = D.sbatch(f"-p {D.compute_partitions()[0]} -w {node} -N1 -t 60 --chdir=/tmp -o /dev/null --wrap 'sleep 3000'")
+    job_id = D.sbatch(
+        f"-p {D.compute_partitions()[0]} -w {node} -N1 -t 60 --chdir=/tmp -o /dev/null --wrap 'sleep 3000'"
+    )
     assert retry(lambda: job_state(job_id) == "RUNNING", 60), f"job {job_id}: {job_state(job_id)}"
     yield job_id
     D.host(D.controller).run(f"scancel {job_id}")
@@ -155,10 +168,23 @@ def sandbox_up(computes: int) -> str:
     """`hal-provision sandbox up --no-converge` with `computes` compute nodes: new containers
     start, the tree and model.json are rendered again; nothing is converged or removed."""
     src = source()
-    argv = [tools.self_command(), "sandbox", "up", *([src["file"]] if src["file"] else []),
-            "--computes", str(computes), "--subnet", src["subnet"], "--workdir", str(WORKDIR), "--no-converge",
-            "--caches" if src.get("caches", True) else "--no-caches", *(["--cpu-only"] if src.get("cpu_only") else []),
-            "--release", src.get("release", "bookworm")]
+    argv = [
+        tools.self_command(),
+        "sandbox",
+        "up",
+        *([src["file"]] if src["file"] else []),
+        "--computes",
+        str(computes),
+        "--subnet",
+        src["subnet"],
+        "--workdir",
+        str(WORKDIR),
+        "--no-converge",
+        "--caches" if src.get("caches", True) else "--no-caches",
+        *(["--cpu-only"] if src.get("cpu_only") else []),
+        "--release",
+        src.get("release", "bookworm"),
+    ]
     proc = subprocess.run(argv, env=tools.child_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     return proc.stdout
@@ -179,7 +205,11 @@ def changes():
         computes = source()["computes"]
         (Path(tmp) / "computes").write_text(str(computes))
         yield Path(tmp)
-        if load_model() != deployed_model or len(list(Path(tmp).glob("*.json"))) > 1 and not (Path(tmp) / "done").exists():
+        if (
+            load_model() != deployed_model
+            or len(list(Path(tmp).glob("*.json"))) > 1
+            and not (Path(tmp) / "done").exists()
+        ):
             sandbox_up(computes)
             converge("site.yml")
         from hal_provision.sandbox import lifecycle
@@ -230,7 +260,8 @@ def test_memory_reserve_restarts_and_the_job_survives(running_job, changes):
     output = apply(render(model, changes / "reserve"))
     assert handlers_run(output) == expected_handlers(actions), tail(output, 120)
     assert pid(D.controller, "slurmctld") != ctld and started(D.controller, "slurmctld") != run, (
-        "slurmctld was not restarted")
+        "slurmctld was not restarted"
+    )
     assert job_state(running_job) == "RUNNING"
     node = D.partitions()[D.compute_partitions()[0]][0]
     shown = D.host(D.controller).check_output(f"scontrol show node {node}")
@@ -249,7 +280,9 @@ def can_scale_out() -> bool:
     return loaded.model is not None and len(list(loaded.model.slurm_nodes)) > src["computes"]
 
 
-needs_spare_node = pytest.mark.skipif(not can_scale_out(), reason="the description has no compute node beyond the sandbox's")
+needs_spare_node = pytest.mark.skipif(
+    not can_scale_out(), reason="the description has no compute node beyond the sandbox's"
+)
 
 
 def sinfo_nodes() -> set[str]:
@@ -273,8 +306,14 @@ def test_scale_out_adds_an_idle_node_and_the_job_survives(running_job, changes):
     # The running nodes restart slurmd to learn the new one; the new node gets its first
     # deployment (every tier of site.yml), not a restart.
     assert set(D.hosts_in("slurm_nodes")) <= actions["restart slurmd"] and new_node[0] not in actions["restart slurmd"]
-    first = {h for c in doc["components"] if c["name"] == "new hosts" for x in c["consequences"]
-             if x["action"] == "first deployment" for h in expand(x["hosts"])}
+    first = {
+        h
+        for c in doc["components"]
+        if c["name"] == "new hosts"
+        for x in c["consequences"]
+        if x["action"] == "first deployment"
+        for h in expand(x["hosts"])
+    }
     assert first == set(new_node), json.dumps(doc, indent=1)[:3000]
 
     output = converge("site.yml")
@@ -292,16 +331,32 @@ def test_scale_out_adds_an_idle_node_and_the_job_survives(running_job, changes):
 def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
     scaled = json.loads((changes / "scaled.json").read_text())
     deployed_model = json.loads((changes / "deployed.json").read_text())
-    gone = sorted({h for g in scaled["nodes"] for h in expand(g["hosts"])}
-                  - {h for g in deployed_model["nodes"] for h in expand(g["hosts"])})[0]
+    gone = sorted(
+        {h for g in scaled["nodes"] for h in expand(g["hosts"])}
+        - {h for g in deployed_model["nodes"] for h in expand(g["hosts"])}
+    )[0]
     partition = D.compute_partitions()[0]
     job = D.sbatch(f"-p {partition} -w {gone} -N1 -t 5 --chdir=/tmp -o /dev/null --wrap 'sleep 40'")
     assert retry(lambda: job_state(job) == "RUNNING", 60), f"job {job}: {job_state(job)}"
 
     # The plan, with the jobs read live on the controller: removing the node loses the job.
-    proc = subprocess.run([tools.self_command(), "plan", str(changes / "deployed.json"), "--from",
-                           str(changes / "scaled.json"), "--live", str(D.inventory), "--json"],
-                          env=tools.child_env(), capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            tools.self_command(),
+            "plan",
+            str(changes / "deployed.json"),
+            "--from",
+            str(changes / "scaled.json"),
+            "--live",
+            str(D.inventory),
+            "--json",
+        ],
+        env=tools.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stdout.strip(), proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     blocking = [j for j in doc["jobs"] or [] if j.get("blocking")]
@@ -310,7 +365,9 @@ def test_node_removal_waits_for_its_job_through_rolling(running_job, changes):
 
     sandbox_up(int((changes / "computes").read_text()))  # renders the model without it; its container stays
     output = converge("rolling.yml", "-e", f"hosts={gone}", "-e", "rolling_poll=5", "-e", "rolling_wait_timeout=600")
-    assert "FAILED - RETRYING: [" in output and "Wait for the jobs to end, nothing cancelled, on" in output, "rolling.yml did not wait"
+    assert "FAILED - RETRYING: [" in output and "Wait for the jobs to end, nothing cancelled, on" in output, (
+        "rolling.yml did not wait"
+    )
     ran = handlers_run(output)
     assert ran == expected_handlers(actions), tail(output, 120)
     assert gone not in sinfo_nodes()

@@ -66,10 +66,13 @@ def pool_hosts(model: dict | None) -> tuple[str, str, str] | None:
 
 MODEL = load_model()
 HOSTS = pool_hosts(MODEL)
-pytestmark = [pytest.mark.changes,
-              pytest.mark.skipif(MODEL is None, reason="only the sandbox's model can be changed and put back"),
-              pytest.mark.skipif(MODEL is not None and HOSTS is None,
-                                 reason="the pool needs the sandbox's compute group: two nodes of four GPUs")]
+pytestmark = [
+    pytest.mark.changes,
+    pytest.mark.skipif(MODEL is None, reason="only the sandbox's model can be changed and put back"),
+    pytest.mark.skipif(
+        MODEL is not None and HOSTS is None, reason="the pool needs the sandbox's compute group: two nodes of four GPUs"
+    ),
+]
 
 
 def pooled(model: dict, active: str) -> dict:
@@ -78,11 +81,21 @@ def pooled(model: dict, active: str) -> dict:
     out = copy.deepcopy(model)
     gpus = out["hardware"][profile].pop("gpus")
     out["composable"] = {
-        "pools": [{"name": POOL, "description": "the sandbox's eight GPUs, moved as device files",
-                   "driver": "sandbox", "hosts": f"{first},{second}", "slots_per_host": 6, "socket": 1,
-                   "gpus": {"type": gpus["type"], "model": gpus["model"], "memory_gib": gpus["memory_gib"], "count": 8}}],
-        "layouts": [{"name": "even", "gpus": {first: 4, second: 4}},
-                    {"name": "training", "gpus": {first: 6, second: 2}}],
+        "pools": [
+            {
+                "name": POOL,
+                "description": "the sandbox's eight GPUs, moved as device files",
+                "driver": "sandbox",
+                "hosts": f"{first},{second}",
+                "slots_per_host": 6,
+                "socket": 1,
+                "gpus": {"type": gpus["type"], "model": gpus["model"], "memory_gib": gpus["memory_gib"], "count": 8},
+            }
+        ],
+        "layouts": [
+            {"name": "even", "gpus": {first: 4, second: 4}},
+            {"name": "training", "gpus": {first: 6, second: 2}},
+        ],
         "active": active,
     }
     return out
@@ -119,10 +132,20 @@ def compose(work: Path, layout: str) -> str:
     groups as the plugin's source, which reads the sandbox's own model; then sandbox.yml) and its
     files as the desired state."""
     tree = work / layout
-    return run_playbook(tree / "inventory", "compose.yml", "-e", f"hal_rendered_dir={tree / 'files'}",
-                        "-e", f"compose_state_dir={work / 'compose-state'}", "-e", "compose_poll=2",
-                        "-e", "compose_wait_timeout=120", timeout=1200,
-                        inventories=[tree / "inventory" / "hosts.yml", tree / "inventory" / "sandbox.yml"])
+    return run_playbook(
+        tree / "inventory",
+        "compose.yml",
+        "-e",
+        f"hal_rendered_dir={tree / 'files'}",
+        "-e",
+        f"compose_state_dir={work / 'compose-state'}",
+        "-e",
+        "compose_poll=2",
+        "-e",
+        "compose_wait_timeout=120",
+        timeout=1200,
+        inventories=[tree / "inventory" / "hosts.yml", tree / "inventory" / "sandbox.yml"],
+    )
 
 
 def sinfo_gres(host: str) -> str:
@@ -148,14 +171,29 @@ def job_state(job_id: str) -> str:
 
 
 def wait_idle(host: str) -> None:
-    assert retry(lambda: not D.host(D.controller).check_output(f"squeue -h -w {host} -o %i").strip(), JOB_TIMEOUT, 2), \
+    assert retry(lambda: not D.host(D.controller).check_output(f"squeue -h -w {host} -o %i").strip(), JOB_TIMEOUT, 2), (
         f"jobs still on {host}"
+    )
 
 
 def plan(work: Path, new: str, old: str) -> tuple[int, dict, str]:
-    proc = subprocess.run([tools.self_command(), "plan", str(work / f"{new}.json"), "--from", str(work / f"{old}.json"),
-                           "--live", str(D.inventory), "--json"],
-                          env=tools.child_env(), capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            tools.self_command(),
+            "plan",
+            str(work / f"{new}.json"),
+            "--from",
+            str(work / f"{old}.json"),
+            "--live",
+            str(D.inventory),
+            "--json",
+        ],
+        env=tools.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
 
@@ -167,10 +205,15 @@ def test_the_pool_starts_at_the_deployed_even_layout(work):
 
     config = json.loads((work / "even" / "files" / "etc/hal-provision/composable.json").read_text())
     [pool] = config["pools"]
-    argv = driver_argv(pool, sys.executable, str(work / "even" / "files" / "etc/hal-provision/composable.json"),
-                       str(work / "compose-state")) + ["list"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False,
-                          cwd=Path(__file__).resolve().parents[2])
+    argv = driver_argv(
+        pool,
+        sys.executable,
+        str(work / "even" / "files" / "etc/hal-provision/composable.json"),
+        str(work / "compose-state"),
+    ) + ["list"]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, check=False, cwd=Path(__file__).resolve().parents[2]
+    )
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(proc.stdout)
     _, first, second = HOSTS
@@ -178,7 +221,8 @@ def test_the_pool_starts_at_the_deployed_even_layout(work):
     assert moves(config, "even", [listed]) == {"hosts": [], "steps": []}
     assert moves(config, "training", [listed])["steps"] == [
         {"action": "detach", "pool": POOL, "host": second, "count": 2},
-        {"action": "attach", "pool": POOL, "host": first, "count": 2}]
+        {"action": "attach", "pool": POOL, "host": first, "count": 2},
+    ]
     for host in (first, second):
         assert len(device_files(host)) == 4, device_files(host)
         assert re.fullmatch(r"gpu:\w+:4(\(S:[\d,-]+\))?", sinfo_gres(host)), sinfo_gres(host)
@@ -194,7 +238,9 @@ def test_a_job_on_a_losing_host_blocks_the_plan(work):
         assert code == 1, f"plan exit {code}: {err}\n{json.dumps(doc, indent=1)[:3000]}"
         assert [c["name"] for c in doc["components"]][0] == "recomposition", doc["components"]
         blocking = [j for j in doc["jobs"] if j["blocking"]]
-        assert [(str(j["job_id"]), j["user"]) for j in blocking] == [(job, TEST_USER)], json.dumps(doc["jobs"], indent=1)
+        assert [(str(j["job_id"]), j["user"]) for j in blocking] == [(job, TEST_USER)], json.dumps(
+            doc["jobs"], indent=1
+        )
         assert blocking[0]["why"] == f"holds 1 GPU on {second}, which loses 2", blocking[0]
         assert any(job in line for line in doc["advice"]), doc["advice"]
     finally:
@@ -206,8 +252,9 @@ def test_training_layout_moves_two_gpus_and_a_six_gpu_job_runs(work):
     _, first, second = HOSTS
     wait_idle(second)
     output = compose(work, "training")
-    assert re.search(rf"detach {second} 2 \(pool {POOL}\)", output) and re.search(rf"attach {first} 2 \(pool {POOL}\)", output), \
-        output[-4000:]
+    assert re.search(rf"detach {second} 2 \(pool {POOL}\)", output) and re.search(
+        rf"attach {first} 2 \(pool {POOL}\)", output
+    ), output[-4000:]
     assert held(work) == {first: 6, second: 2}
     assert len(device_files(first)) == 6 and len(device_files(second)) == 2, (device_files(first), device_files(second))
     assert retry(lambda: re.fullmatch(r"gpu:\w+:6(\(S:[\d,-]+\))?", sinfo_gres(first)), 30, 2), sinfo_gres(first)

@@ -19,8 +19,9 @@ RANGE = next((r for r in (PLAN or {}).get("fakeroot", {}).get("ranges", []) if r
 pytestmark = pytest.mark.skipif(not HOSTS, reason="the model runs containers on no node")
 
 
-@pytest.mark.parametrize(("host", "path"), [pytest.param(h, p, id=f"{h}:{p}") for h in HOSTS for p in PLAN["files"]]
-                         if HOSTS else [])
+@pytest.mark.parametrize(
+    ("host", "path"), [pytest.param(h, p, id=f"{h}:{p}") for h in HOSTS for p in PLAN["files"]] if HOSTS else []
+)
 def test_runtime_file_is_the_rendered_one(host, path):
     f = D.host(host).file(path)
     assert f.exists, f"{host}: {path} is missing"
@@ -32,11 +33,14 @@ def test_runtime_file_is_the_rendered_one(host, path):
 def test_fakeroot_user_is_root_over_its_own_range(host):
     if RANGE is None:
         pytest.skip(f"{TEST_USER} has no fakeroot range in the model")
-    out = D.as_user(host, "unshare --user --map-root-user --map-auto sh -c 'id -u; cat /proc/self/uid_map "
-                          "/proc/self/gid_map'", 30)
+    out = D.as_user(
+        host, "unshare --user --map-root-user --map-auto sh -c 'id -u; cat /proc/self/uid_map /proc/self/gid_map'", 30
+    )
     if out.rc != 0 and "write to uid_map failed: Operation not permitted" in out.stdout + out.stderr:
-        pytest.skip(f"{host}'s container forbids user-namespace ID maps (an unprivileged podman container); "
-                    "the ranges are exercised on the privileged nodes")
+        pytest.skip(
+            f"{host}'s container forbids user-namespace ID maps (an unprivileged podman container); "
+            "the ranges are exercised on the privileged nodes"
+        )
     assert out.rc == 0, f"{host}: {out.stdout}{out.stderr}"
     lines = [ln.split() for ln in out.stdout.splitlines()[1:]]
     assert out.stdout.split()[0] == "0", out.stdout
@@ -49,7 +53,9 @@ def test_fakeroot_user_is_root_over_its_own_range(host):
 def test_installed_runtime_is_the_planned_one(host):
     cmd = D.host(host).run("command -v %s", PLAN["runtime"])
     if cmd.rc != 0:
-        pytest.skip(f"{PLAN['runtime']} is not installed on {host} (not installable on Debian 12 here; "
-                    "see roles/containers/README.md)")
+        pytest.skip(
+            f"{PLAN['runtime']} is not installed on {host} (not installable on Debian 12 here; "
+            "see roles/containers/README.md)"
+        )
     version = D.host(host).run("%s --version", PLAN["runtime"]).stdout
     assert not PLAN["version"] or PLAN["version"] in version, version

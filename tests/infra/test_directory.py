@@ -34,8 +34,11 @@ pytestmark = pytest.mark.skipif(DIRECTORY is None or not LDAP, reason="the model
 
 
 def _people() -> dict[str, dict]:
-    return {e["attributes"]["uid"][0]: e["attributes"] for e in (DIRECTORY or {}).get("entries", [])
-            if "posixAccount" in e["attributes"]["objectClass"]}
+    return {
+        e["attributes"]["uid"][0]: e["attributes"]
+        for e in (DIRECTORY or {}).get("entries", [])
+        if "posixAccount" in e["attributes"]["objectClass"]
+    }
 
 
 PEOPLE = _people()
@@ -50,14 +53,33 @@ def dn(name: str) -> str:
     return f"uid={name},{DIRECTORY['people_dn']}"
 
 
-def ssh(user: str, command: str, key_of: str | None = None, host: str | None = None,
-        timeout: int = 120) -> subprocess.CompletedProcess:
+def ssh(
+    user: str, command: str, key_of: str | None = None, host: str | None = None, timeout: int = 120
+) -> subprocess.CompletedProcess:
     """ssh from this machine as `user`, with the sandbox's private key of `key_of` (default: the user's)."""
     host = host or D.login
     known_hosts = re.search(r"UserKnownHostsFile=(\S+)", D.hostvars[host]["ansible_ssh_common_args"]).group(1)
-    argv = ["ssh", "-i", str(KEYS / (key_of or user)), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-            "-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=15",
-            "-o", "ControlMaster=no", "-o", "ControlPath=none", f"{user}@{D.hostvars[host]['ansible_host']}", command]
+    argv = [
+        "ssh",
+        "-i",
+        str(KEYS / (key_of or user)),
+        "-o",
+        "IdentitiesOnly=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"UserKnownHostsFile={known_hosts}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "ConnectTimeout=15",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        f"{user}@{D.hostvars[host]['ansible_host']}",
+        command,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -72,7 +94,9 @@ def expected_groups(name: str) -> set[str]:
     groups = set()
     for e in DIRECTORY["entries"]:
         a = e["attributes"]
-        if "posixGroup" in a["objectClass"] and (name in a.get("memberUid", []) or a["gidNumber"] == attrs["gidNumber"]):
+        if "posixGroup" in a["objectClass"] and (
+            name in a.get("memberUid", []) or a["gidNumber"] == attrs["gidNumber"]
+        ):
             groups.add(a["cn"][0])
     return groups
 
@@ -82,6 +106,7 @@ def root(host: str, command: str, timeout: int = 60):
 
 
 # ---- logging in ---------------------------------------------------------------------------
+
 
 @needs_keys
 def test_directory_user_in_no_passwd_file_logs_in_with_the_model_key_and_sees_directory_groups():
@@ -99,8 +124,9 @@ def test_directory_user_in_no_passwd_file_logs_in_with_the_model_key_and_sees_di
 def test_directory_user_submits_with_swrun_and_sacct_shows_the_model_account():
     vps = json.loads(D.rendered("etc/swsuite/virtual-partitions.json"))["virtual_partitions"]
     # The smallest virtual partition: one GPU, or one node where the cluster has no GPUs.
-    smallest = (next((n for n, v in vps.items() if v["kind"] == "gpu" and v["gpus"] == 1), None)
-                or next(n for n, v in vps.items() if v["kind"] == "cpu" and v.get("nodes") == 1))
+    smallest = next((n for n, v in vps.items() if v["kind"] == "gpu" and v["gpus"] == 1), None) or next(
+        n for n, v in vps.items() if v["kind"] == "cpu" and v.get("nodes") == 1
+    )
     out = ssh_ok(USER, f"cd /tmp && swrun -p {smallest} -t 0:05 -- bash -c 'echo job=$SLURM_JOB_ID'")
     job = re.search(r"job=(\d+)", out).group(1)
     row = retry(lambda: ssh_ok(USER, f"sacct -n -P -X -j {job} -o User,Account,State").strip(), 60, 2)
@@ -127,13 +153,17 @@ def test_a_local_user_not_in_the_model_is_refused_by_slurm():
     refuses it. (No useradd here: shadow's userdel rewrites /etc/subuid in its own order.)"""
     if "associations" not in (D.rendered("etc/slurm/slurm.conf") or ""):
         pytest.skip("the model does not enforce associations")
-    out = root(D.login, "cd /tmp && setpriv --reuid=nobody --regid=nogroup --clear-groups "
-                        "srun -t 0:01 -n1 true 2>&1", timeout=60)
+    out = root(
+        D.login,
+        "cd /tmp && setpriv --reuid=nobody --regid=nogroup --clear-groups srun -t 0:01 -n1 true 2>&1",
+        timeout=60,
+    )
     assert out.rc != 0, out.stdout
     assert re.search(r"Invalid account|invalid association", out.stdout, re.I), out.stdout
 
 
 # ---- limits -------------------------------------------------------------------------------
+
 
 def _allowed_qos(user: str) -> list[str]:
     account = next((a for a in PLAN.get("accounts", []) if a["name"] == USERS[user]["default_account"]), None)
@@ -163,6 +193,7 @@ def test_a_qos_limit_from_the_model_stops_a_job_that_exceeds_it():
     job = ssh_ok(USER, f"cd /tmp && sbatch --parsable --qos={qos} -N{nodes} --gres=gpu:{gres} -t 0:05 --wrap true")
     job = job.strip().split(";")[0]
     try:
+
         def pending_reason() -> str:  # "None" until the scheduler has looked at the job
             shown = ssh_ok(USER, f"squeue -h -j {job} -o %r").strip()
             return "" if shown == "None" else shown
@@ -189,6 +220,7 @@ def test_a_qos_the_account_may_not_use_is_refused():
 
 # ---- password hashes ----------------------------------------------------------------------
 
+
 def test_no_anonymous_or_ordinary_search_reads_a_password_hash():
     server = LDAP[0]
     base = DIRECTORY["base_dn"]
@@ -212,7 +244,9 @@ def test_no_anonymous_or_ordinary_search_reads_a_password_hash():
         assert as_b.rc == 0 and dn(a) in as_b.stdout.replace("\n ", ""), as_b.stderr
         assert "userPassword" not in as_b.stdout, f"{b} reads {a}'s hash:\n{as_b.stdout}"
         own = root(server, f"{env} {search} -x -D {shlex.quote(dn(b))} -w {secrets[b]} '(uid={b})' userPassword")
-        assert "userPassword:: " in own.stdout or "userPassword: " in own.stdout, f"{b} cannot read its own:\n{own.stdout}"
+        assert "userPassword:: " in own.stdout or "userPassword: " in own.stdout, (
+            f"{b} cannot read its own:\n{own.stdout}"
+        )
     finally:
         for name in secrets:
             root(server, f"printf 'dn: {dn(name)}\\nchangetype: modify\\ndelete: userPassword\\n' | ldapmodify {admin}")
@@ -231,7 +265,11 @@ def test_plain_ldap_listens_only_on_the_loopback_and_the_cluster_address():
         assert inside.rc == 0 and DIRECTORY["base_dn"] in inside.stdout, f"{uri}: {inside.stderr}"
     # ldapsearch exits 255 when it reaches no server, which testinfra takes for ssh's own failure: 254
     outside = root(server, f"{search} ldap://127.0.0.2/; rc=$?; [ $rc -ne 255 ] || rc=254; exit $rc")
-    assert outside.rc == 254 and "Can't contact LDAP server" in outside.stderr, (outside.rc, outside.stdout, outside.stderr)
+    assert outside.rc == 254 and "Can't contact LDAP server" in outside.stderr, (
+        outside.rc,
+        outside.stdout,
+        outside.stderr,
+    )
     listening = root(server, "ss -Hltn 'sport = :389'")
     bound = {line.split()[3].rsplit(":", 1)[0] for line in listening.stdout.splitlines()}
     assert bound == {"127.0.0.1", address}, listening.stdout
@@ -239,12 +277,23 @@ def test_plain_ldap_listens_only_on_the_loopback_and_the_cluster_address():
 
 # ---- disabling a user in the model ----------------------------------------------------------
 
+
 def converge_with(rendered: Path) -> str:
     """The directory tier and the Slurm accounting of site.yml, on another rendered tree."""
     outputs = []
     for playbook, extra in (("directory.yml", []), ("slurm-controller.yml", ["--tags", "slurm_accounting"])):
-        outputs.append(run_playbook(D.inventory, playbook, *extra, "-e", f"hal_rendered_dir={rendered / 'files'}",
-                                    "--diff", timeout=600, inventories=[D.inventory]))
+        outputs.append(
+            run_playbook(
+                D.inventory,
+                playbook,
+                *extra,
+                "-e",
+                f"hal_rendered_dir={rendered / 'files'}",
+                "--diff",
+                timeout=600,
+                inventories=[D.inventory],
+            )
+        )
     return "\n".join(outputs)
 
 
@@ -269,8 +318,12 @@ def test_disabling_a_user_in_the_model_locks_them_out_of_ssh_and_slurm():
             assert refused.returncode == 255, f"{USER} still logs in:\n{refused.stdout}{refused.stderr}"
             assocs = root(D.controller, f"sacctmgr -n -P list association user={USER} format=Account,User")
             assert assocs.stdout.strip() == "", f"{USER} keeps associations: {assocs.stdout!r}"
-            job = root(D.login, f"setpriv --reuid={PEOPLE[USER]['uidNumber'][0]} --regid={PEOPLE[USER]['gidNumber'][0]} "
-                                "--clear-groups srun -t 0:01 -n1 true 2>&1", timeout=60)
+            job = root(
+                D.login,
+                f"setpriv --reuid={PEOPLE[USER]['uidNumber'][0]} --regid={PEOPLE[USER]['gidNumber'][0]} "
+                "--clear-groups srun -t 0:01 -n1 true 2>&1",
+                timeout=60,
+            )
             assert job.rc != 0 and re.search(r"Invalid account|invalid association", job.stdout, re.I), job.stdout
         finally:
             restored = converge_with(D.inventory.parent)  # the model as it was: the user is back

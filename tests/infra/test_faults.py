@@ -49,17 +49,19 @@ def assert_converged(output: str, rc: int, hosts: set[str], playbook: str) -> No
     recap = parse_recap(output)
     bad = {h: r for h, r in recap.items() if r.get("failed") or r.get("unreachable")}
     assert rc == 0 and set(recap) == hosts and not bad, (
-        f"{playbook}: exit {rc}, recap {recap}\n" + "\n".join(changed_tasks(output)) + "\n" + tail(output))
+        f"{playbook}: exit {rc}, recap {recap}\n" + "\n".join(changed_tasks(output)) + "\n" + tail(output)
+    )
 
 
 @pytest.mark.skipif(PARTITION is None, reason="the model has no partition with nodes")
 def test_queued_jobs_survive_slurmctld_restart():
-    held = [D.sbatch(f"--hold -p {PARTITION} -N1 --chdir=/tmp -o /dev/null --wrap true")
-            for _ in range(2)]
+    held = [D.sbatch(f"--hold -p {PARTITION} -N1 --chdir=/tmp -o /dev/null --wrap true") for _ in range(2)]
     try:
         restart = D.host(D.controller).run("systemctl restart slurmctld")
         assert restart.rc == 0, f"restart slurmctld: {restart.stderr}\n{D.journal(D.controller, 'slurmctld')}"
-        assert retry(controller_up, 60, 2), f"slurmctld is not UP after a restart\n{D.journal(D.controller, 'slurmctld')}"
+        assert retry(controller_up, 60, 2), (
+            f"slurmctld is not UP after a restart\n{D.journal(D.controller, 'slurmctld')}"
+        )
 
         def states() -> dict[str, str]:
             queue = D.user_ok(f"squeue -h -j {','.join(held)} -o '%i %T %r'").strip()
@@ -91,8 +93,10 @@ def test_accounting_survives_site_rerun():
         assert_converged(proc.stdout, proc.returncode, hosts, playbook)
     assert retry(controller_up, 60, 2), f"slurmctld is not UP after {' and '.join(ACCOUNTING_TIERS)}"
     after = accounted_job_ids()
-    assert after == before, (f"accounting changed across {' and '.join(ACCOUNTING_TIERS)}: lost {sorted(before - after)}, "
-                             f"new {sorted(after - before)}")
+    assert after == before, (
+        f"accounting changed across {' and '.join(ACCOUNTING_TIERS)}: lost {sorted(before - after)}, "
+        f"new {sorted(after - before)}"
+    )
 
 
 def _podman(*args: str) -> subprocess.CompletedProcess:
@@ -138,19 +142,25 @@ def test_node_dying_mid_converge_spares_the_others():
         assert retry(lambda: nodes_down() == 0, 2 * INTERVAL + 15, 5), f"nodes down before the fault: {nodes_down()}"
     try:
         output, rc, stopped = _converge_and_kill(VICTIM, container, watch.start if watch else None)
-        assert stopped, f"the converge never reached {FAULT_AT.pattern!r}, so {VICTIM} was never stopped\n{tail(output)}"
+        assert stopped, (
+            f"the converge never reached {FAULT_AT.pattern!r}, so {VICTIM} was never stopped\n{tail(output)}"
+        )
         recap = parse_recap(output)
         others = {h: r for h, r in recap.items() if h != VICTIM and (r.get("failed") or r.get("unreachable"))}
-        assert rc != 0 and not others and set(recap) == set(D.hosts_in("slurm_nodes")), \
+        assert rc != 0 and not others and set(recap) == set(D.hosts_in("slurm_nodes")), (
             f"exit {rc}; the tier's other nodes must converge (failed=0, unreachable=0): {recap}\n{tail(output)}"
-        assert recap[VICTIM].get("unreachable") or recap[VICTIM].get("failed"), f"{VICTIM} in the recap: {recap[VICTIM]}"
+        )
+        assert recap[VICTIM].get("unreachable") or recap[VICTIM].get("failed"), (
+            f"{VICTIM} in the recap: {recap[VICTIM]}"
+        )
         named = [ln for ln in output.splitlines() if ln.startswith("fatal: [") and f"[{VICTIM}]" in ln]
         assert named, f"no 'fatal: [{VICTIM}]' line names the dead host\n{tail(output)}"
         if watch is not None:
             watch.join()
             assert watch.seen_after is not None, (
                 f"the status panel's Nodes-down query did not show {VICTIM} down within two intervals "
-                f"({watch.deadline:.0f} s); it last said {watch.last!r}")
+                f"({watch.deadline:.0f} s); it last said {watch.last!r}"
+            )
     finally:
         _podman("start", container)
         retry(lambda: _booted(container), 90)

@@ -40,9 +40,14 @@ def test_deployed_file_equals_rendered(host, rel):
     if deployed_bytes != rendered:
         import difflib
 
-        diff = "".join(difflib.unified_diff(
-            rendered.decode(errors="replace").splitlines(True), deployed_bytes.decode(errors="replace").splitlines(True),
-            f"rendered/{rel}", f"{host}:/{rel}"))
+        diff = "".join(
+            difflib.unified_diff(
+                rendered.decode(errors="replace").splitlines(True),
+                deployed_bytes.decode(errors="replace").splitlines(True),
+                f"rendered/{rel}",
+                f"{host}:/{rel}",
+            )
+        )
         pytest.fail(f"{host}:/{rel} differs from the rendered file:\n{diff}")
 
 
@@ -60,15 +65,19 @@ def test_slurmdbd_conf_is_rendered_text_plus_one_storage_pass(host):
     text = _read(host, f"/{SLURMDBD_CONF}").decode()
     _storage_pass(host, text)
     without = "".join(ln for ln in text.splitlines(True) if not STORAGE_PASS.match(ln.rstrip("\n")))
-    assert without == D.rendered(SLURMDBD_CONF), \
+    assert without == D.rendered(SLURMDBD_CONF), (
         f"{host}: /{SLURMDBD_CONF} minus its StoragePass= line is not the rendered file"
+    )
 
 
 @pytest.mark.parametrize("host", DBD_HOSTS)
 def test_storage_pass_never_in_rendered_tree(host):
     secret = _storage_pass(host, _read(host, f"/{SLURMDBD_CONF}").decode())
-    leaks = [str(p.relative_to(D.inventory.parent)) for p in D.inventory.parent.rglob("*")
-             if p.is_file() and secret.encode() in p.read_bytes()]
+    leaks = [
+        str(p.relative_to(D.inventory.parent))
+        for p in D.inventory.parent.rglob("*")
+        if p.is_file() and secret.encode() in p.read_bytes()
+    ]
     assert not leaks, f"the slurmdbd StoragePass of {host} appears in the rendered tree: {leaks}"
 
 
@@ -77,13 +86,26 @@ SECRETS = [
     *(pytest.param(h, f"/{SLURMDBD_CONF}", 0o600, "slurm", None, id=f"{h}:slurmdbd.conf") for h in DBD_HOSTS),
     # The directory host's: its admin password, the cluster CA's key, slapd's TLS key (slapd
     # reads it after dropping to openldap); the portal's TLS key (the hub's group reads it).
-    *(pytest.param(h, path, mode, "root", group, id=f"{h}:{path.rsplit('/', 1)[1]}") for h in LDAP_HOSTS
-      for path, mode, group in (("/etc/hal-provision/secrets/ldap_admin_pass", 0o600, "root"),
-                                ("/etc/hal-provision/ca/cluster-ca.key", 0o600, "root"),
-                                ("/etc/ldap/tls/ldap-server.key", 0o640, "openldap"))),
-    *(pytest.param(h, _PORTAL["tls"]["key"], 0o640, "root",
-                   D.hostvars[h].get("portal_hub_user", "jupyterhub") if _PORTAL["front_end"] == "jupyterhub" else "root",
-                   id=f"{h}:portal.key") for h in PORTAL_HOSTS),
+    *(
+        pytest.param(h, path, mode, "root", group, id=f"{h}:{path.rsplit('/', 1)[1]}")
+        for h in LDAP_HOSTS
+        for path, mode, group in (
+            ("/etc/hal-provision/secrets/ldap_admin_pass", 0o600, "root"),
+            ("/etc/hal-provision/ca/cluster-ca.key", 0o600, "root"),
+            ("/etc/ldap/tls/ldap-server.key", 0o640, "openldap"),
+        )
+    ),
+    *(
+        pytest.param(
+            h,
+            _PORTAL["tls"]["key"],
+            0o640,
+            "root",
+            D.hostvars[h].get("portal_hub_user", "jupyterhub") if _PORTAL["front_end"] == "jupyterhub" else "root",
+            id=f"{h}:portal.key",
+        )
+        for h in PORTAL_HOSTS
+    ),
 ]
 
 
@@ -101,5 +123,6 @@ def _munge_key_digest(host: str) -> str:
 
 @pytest.mark.parametrize("host", MUNGE_HOSTS)
 def test_munge_key_same_as_controller(host):
-    assert _munge_key_digest(host) == _munge_key_digest(D.controller), \
+    assert _munge_key_digest(host) == _munge_key_digest(D.controller), (
         f"{host}: /etc/munge/munge.key differs from the one on {D.controller}"
+    )

@@ -24,6 +24,7 @@ def shard_nodes() -> list[str]:
         m = re.match(r"NodeName=(\S+) .*Gres=\S*shard:\d+", line)
         if m:
             from hal_provision.hostlist import nodeset
+
             hosts.append(nodeset(m.group(1))[0])
     return hosts
 
@@ -31,14 +32,20 @@ def shard_nodes() -> list[str]:
 NODES = shard_nodes()
 
 
-@pytest.mark.skipif(not NODES, reason="the deployed model offers no shards (no compute group sets "
-                    "gpu_sharing.shards_per_gpu): nothing to share")
+@pytest.mark.skipif(
+    not NODES,
+    reason="the deployed model offers no shards (no compute group sets gpu_sharing.shards_per_gpu): nothing to share",
+)
 @pytest.mark.parametrize("node", NODES)
 def test_two_shard_jobs_share_one_gpu_at_once(node):
-    probe = (f"echo start $(date +%s.%N) gpu=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE; "
-             f"sleep {HOLD_S}; echo end $(date +%s.%N)")
+    probe = (
+        f"echo start $(date +%s.%N) gpu=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE; "
+        f"sleep {HOLD_S}; echo end $(date +%s.%N)"
+    )
     one = f"srun -w {node} -N1 -n1 --gres=shard:1 --chdir=/tmp bash -c {shlex.quote(probe)}"
-    out = D.user_ok(f"bash -c {shlex.quote(f'{one} > /tmp/shard-a.$$ & {one} > /tmp/shard-b.$$ & wait; cat /tmp/shard-[ab].$$; rm -f /tmp/shard-[ab].$$')}")
+    out = D.user_ok(
+        f"bash -c {shlex.quote(f'{one} > /tmp/shard-a.$$ & {one} > /tmp/shard-b.$$ & wait; cat /tmp/shard-[ab].$$; rm -f /tmp/shard-[ab].$$')}"
+    )
     starts = [float(x) for x in re.findall(r"^start (\S+)", out, re.M)]
     ends = [float(x) for x in re.findall(r"^end (\S+)", out, re.M)]
     gpus = re.findall(r"gpu=(\S*)", out)
@@ -58,11 +65,14 @@ def test_two_swrun_jobs_of_a_shard_partition_share_one_gpu_at_once():
     """What a user types: two `swrun -p <shard partition>` at once; both run together, each
     holding one shard of the same GPU (the wrapper suite's --gres=shard:1)."""
     name = SHARD_VPS[0]
-    probe = (f"echo start $(date +%s.%N) gpu=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE; "
-             f"sleep {HOLD_S}; echo end $(date +%s.%N)")
+    probe = (
+        f"echo start $(date +%s.%N) gpu=$CUDA_VISIBLE_DEVICES shards=$SLURM_SHARDS_ON_NODE; "
+        f"sleep {HOLD_S}; echo end $(date +%s.%N)"
+    )
     one = f"swrun -p {name} -t 0:05 -- bash -c {shlex.quote(probe)}"
-    out = D.user_ok(f"cd /tmp && ({one} > shard-a.$$ & {one} > shard-b.$$ & wait); cat shard-[ab].$$; "
-                    "rm -f shard-[ab].$$")
+    out = D.user_ok(
+        f"cd /tmp && ({one} > shard-a.$$ & {one} > shard-b.$$ & wait); cat shard-[ab].$$; rm -f shard-[ab].$$"
+    )
     starts = [float(x) for x in re.findall(r"^start (\S+)", out, re.M)]
     ends = [float(x) for x in re.findall(r"^end (\S+)", out, re.M)]
     assert len(starts) == len(ends) == 2, out

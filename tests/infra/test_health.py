@@ -19,9 +19,12 @@ from deployed import deployed, retry
 
 D = deployed()
 FACTS = json.loads(D.rendered("etc/hal-provision/health.json") or "null")
-pytestmark = [pytest.mark.faults,
-              pytest.mark.skipif(FACTS is None or FACTS["program"] != "hal",
-                                 reason="the model has no health section with program hal")]
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(
+        FACTS is None or FACTS["program"] != "hal", reason="the model has no health section with program hal"
+    ),
+]
 NODES = D.hosts_in("slurm_nodes") if FACTS else []
 INTERVAL = FACTS["interval_s"] if FACTS else 0
 WAIT = 2 * INTERVAL + 20  # one interval, a run that began just before the change, and slack
@@ -90,17 +93,20 @@ def test_missing_gpu_drains_the_node_then_its_return_resumes_it(healthy_node):
     assert D.host(node).run("rm -f %s", gone).rc == 0
 
     assert retry(lambda: drained(node), WAIT, 2), (
-        f"{node} not drained {WAIT} s after {gone} went away: {state(node)}; last check {last_run(node)}")
+        f"{node} not drained {WAIT} s after {gone} went away: {state(node)}; last check {last_run(node)}"
+    )
     took = time.monotonic() - removed_at
     st, reason = state(node)
     assert reason.startswith(f"{expectation(node)['reason_prefix']}: gpus:") and gone in reason, (
-        f"{node}: drained with reason {reason!r}, which does not name the GPU check and {gone}")
+        f"{node}: drained with reason {reason!r}, which does not name the GPU check and {gone}"
+    )
     print(f"{node}: drained {took:.0f} s after {gone} was removed (interval {INTERVAL} s): {reason}")
 
     back_at = time.monotonic()
     assert D.host(node).run("mknod -m 0666 %s c 195 %s", gone, minor).rc == 0
     assert retry(lambda: not drained(node), WAIT, 2), (
-        f"{node} still drained {WAIT} s after {gone} came back: {state(node)}; last check {last_run(node)}")
+        f"{node} still drained {WAIT} s after {gone} came back: {state(node)}; last check {last_run(node)}"
+    )
     print(f"{node}: resumed {time.monotonic() - back_at:.0f} s after {gone} came back")
 
 

@@ -27,8 +27,9 @@ def bare_env() -> dict[str, str]:
 
 
 def run(*argv: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *argv], env=bare_env(), cwd="/", capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [str(SCRIPT), *argv], env=bare_env(), cwd="/", capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def test_venv_tools_are_not_on_the_bare_path():

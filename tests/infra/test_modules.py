@@ -33,8 +33,13 @@ def module(host: str, script: str, ok: bool = True) -> tuple[int, str]:
 
 def terse(text: str) -> list[str]:
     """Module names of `module -t avail|list|spider` output (no directories, no NAME/ lines)."""
-    return sorted({ln.strip() for ln in text.splitlines()
-                   if "/" in ln and not ln.strip().endswith(("/", ":")) and " " not in ln.strip()})
+    return sorted(
+        {
+            ln.strip()
+            for ln in text.splitlines()
+            if "/" in ln and not ln.strip().endswith(("/", ":")) and " " not in ln.strip()
+        }
+    )
 
 
 def core_with(role: str, key: str) -> list[str]:
@@ -76,9 +81,12 @@ def test_loading_a_module_loads_its_prerequisites(host, role):
 @pytest.mark.parametrize(("host", "role"), ON_HOST)
 def test_unloading_restores_path(host, role):
     names = core_with(role, "requires") or ROLES[role]["core"][:1]
-    script = "; ".join(["P0=$PATH"] + [f"module load {n}" for n in names[:1]]
-                       + [f"module unload {n}" for n in names[:1]]
-                       + ['[ "$PATH" = "$P0" ] && echo PATH-RESTORED', "module -t list"])
+    script = "; ".join(
+        ["P0=$PATH"]
+        + [f"module load {n}" for n in names[:1]]
+        + [f"module unload {n}" for n in names[:1]]
+        + ['[ "$PATH" = "$P0" ] && echo PATH-RESTORED', "module -t list"]
+    )
     _rc, out = module(host, script)
     assert "PATH-RESTORED" in out and terse(out) == [], out
 
@@ -124,13 +132,17 @@ def _digests(host: str, root: str) -> dict[str, str]:
 @pytest.mark.parametrize(("host", "role"), ON_HOST)
 def test_module_tree_is_the_rendered_one(host, role):
     root = PLAN["modulefiles_root"]
-    rendered = {p.relative_to(D.files / root.lstrip("/")).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in (D.files / ROLES[role]["tree"].lstrip("/")).rglob("*") if p.is_file()}
+    rendered = {
+        p.relative_to(D.files / root.lstrip("/")).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in (D.files / ROLES[role]["tree"].lstrip("/")).rglob("*")
+        if p.is_file()
+    }
     assert _digests(host, root) == rendered
 
 
-@pytest.mark.parametrize(("host", "path"), [pytest.param(h, p, id=f"{h}:{p}") for h, _r in HOSTS
-                                            for p in (PLAN or {}).get("files", [])])
+@pytest.mark.parametrize(
+    ("host", "path"), [pytest.param(h, p, id=f"{h}:{p}") for h, _r in HOSTS for p in (PLAN or {}).get("files", [])]
+)
 def test_site_file_is_the_rendered_one(host, path):
     f = D.host(host).file(path)
     assert f.exists and f.content == (D.files / path.lstrip("/")).read_bytes() and f.user == "root"
@@ -144,16 +156,22 @@ def test_spider_cache_knows_every_module(host, role):
     assert terse(out) == sorted(everything), out
 
 
-ENVIRONMENTS = [pytest.param(h, env["module"], id=f"{h}:{env['module']}") for h, r in HOSTS
-                for env in (PLAN or {}).get("environments", []) if r in env["roles"]
-                and any(p.startswith("torch") for p in env["packages"])]
+ENVIRONMENTS = [
+    pytest.param(h, env["module"], id=f"{h}:{env['module']}")
+    for h, r in HOSTS
+    for env in (PLAN or {}).get("environments", [])
+    if r in env["roles"] and any(p.startswith("torch") for p in env["packages"])
+]
 
 
 @pytest.mark.parametrize(("host", "name"), ENVIRONMENTS)
 def test_the_cpu_framework_module_has_numpy_and_torch_takes_arrays(host, name):
     """A PyTorch module as a user expects it: numpy there, torch sharing its arrays, and no
     'Failed to initialize NumPy' warning at import."""
-    _rc, out = module(host, f"module load {name} && python -c 'import numpy, torch; "
-                            f"print(\"SUM\", int(torch.from_numpy(numpy.arange(4)).sum()), numpy.__version__)'")
+    _rc, out = module(
+        host,
+        f"module load {name} && python -c 'import numpy, torch; "
+        f'print("SUM", int(torch.from_numpy(numpy.arange(4)).sum()), numpy.__version__)\'',
+    )
     assert "Failed to initialize NumPy" not in out and "No module named" not in out, out
     assert [ln for ln in out.splitlines() if ln.startswith("SUM ")][0].split()[1] == "6", out

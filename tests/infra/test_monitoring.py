@@ -18,18 +18,31 @@ import re
 import pytest
 
 from deployed import TEST_USER, deployed, retry
-from monitoring_queries import (DB, FACTS, INTERVAL, SECRETS, cluster_ca, concrete, influx, panels, query, reads,
-                                role_var, url, values)
+from monitoring_queries import (
+    DB,
+    FACTS,
+    INTERVAL,
+    SECRETS,
+    cluster_ca,
+    concrete,
+    influx,
+    panels,
+    query,
+    reads,
+    role_var,
+    url,
+    values,
+)
 
 D = deployed()
 pytestmark = pytest.mark.skipif(FACTS is None, reason="the model has no monitoring section")
 AGENT_HOSTS = [h for h in D.hostvars if D.telegraf_conf(h)]
-AGENT = "hal-telegraf-standin" if FACTS and role_var("telegraf", "telegraf_install_method") == "standin" \
-    else "telegraf"
+AGENT = "hal-telegraf-standin" if FACTS and role_var("telegraf", "telegraf_install_method") == "standin" else "telegraf"
 PANELS = panels() if FACTS else []
 
 
 # ---- the database --------------------------------------------------------------------------
+
 
 def test_influxdb_runs_with_authentication():
     svc = D.host(DB).service("influxdb")
@@ -79,8 +92,9 @@ def _influx_duration(model: str) -> str:
 def test_database_retention_and_users_match_the_model():
     databases = [row[0] for s in query("SHOW DATABASES", "admin") for row in s["values"]]
     assert FACTS["database"] in databases, databases
-    policies = {row[0]: row for s in query(f'SHOW RETENTION POLICIES ON "{FACTS["database"]}"', "admin")
-                for row in s["values"]}
+    policies = {
+        row[0]: row for s in query(f'SHOW RETENTION POLICIES ON "{FACTS["database"]}"', "admin") for row in s["values"]
+    }
     assert "hal" in policies, policies
     assert policies["hal"][1] == _influx_duration(FACTS["retention"]) and policies["hal"][-1] is True, policies["hal"]
     users = {row[0]: row[1] for s in query("SHOW USERS", "admin") for row in s["values"]}
@@ -108,8 +122,11 @@ def test_passwords_are_root_only_and_not_rendered():
         assert f.user == "root" and f.mode == 0o600, f"{f.path}: {f.user} {oct(f.mode)}"
         words.append(f.content_string.strip())
         assert len(words[-1]) >= 12
-    leaked = [str(p) for p in D.inventory.parent.rglob("*") if p.is_file()
-              and any(w in p.read_text(errors="replace") for w in words)]
+    leaked = [
+        str(p)
+        for p in D.inventory.parent.rglob("*")
+        if p.is_file() and any(w in p.read_text(errors="replace") for w in words)
+    ]
     assert leaked == [], f"a password is in the rendered tree: {leaked}"
 
 
@@ -126,11 +143,14 @@ def test_grafanas_admin_password_is_generated_root_only_and_not_the_packages_def
     assert len(found) == 1 and found[0] not in ("", "admin") and len(found[0]) >= 24, "no generated admin password"
     kept = host.file("/etc/hal-provision/secrets/grafana_admin_pass")
     assert kept.user == "root" and kept.mode == 0o600 and kept.content_string.strip() == found[0]
-    leaked = [str(p) for p in D.inventory.parent.rglob("*") if p.is_file() and found[0] in p.read_text(errors="replace")]
+    leaked = [
+        str(p) for p in D.inventory.parent.rglob("*") if p.is_file() and found[0] in p.read_text(errors="replace")
+    ]
     assert leaked == [], f"Grafana's admin password is in the rendered tree: {leaked}"
 
 
 # ---- the agents ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("host", AGENT_HOSTS)
 def test_agent_runs_the_rendered_configuration(host):
@@ -162,12 +182,16 @@ def test_agent_writes_over_https_verified_by_the_cluster_ca(host):
     assert out.get("insecure_skip_verify") is False
     ca = node.file(FACTS["ca_file"])
     assert (ca.user, ca.mode) == ("root", 0o644) and ca.content_string.strip() == cluster_ca().strip()
+
     def written() -> int:
-        got = values(query(f"SELECT count(uptime) FROM system WHERE host = '{host}' AND time > now() - {2 * INTERVAL + 5}s"))
+        got = values(
+            query(f"SELECT count(uptime) FROM system WHERE host = '{host}' AND time > now() - {2 * INTERVAL + 5}s")
+        )
         return got[0] if got else 0
 
-    assert retry(lambda: written() >= 1, 2 * INTERVAL + 10, 5), \
+    assert retry(lambda: written() >= 1, 2 * INTERVAL + 10, 5), (
         f"no point from {host} in the last two intervals\n" + D.journal(host, AGENT)
+    )
 
 
 def test_grafanas_datasource_verifies_influxdb_with_the_cluster_ca():
@@ -193,6 +217,7 @@ def test_slurm_collector_runs_on_the_controller_alone():
 
 # ---- every panel query, against the real database -------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def jobs():
     """A running swbatch job and a held (pending) one, for the job panels; cancelled after."""
@@ -202,14 +227,17 @@ def jobs():
     vps = json.loads(D.rendered("etc/swsuite/virtual-partitions.json") or '{"virtual_partitions": {}}')
     vp = min((n for n, v in vps["virtual_partitions"].items() if v["kind"] == "gpu"), default=None)
     # swbatch takes a job script (no --wrap), as a user would write one.
-    script = ("cat > /tmp/hal-monitored.sh <<'EOF'\n#!/bin/bash\nsleep 600\nEOF\ncd /tmp && "
-              + (f"swbatch -p {vp} -t 0:10" if vp else f"sbatch -p {part} -t 10")
-              + " --job-name=hal-monitored --output=/dev/null /tmp/hal-monitored.sh")
+    script = (
+        "cat > /tmp/hal-monitored.sh <<'EOF'\n#!/bin/bash\nsleep 600\nEOF\ncd /tmp && "
+        + (f"swbatch -p {vp} -t 0:10" if vp else f"sbatch -p {part} -t 10")
+        + " --job-name=hal-monitored --output=/dev/null /tmp/hal-monitored.sh"
+    )
     running = re.search(r"(\d+)", D.user_ok(script)).group(1)
     held = D.sbatch(f"--hold -p {part} -N1 -t 5 --chdir=/tmp -o /dev/null --wrap true")
     try:
-        assert retry(lambda: D.user_ok(f"squeue -h -j {running} -o %T").strip() == "RUNNING", 60, 2), \
+        assert retry(lambda: D.user_ok(f"squeue -h -j {running} -o %T").strip() == "RUNNING", 60, 2), (
             f"job {running} never ran"
+        )
         yield {"running": running, "held": held, "user": TEST_USER}
     finally:
         D.as_user(D.login, f"scancel {running} {held}", 30)
@@ -235,5 +263,6 @@ def test_running_swbatch_job_shows_in_the_job_panels(jobs):
     assert user_queries, "no panel reads jobs per user"
     # The per-user series may land a collector run after the job's own (seen once on the
     # sandbox): wait for it as for the job.
-    assert retry(lambda: any(jobs["user"] in json.dumps(query(concrete(q))) for q in user_queries),
-                 2 * INTERVAL + 15, 5), f"{jobs['user']} is in no per-user job panel"
+    assert retry(
+        lambda: any(jobs["user"] in json.dumps(query(concrete(q))) for q in user_queries), 2 * INTERVAL + 15, 5
+    ), f"{jobs['user']} is in no per-user job panel"

@@ -34,8 +34,9 @@ LDAP = D.hosts_in("service_ldap")
 CA = "/etc/ssl/hal-provision/cluster-ca.crt"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
-pytestmark = pytest.mark.skipif(CATALOGUE is None or not PORTAL or DIRECTORY is None,
-                                reason="the model has no portal (or no directory)")
+pytestmark = pytest.mark.skipif(
+    CATALOGUE is None or not PORTAL or DIRECTORY is None, reason="the model has no portal (or no directory)"
+)
 
 # Two active users with a Slurm account: one starts a session, the other tries to open it.
 _active = [u["name"] for u in PLAN.get("users", [])]
@@ -100,8 +101,13 @@ def _browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900",
-                "--ignore-certificate-errors"):  # the chain is checked against the cluster CA below
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--ignore-certificate-errors",
+    ):  # the chain is checked against the cluster CA below
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(120)
@@ -136,7 +142,9 @@ def _wait(driver, condition, timeout: float, what: str):
         return WebDriverWait(driver, timeout, poll_frequency=1).until(condition)
     except TimeoutException:
         _shot(driver, f"timeout-{what}")
-        raise AssertionError(f"{what}: not within {timeout}s; at {driver.current_url}\n{D.journal(PORTAL[0], 'jupyterhub', 40)}") from None
+        raise AssertionError(
+            f"{what}: not within {timeout}s; at {driver.current_url}\n{D.journal(PORTAL[0], 'jupyterhub', 40)}"
+        ) from None
 
 
 def _stop_session(driver) -> None:
@@ -165,9 +173,15 @@ def _stop_from_home(driver, timeout: float = 120) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         driver.get(_url("/hub/home"))
-        _wait(driver, lambda d: d.execute_script("return document.readyState") == "complete"
-              and [b for b in d.find_elements(By.ID, "stop") if b.is_displayed() and b.is_enabled()], 60,
-              "the stop button")
+        _wait(
+            driver,
+            lambda d: (
+                d.execute_script("return document.readyState") == "complete"
+                and [b for b in d.find_elements(By.ID, "stop") if b.is_displayed() and b.is_enabled()]
+            ),
+            60,
+            "the stop button",
+        )
         driver.find_element(By.ID, "stop").click()
         if retry(lambda: not _jobs(USER), min(40, max(deadline - time.monotonic(), 1)), 2):
             return True
@@ -204,8 +218,11 @@ def test_the_hub_runs_slurm_commands_only_as_directory_users_and_keeps_no_other_
     for target in ("slurm", "root"):
         refused = _root(host, f"{as_hub} -u {target} /usr/bin/squeue -h")
         # sudo says "not allowed", or with -n asks for the password no rule spares it
-        assert refused.rc != 0 and ("not allowed" in refused.stderr or "password is required" in refused.stderr), \
-            (target, refused.stdout, refused.stderr)
+        assert refused.rc != 0 and ("not allowed" in refused.stderr or "password is required" in refused.stderr), (
+            target,
+            refused.stdout,
+            refused.stderr,
+        )
     kept = _root(host, f"{as_hub} -E -u {USER} /usr/bin/squeue -h -u {USER}")
     assert kept.rc != 0 and "preserve the environment" in kept.stderr, (kept.stdout, kept.stderr)
     other = _root(host, f"{as_hub} -u {USER} /usr/bin/id")
@@ -260,15 +277,29 @@ def test_jupyterlab_session_on_a_gpu_node_end_to_end(browser, passwords):
 
         # A notebook cell on the session's node.
         browser.find_element(By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]').click()
-        cell = _wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content"), 120,
-                     "a notebook")[0]
-        _wait(browser, lambda d: "Idle" in d.find_element(By.CSS_SELECTOR, ".jp-Notebook").get_attribute("class")
-              or d.find_elements(By.CSS_SELECTOR, '[data-status="idle"]'), 120, "the kernel")
+        cell = _wait(
+            browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-Notebook .jp-Cell .cm-content"), 120, "a notebook"
+        )[0]
+        _wait(
+            browser,
+            lambda d: (
+                "Idle" in d.find_element(By.CSS_SELECTOR, ".jp-Notebook").get_attribute("class")
+                or d.find_elements(By.CSS_SELECTOR, '[data-status="idle"]')
+            ),
+            120,
+            "the kernel",
+        )
         cell.click()
-        cell.send_keys("import os, socket; print('HOST', socket.gethostname(), 'GPUS', os.environ.get('CUDA_VISIBLE_DEVICES'))")
+        cell.send_keys(
+            "import os, socket; print('HOST', socket.gethostname(), 'GPUS', os.environ.get('CUDA_VISIBLE_DEVICES'))"
+        )
         cell.send_keys(Keys.SHIFT, Keys.ENTER)
-        output = _wait(browser, lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output")
-                                           if "HOST" in e.text], 120, "the cell's output")[0]
+        output = _wait(
+            browser,
+            lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-OutputArea-output") if "HOST" in e.text],
+            120,
+            "the cell's output",
+        )[0]
         _shot(browser, "05-notebook-cell")
         words = output.split()
         assert words[0] == "HOST" and words[1] == node, output
@@ -285,8 +316,12 @@ def test_jupyterlab_session_on_a_gpu_node_end_to_end(browser, passwords):
             _login(other, OTHER, passwords[OTHER])
             _wait(other, lambda d: "/hub/login" not in d.current_url, 60, f"{OTHER}'s login")
             other.get(_url(f"/user/{USER}/lab"))
-            _wait(other, lambda d: f"/user/{USER}/lab" not in d.current_url or "403" in d.page_source, 60,
-                  f"{OTHER} kept out of {USER}'s session")
+            _wait(
+                other,
+                lambda d: f"/user/{USER}/lab" not in d.current_url or "403" in d.page_source,
+                60,
+                f"{OTHER} kept out of {USER}'s session",
+            )
             _shot(other, "07-other-user-refused")
             assert not other.find_elements(By.CSS_SELECTOR, ".jp-LauncherCard")
         finally:
@@ -327,8 +362,12 @@ def test_h2o_flow_opens_in_its_session(browser, passwords):
     Select(browser.find_element(By.ID, "hal-session")).select_by_value(f"{H2O['name']}:{H2O_VP}")
     browser.find_element(By.CSS_SELECTOR, "form input[type=submit], form button[type=submit]").click()
     try:
-        _wait(browser, lambda d: f"/user/{USER}/h2o/" in d.current_url, CATALOGUE["start_timeout_seconds"] + 60,
-              "the H2O session")
+        _wait(
+            browser,
+            lambda d: f"/user/{USER}/h2o/" in d.current_url,
+            CATALOGUE["start_timeout_seconds"] + 60,
+            "the H2O session",
+        )
         _wait(browser, lambda d: "H2O Flow" in d.title, 240, "H2O Flow")
         _shot(browser, "09-h2o-flow")
         assert [line.split()[1] for line in _jobs(USER)] == [f"portal-{H2O['name']}"]

@@ -61,8 +61,9 @@ SUBJECT = _subject()
 NODE = next((n for p in D.compute_partitions() for n in D.partitions()[p]), None)
 
 pytestmark = [
-    pytest.mark.skipif(_setting("PriorityType") != "priority/multifactor",
-                       reason="the model leaves Slurm at priority/basic"),
+    pytest.mark.skipif(
+        _setting("PriorityType") != "priority/multifactor", reason="the model leaves Slurm at priority/basic"
+    ),
     pytest.mark.skipif(SUBJECT is None, reason="no user whose account may use two QOS of different priority"),
     pytest.mark.skipif(NODE is None, reason="no GPU partition"),
 ]
@@ -113,7 +114,8 @@ def test_a_higher_qos_submitted_later_starts_first_and_sprio_shows_fairshare_and
     period_s = int(_setting("PriorityCalcPeriod") or 5) * 60
     assert retry(lambda: fair_share(user) > 0, period_s + 90, 10), (
         f"sshare shows no fair-share factor for {user} after PriorityCalcPeriod ({period_s} s):\n"
-        + as_subject("sshare -a -l"))
+        + as_subject("sshare -a -l")
+    )
     # Each job takes the whole node: all its GPUs, or on a CPU-only node all of it.
     whole = f"--gres={D.gpu_request([NODE])}" if D.gpus(NODE) else "--exclusive"
     partition = next(p for p in D.compute_partitions() if NODE in D.partitions()[p])
@@ -128,7 +130,9 @@ def test_a_higher_qos_submitted_later_starts_first_and_sprio_shows_fairshare_and
         later = sbatch(f"{common} --qos={high} -J later-{high} --wrap 'sleep 5'")
         jobs.append(later)
 
-        shown = retry(lambda: (lambda s: s if {earlier, later} <= s.keys() else None)(sprio_long(earlier, later)), 30, 1)
+        shown = retry(
+            lambda: (lambda s: s if {earlier, later} <= s.keys() else None)(sprio_long(earlier, later)), 30, 1
+        )
         assert shown, f"sprio -l lists neither pending job: {as_subject('sprio -l')}"
         for job in (earlier, later):
             row = shown[job]
@@ -141,10 +145,12 @@ def test_a_higher_qos_submitted_later_starts_first_and_sprio_shows_fairshare_and
         as_subject(f"scancel {holder}")
         # Both need every GPU of the node: one runs, the other waits for it to end.
         assert retry(lambda: state(earlier) == state(later) == "COMPLETED", 180, 2), (
-            f"jobs {earlier} ({low}) and {later} ({high}) did not both run: {state(earlier)} {state(later)}")
+            f"jobs {earlier} ({low}) and {later} ({high}) did not both run: {state(earlier)} {state(later)}"
+        )
         starts = {job: start(job) for job in (earlier, later)}
         assert starts[later] < starts[earlier], (
             f"job {later} (QOS {high}, submitted second) started {starts[later]}, job {earlier} (QOS {low}, "
-            f"submitted first) {starts[earlier]}: the queue is first in, first out")
+            f"submitted first) {starts[earlier]}: the queue is first in, first out"
+        )
     finally:
         as_subject(f"scancel {' '.join(shlex.quote(j) for j in jobs)} || true")

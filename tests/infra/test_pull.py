@@ -56,10 +56,15 @@ CONVERGE_TIMEOUT = 900  # one node's converge (check, drain, converge, resume), 
 POINT = DEPLOY["points"][0]["host"] if DEPLOY.get("points") else None
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = [pytest.mark.pull, pytest.mark.changes,
-              pytest.mark.skipif(DEPLOY.get("mode") != "pull", reason="the model's compute nodes are pushed "
-                                 "(deploy.mode push): pull mode is the fleet scenario's"),
-              pytest.mark.skipif(WORKDIR is None, reason="only the sandbox's model can be changed")]
+pytestmark = [
+    pytest.mark.pull,
+    pytest.mark.changes,
+    pytest.mark.skipif(
+        DEPLOY.get("mode") != "pull",
+        reason="the model's compute nodes are pushed (deploy.mode push): pull mode is the fleet scenario's",
+    ),
+    pytest.mark.skipif(WORKDIR is None, reason="only the sandbox's model can be changed"),
+]
 
 
 def load_model() -> dict:
@@ -98,16 +103,29 @@ def publish(model: dict, tmp: Path, control_plane: bool = True) -> str:
     write_tree(files, step / "tree")
     write_outputs(release.sign_outputs(built.outputs(), cluster.cluster.name), step / "bundle")
     for playbook in CONTROL_PLANE_TIERS if control_plane else ():  # the nodes' slurm.conf comes with their bundle
-        run_playbook(D.inventory, playbook, "-e", f"hal_rendered_dir={step / 'tree' / 'files'}", "--limit",
-                     "all:!deploy_pull", inventories=[D.inventory])
+        run_playbook(
+            D.inventory,
+            playbook,
+            "-e",
+            f"hal_rendered_dir={step / 'tree' / 'files'}",
+            "--limit",
+            "all:!deploy_pull",
+            inventories=[D.inventory],
+        )
     run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={step / 'bundle'}")
     return built.version
 
 
 def fleet(*argv: str, timeout: int = CONVERGE_TIMEOUT) -> tuple[int, dict | str]:
     """`hal-provision fleet ARGV` on the sandbox's inventory: (exit status, JSON or output)."""
-    proc = subprocess.run([tools.self_command(), "fleet", *argv], env=tools.child_env(), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        [tools.self_command(), "fleet", *argv],
+        env=tools.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     try:
         return proc.returncode, json.loads(proc.stdout)
@@ -155,8 +173,15 @@ def tmp():
     for host in NODES:  # should a test stop half way: every node up and its key in place
         if D.container(host):
             subprocess.run(["podman", "start", D.container(host)], capture_output=True, check=False)
-        retry(lambda h=host: last(h) is not None and D.host(h).run(
-            "test ! -e /root/munge.key.saved || mv /root/munge.key.saved /etc/munge/munge.key").rc == 0, 120, 3)
+        retry(
+            lambda h=host: (
+                last(h) is not None
+                and D.host(h).run("test ! -e /root/munge.key.saved || mv /root/munge.key.saved /etc/munge/munge.key").rc
+                == 0
+            ),
+            120,
+            3,
+        )
 
 
 def test_the_point_answers_only_the_nodes_it_serves():
@@ -182,8 +207,12 @@ def test_the_bundle_of_the_pushed_model_changes_nothing(tmp):
     converge(NODES)
     for host in NODES:
         run = last(host)
-        assert (run.get("version"), run.get("state"), run.get("changed"), run.get("drained")) == \
-            (version, "current", 0, False), run  # the check run found nothing to change: no drain either
+        assert (run.get("version"), run.get("state"), run.get("changed"), run.get("drained")) == (
+            version,
+            "current",
+            0,
+            False,
+        ), run  # the check run found nothing to change: no drain either
     code, doc = status()
     assert code == 0 and doc["drift"] == 0, json.dumps(doc, indent=1)
     assert {n: d["version"] for n, d in doc["nodes"].items()} == {n: version for n in NODES}
@@ -205,13 +234,16 @@ def test_a_model_change_applied_as_the_plan_advises_reaches_every_node(tmp):
     proc = shell(f"hal-provision plan {new} --rendered {rendered} --json")
     assert proc.returncode == 2, proc.stdout + proc.stderr  # changes, none blocking
     plan = json.loads(proc.stdout)
-    steps = [(line, command) for line, commands in zip(plan["advice"], plan["advice_commands"])
-             for command in commands]
+    steps = [(line, command) for line, commands in zip(plan["advice"], plan["advice_commands"]) for command in commands]
     print("\n".join(command for _line, command in steps))
-    assert [line.split(":")[0] for line, _c in steps] == \
-        ["render first", "bundle (NEW's, its release signed with the cluster's key; nothing changes yet)",
-         "push the control plane (the change reaches fl-mgmt there)", "publish (on every point, current.json last)",
-         "follow", "or hurry (their converge now, not at the timer)"], plan["advice"]
+    assert [line.split(":")[0] for line, _c in steps] == [
+        "render first",
+        "bundle (NEW's, its release signed with the cluster's key; nothing changes yet)",
+        "push the control plane (the change reaches fl-mgmt there)",
+        "publish (on every point, current.json last)",
+        "follow",
+        "or hurry (their converge now, not at the timer)",
+    ], plan["advice"]
     follow = None
     for line, command in steps:
         if line.startswith("follow:"):  # exits 1 until every node runs the new version: run last
@@ -229,8 +261,12 @@ def test_a_model_change_applied_as_the_plan_advises_reaches_every_node(tmp):
     assert "MaxTime=2-00:00:00" in partition, partition  # the control plane's push
     for host in NODES:
         run = last(host)
-        assert (run.get("version"), run.get("state"), run.get("drained_for_change"), run.get("drained")) == \
-            (version, "changed", True, False), run  # drained itself around the change, resumed after
+        assert (run.get("version"), run.get("state"), run.get("drained_for_change"), run.get("drained")) == (
+            version,
+            "changed",
+            True,
+            False,
+        ), run  # drained itself around the change, resumed after
         assert run["changed"] > 0, run
         assert "MaxTime=2-00:00:00" in D.host(host).check_output("cat /etc/slurm/slurm.conf")
         assert retry(lambda h=host: slurm_state(h)[0] in ("idle", "mixed", "allocated"), 60, 2), slurm_state(host)
@@ -241,8 +277,15 @@ def test_a_model_change_applied_as_the_plan_advises_reaches_every_node(tmp):
 
 def shell(command: str) -> subprocess.CompletedProcess:
     """COMMAND as an admin's shell runs it in the checkout (the venv's commands on PATH)."""
-    proc = subprocess.run(["bash", "-c", command], cwd=REPO, env=tools.child_env(), capture_output=True, text=True,
-                          timeout=CONVERGE_TIMEOUT, check=False)
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        cwd=REPO,
+        env=tools.child_env(),
+        capture_output=True,
+        text=True,
+        timeout=CONVERGE_TIMEOUT,
+        check=False,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -254,8 +297,13 @@ def put_on_point(tmp: Path, files: dict[str, bytes]) -> None:
         local = tmp / "forged" / name
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_bytes(files[name])
-        proc = subprocess.run(["podman", "cp", str(local), f"{D.container(POINT)}:{DEPLOY['bundle_root']}/{name}"],
-                              capture_output=True, text=True, timeout=60, check=False)
+        proc = subprocess.run(
+            ["podman", "cp", str(local), f"{D.container(POINT)}:{DEPLOY['bundle_root']}/{name}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
 
 
@@ -291,24 +339,30 @@ def test_forged_and_older_releases_are_refused_by_every_node(tmp):
     refused_everywhere("not a signed release", running, before)
     # The same, signed with a key that is not the cluster's.
     other = tmp / "intruder-keys"
-    put_on_point(tmp, {"current.json": release.sign_outputs(outputs, cluster.cluster.name, directory=other)["current.json"]})
+    put_on_point(
+        tmp, {"current.json": release.sign_outputs(outputs, cluster.cluster.name, directory=other)["current.json"]}
+    )
     refused_everywhere("the signature does not verify", running, before)
     code, doc = status()
     assert doc["points"][0]["signature"].startswith("DOES NOT VERIFY"), doc["points"]
     # Step 1's genuine release again: signed, but older than the one the nodes run.
-    first = min((d for d in tmp.iterdir() if (d / "bundle" / "current.json").is_file()),
-                key=lambda d: release.open_envelope((d / "bundle" / "current.json").read_bytes())["serial"])
+    first = min(
+        (d for d in tmp.iterdir() if (d / "bundle" / "current.json").is_file()),
+        key=lambda d: release.open_envelope((d / "bundle" / "current.json").read_bytes())["serial"],
+    )
     assert first.name != running
     run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={first / 'bundle'}")
     refused_everywhere("a rollback, refused", running, before)
     # The signed release the nodes run, published again: taken (nothing to change), no drift.
     run_playbook(D.inventory, "publish.yml", "-e", f"bundle_dir={tmp / running / 'bundle'}")
     converge(NODES)
-    assert all((last(h).get("state"), last(h).get("version")) == ("current", running) for h in NODES), \
-        {h: last(h) for h in NODES}
+    assert all((last(h).get("state"), last(h).get("version")) == ("current", running) for h in NODES), {
+        h: last(h) for h in NODES
+    }
     code, doc = status()
-    assert code == 0 and doc["drift"] == 0 and doc["points"][0]["signature"].startswith("verified"), \
-        json.dumps(doc, indent=1)
+    assert code == 0 and doc["drift"] == 0 and doc["points"][0]["signature"].startswith("verified"), json.dumps(
+        doc, indent=1
+    )
 
 
 def test_a_node_that_was_down_catches_up_by_itself(tmp):
@@ -323,8 +377,11 @@ def test_a_node_that_was_down_catches_up_by_itself(tmp):
     finally:
         container(down, "start")
     booted = time.monotonic()
-    run = retry(lambda: (r := last(down)) and r.get("version") == version and r.get("state") in ("changed", "current")
-                and r, CONVERGE_TIMEOUT, 5)
+    run = retry(
+        lambda: (r := last(down)) and r.get("version") == version and r.get("state") in ("changed", "current") and r,
+        CONVERGE_TIMEOUT,
+        5,
+    )
     assert run, f"{down} did not take {version} within {CONVERGE_TIMEOUT} s of its start: {last(down)}"
     print(f"{down} took {version} {time.monotonic() - booted:.0f} s after it was started again")
     assert node_drain_wait(down) == 121
@@ -339,11 +396,14 @@ def test_a_failed_converge_drains_the_node_with_the_reason(tmp):
         version = publish(with_drain_wait(load_model(), 122), tmp, control_plane=False)
         converge([node])
         run = last(node)
-        assert (run.get("version"), run.get("state"), run.get("drained")) == (version, "failed", True), run  # left drained
+        assert (run.get("version"), run.get("state"), run.get("drained")) == (version, "failed", True), (
+            run
+        )  # left drained
         assert "munge" in (run.get("failed_task") or "").lower(), run
         state, reason = slurm_state(node)
-        assert state in ("drained", "draining") and reason.startswith(f"hal-provision converge failed: version {version}"), \
-            (state, reason)
+        assert state in ("drained", "draining") and reason.startswith(
+            f"hal-provision converge failed: version {version}"
+        ), (state, reason)
         code, doc = status()
         assert code == 1 and doc["nodes"][node]["drift"] == "failed", json.dumps(doc, indent=1)
     finally:

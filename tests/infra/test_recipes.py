@@ -25,7 +25,9 @@ FACTS = json.loads(D.rendered("etc/hal-provision/recipes.json") or "null")
 pytestmark = pytest.mark.skipif(FACTS is None, reason="the model has no recipes section")
 PROGRAMS = Path(__file__).resolve().parents[2] / "hal_provision" / "node" / "recipes"
 HOSTS = D.hosts_in("role_login", "role_development", "role_compute")
-TABLE = json.loads(D.rendered("etc/swsuite/virtual-partitions.json") or '{"virtual_partitions": {}}')["virtual_partitions"]
+TABLE = json.loads(D.rendered("etc/swsuite/virtual-partitions.json") or '{"virtual_partitions": {}}')[
+    "virtual_partitions"
+]
 
 
 def _spanning_partition() -> tuple[str, int, int] | None:
@@ -54,8 +56,11 @@ def swbatch_recipe(vp: str, options: str, minutes: int, prepare: str = "") -> tu
     work = f"hal-recipe-{uuid.uuid4().hex[:8]}"
     try:
         D.user_ok(f"mkdir -p ~/{work} && cd ~/{work} && WORK=$HOME/{work} && {prepare or 'true'}")
-        submitted = D.user_ok(f"cd ~/{work} && WORK=$HOME/{work} && swbatch -p {vp} -t 0:{minutes:02d} --wait "
-                              f"--output=$HOME/{work}/job.out {script} {options}", timeout=60 * minutes + 120)
+        submitted = D.user_ok(
+            f"cd ~/{work} && WORK=$HOME/{work} && swbatch -p {vp} -t 0:{minutes:02d} --wait "
+            f"--output=$HOME/{work}/job.out {script} {options}",
+            timeout=60 * minutes + 120,
+        )
         job = re.search(r"Submitted batch job (\d+)", submitted)
         assert job, submitted
         return job.group(1), D.user_ok(f"cat ~/{work}/job.out")
@@ -70,8 +75,9 @@ def test_recipe_files_are_installed(host):
         for name in recipe["rendered"]:
             f = node.file(f"{recipe['dir']}/{name}")
             assert f.content_string == D.rendered(f"{recipe['dir'].lstrip('/')}/{name}"), f"{host}:{f.path}"
-            assert f.user == "root" and f.mode == (0o755 if name.endswith((".sh", ".swbatch")) else 0o644), \
+            assert f.user == "root" and f.mode == (0o755 if name.endswith((".sh", ".swbatch")) else 0o644), (
                 f"{host}:{f.path} {f.user} {oct(f.mode)}"
+            )
         for name in recipe["programs"]:
             f = node.file(f"{recipe['dir']}/{name}")
             assert f.content_string == (PROGRAMS / name).read_text(), f"{host}:{f.path}"
@@ -96,8 +102,9 @@ def test_wiring_probe_joins_every_gpu_of_a_multi_node_job_in_one_world():
     job, output = swbatch_recipe(vp, "--wiring-probe", 10)
     world = nodes * per_node
     summary = re.search(r"^WIRING OK world=(\d+) nodes=(\d+) per_node=(\d+)", output, re.M)
-    assert summary and summary.groups() == (str(world), str(nodes), str(per_node)), \
+    assert summary and summary.groups() == (str(world), str(nodes), str(per_node)), (
         f"swbatch -p {vp} resnet50.swbatch --wiring-probe (job {job}):\n{output}"
+    )
     (records_line,) = [ln for ln in output.splitlines() if ln.startswith("WIRING {") or ln.startswith("WIRING [")]
     doc = json.loads(records_line.split(" ", 1)[1])
     records = doc["records"] if isinstance(doc, dict) else doc
@@ -123,8 +130,10 @@ def test_a_staged_run_reads_its_data_from_the_jobs_local_scratch():
         pytest.skip("no hardware profile of the model has a local scratch")
     vp, nodes, per_node = SPANNING
     sizes = [50000 + i * 1000 for i in range(1, 41)]  # 40 files of random bytes, in two classes
-    make = ("mkdir -p $WORK/ds/a $WORK/ds/b && for i in $(seq 1 40); do head -c $((50000 + i * 1000)) /dev/urandom "
-            "> $WORK/ds/$([ $((i % 2)) = 0 ] && echo a || echo b)/$i.JPEG; done")
+    make = (
+        "mkdir -p $WORK/ds/a $WORK/ds/b && for i in $(seq 1 40); do head -c $((50000 + i * 1000)) /dev/urandom "
+        "> $WORK/ds/$([ $((i % 2)) = 0 ] && echo a || echo b)/$i.JPEG; done"
+    )
     job, output = swbatch_recipe(vp, "--wiring-probe --data $WORK/ds --stage", 10, make)
     head = re.search(r"^WIRING OK world=\d+ nodes=(\d+) .* staged=40 files (\d+) bytes ([\d.]+) s$", output, re.M)
     assert head and head.group(1) == str(nodes) and head.group(2) == str(sum(sizes)), output
@@ -138,8 +147,10 @@ def test_a_staged_run_reads_its_data_from_the_jobs_local_scratch():
         # The copy lies in the job's /tmp, a bind of <base>/<job>/... on the scratch device.
         assert d["path"].startswith("/tmp/") and d["read_bytes"] == d["bytes"], d
         assert d["mount_source"] == want["source"] and f"/{job}/" in d["mount_root"] + "/", d
-    print(f"staged {head.group(2)} bytes per node in {head.group(3)} s (the slowest node); records: "
-          + json.dumps([r["data"] for r in records])[:400])
+    print(
+        f"staged {head.group(2)} bytes per node in {head.group(3)} s (the slowest node); records: "
+        + json.dumps([r["data"] for r in records])[:400]
+    )
 
 
 def _cpu_partition() -> tuple[str, int] | None:
@@ -154,8 +165,10 @@ SOFTWARE = json.loads(D.rendered("etc/hal-provision/software.json") or "{}").get
 CPU_TORCH = [env for env in SOFTWARE.get("environments", []) if any(p.startswith("torch") for p in env["packages"])]
 
 
-@pytest.mark.skipif(CPU_SPAN is None or not CPU_TORCH,
-                    reason="no cpu virtual partition of two or more nodes, or no PyTorch module environment")
+@pytest.mark.skipif(
+    CPU_SPAN is None or not CPU_TORCH,
+    reason="no cpu virtual partition of two or more nodes, or no PyTorch module environment",
+)
 def test_the_recipe_trains_on_the_cpus_of_two_nodes_over_gloo():
     """swbatch -p cpunN resnet50.swbatch on CPUs: the job script's CPU branch (a task per socket,
     from the hardware profile), the CPU PyTorch module the lmod role built, gloo across the
@@ -163,8 +176,10 @@ def test_the_recipe_trains_on_the_cpus_of_two_nodes_over_gloo():
     the ranks' own lines are checked here too. The sandbox's nodes share this machine's two
     cores: one thread per rank (--threads 1), ResNet-18 on 32-pixel images."""
     vp, nodes = CPU_SPAN
-    options = ("--data synthetic --arch resnet18 --image-size 32 --batch-per-rank 8 --epochs 1 --steps-per-epoch 30 "
-               "--warmup-steps-timing 5 --log-every 10 --threads 1")
+    options = (
+        "--data synthetic --arch resnet18 --image-size 32 --batch-per-rank 8 --epochs 1 --steps-per-epoch 30 "
+        "--warmup-steps-timing 5 --log-every 10 --threads 1"
+    )
     job, output = swbatch_recipe(vp, options, 20)
     lines = [ln for ln in output.splitlines() if ln.startswith("RESULT ")]
     assert lines, f"swbatch -p {vp} resnet50.swbatch {options} (job {job}) ended without RESULT:\n{output[-3000:]}"
@@ -177,5 +192,7 @@ def test_the_recipe_trains_on_the_cpus_of_two_nodes_over_gloo():
     assert len(digests) == result["ranks"] and len(set(digests)) == 1, digests
     assert result["loss_last"] < result["loss_first"], result
     assert result["images_per_second"] > 0 and result["per_node"] > 0, result
-    print(f"{vp}: {result['ranks']} ranks on {result['nodes']} nodes, {result['images_per_second']:.1f} images/s, "
-          f"loss {result['loss_first']:.3f} -> {result['loss_last']:.4f}, params sha256 {digests[0][:12]} on every rank")
+    print(
+        f"{vp}: {result['ranks']} ranks on {result['nodes']} nodes, {result['images_per_second']:.1f} images/s, "
+        f"loss {result['loss_first']:.3f} -> {result['loss_last']:.4f}, params sha256 {digests[0][:12]} on every rank"
+    )

@@ -42,6 +42,7 @@ def job_base(host: str) -> str | None:
     doc = D.rendered("etc/slurm/namespace.yaml")
     if doc is not None:
         import yaml
+
         for conf in yaml.safe_load(doc).get("node_confs", []):
             if any(host in nodeset(n) for n in conf["nodes"]):
                 return conf["options"]["base_path"]
@@ -86,8 +87,10 @@ def test_a_jobs_tmp_is_private_on_the_scratch_and_gone_after_it(node):
     base = job_base(node)
     tag = f"hal-scratch-probe-{int(time.time())}"
     # The test user's job writes a file into its /tmp and stays.
-    out = as_user(TEST_USER, f"sbatch --parsable -w {node} -N1 -n1 --mem=64M -t 5 -o /dev/null "
-                  f"--wrap 'echo mine > /tmp/{tag}; sleep 120'")
+    out = as_user(
+        TEST_USER,
+        f"sbatch --parsable -w {node} -N1 -n1 --mem=64M -t 5 -o /dev/null --wrap 'echo mine > /tmp/{tag}; sleep 120'",
+    )
     assert out.rc == 0, out.stdout + out.stderr
     job = out.stdout.strip().split(";")[0]
     try:
@@ -95,13 +98,16 @@ def test_a_jobs_tmp_is_private_on_the_scratch_and_gone_after_it(node):
         assert found, f"{node}: job {job}'s /tmp/{tag} is not under {base} ({job_state(job)})"
         print(f"{node}: job {job} of {TEST_USER} wrote {found[0]}")
         # The job's own directory under the base (Debian's 22.05 adds the node's name: <base>/<node>/<job>/.<job>).
-        assert found[0].startswith(base.rstrip("/") + "/") and f"/{job}/" in found[0][len(base):], found
+        assert found[0].startswith(base.rstrip("/") + "/") and f"/{job}/" in found[0][len(base) :], found
         assert D.host(node).run("test -e /tmp/%s", tag).rc != 0, f"{node}: the node's own /tmp has {tag}"
 
         # Another user's job on the same node, at the same time: its /tmp is its own.
         assert job_state(job) == "RUNNING"
-        seen = as_user(second, f"srun -w {node} -N1 -n1 --mem=64M -t 2 bash -c "
-                       f"'ls -A /tmp; test ! -e /tmp/{tag} && echo private; findmnt -n -o SOURCE --target /tmp'")
+        seen = as_user(
+            second,
+            f"srun -w {node} -N1 -n1 --mem=64M -t 2 bash -c "
+            f"'ls -A /tmp; test ! -e /tmp/{tag} && echo private; findmnt -n -o SOURCE --target /tmp'",
+        )
         assert seen.rc == 0, seen.stdout + seen.stderr
         assert "private" in seen.stdout and tag not in seen.stdout, f"{second} on {node}:\n{seen.stdout}"
         assert job_state(job) == "RUNNING", f"job {job} ended before {second}'s job looked"
@@ -109,11 +115,18 @@ def test_a_jobs_tmp_is_private_on_the_scratch_and_gone_after_it(node):
     finally:
         as_user(TEST_USER, f"scancel {job}", 30)
     # Gone with the job: the file and the job's directory under the base.
-    job_dir = found[0][:found[0].index(f"/{job}/", len(base)) + len(job) + 1]
-    gone = retry(lambda: D.host(node).run("find %s -name %s", base, tag).stdout.strip() == ""
-                 and D.host(node).run("test -e %s", job_dir).rc != 0, JOB_TIMEOUT, 2)
-    assert gone, f"{node}: {job_dir} or {tag} still there after job {job} ended: " + \
-        D.host(node).run("ls -laR %s", base).stdout
+    job_dir = found[0][: found[0].index(f"/{job}/", len(base)) + len(job) + 1]
+    gone = retry(
+        lambda: (
+            D.host(node).run("find %s -name %s", base, tag).stdout.strip() == ""
+            and D.host(node).run("test -e %s", job_dir).rc != 0
+        ),
+        JOB_TIMEOUT,
+        2,
+    )
+    assert gone, (
+        f"{node}: {job_dir} or {tag} still there after job {job} ended: " + D.host(node).run("ls -laR %s", base).stdout
+    )
 
 
 # ---- the health check expects the scratch (destructive: marked faults) ----------------------------
@@ -143,8 +156,10 @@ CHECKED = [h for h in NODES if HEALTH and HEALTH["program"] == "hal" and expects
 
 
 @pytest.mark.faults
-@pytest.mark.skipif(not CHECKED or not D.container(CHECKED[-1]),
-                    reason="unmounting a node's scratch needs the sandbox and a health check that expects it")
+@pytest.mark.skipif(
+    not CHECKED or not D.container(CHECKED[-1]),
+    reason="unmounting a node's scratch needs the sandbox and a health check that expects it",
+)
 def test_a_node_whose_scratch_is_not_mounted_is_drained_and_resumed_once_it_is():
     node = CHECKED[-1]
     want = scratch(node)
@@ -156,7 +171,9 @@ def test_a_node_whose_scratch_is_not_mounted_is_drained_and_resumed_once_it_is()
     try:
         assert retry(lambda: drained(node), wait, 2), f"{node} not drained {wait} s after its scratch went away"
         st, reason = node_state(node)
-        assert reason.startswith(f"{expectation(node)['reason_prefix']}: mounts:") and want["mount_point"] in reason, reason
+        assert reason.startswith(f"{expectation(node)['reason_prefix']}: mounts:") and want["mount_point"] in reason, (
+            reason
+        )
         print(f"{node}: drained {time.monotonic() - took:.0f} s after {want['mount_point']} was unmounted: {reason}")
     finally:
         started = D.host(node).run("systemctl start %s", want["unit"])

@@ -17,7 +17,9 @@ PLACEMENT: dict[str, tuple[str, ...]] = {
     "slurmd": ("slurm_nodes",),
     "ssh": ("slurm_nodes",),  # pam_slurm_adopt guards ssh on the computes
 }
-HOST_UNITS = [pytest.param(h, unit, id=f"{h}:{unit}") for unit, groups in PLACEMENT.items() for h in D.hosts_in(*groups)]
+HOST_UNITS = [
+    pytest.param(h, unit, id=f"{h}:{unit}") for unit, groups in PLACEMENT.items() for h in D.hosts_in(*groups)
+]
 
 
 @pytest.mark.parametrize(("host", "unit"), HOST_UNITS)
@@ -26,7 +28,8 @@ def test_service_running_and_enabled(host, unit):
     running, enabled = svc.is_running, svc.is_enabled
     assert running and enabled, (
         f"{host}: {unit} is {'running' if running else 'NOT running'} and "
-        f"{'enabled' if enabled else 'NOT enabled'}\n{D.journal(host, unit)}")
+        f"{'enabled' if enabled else 'NOT enabled'}\n{D.journal(host, unit)}"
+    )
 
 
 @pytest.mark.parametrize("host", D.hosts_in(*MUNGE_GROUPS))
@@ -36,4 +39,5 @@ def test_munge_credential_from_login_decodes(host):
     out = D.host(host).run("echo %s | unmunge", cred)
     assert out.rc == 0 and "STATUS:          Success (0)" in out.stdout, (
         f"a credential made on {D.login} does not decode on {host}:\n{out.stdout}{out.stderr}\n"
-        f"{D.journal(host, 'munge', 20)}")
+        f"{D.journal(host, 'munge', 20)}"
+    )

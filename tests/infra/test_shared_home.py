@@ -66,8 +66,10 @@ def test_swrun_runs_a_script_from_home_by_its_path():
     # node. From the shared home the same call works.
     tag = uuid.uuid4().hex[:8]
     try:
-        out = run(f"printf '#!/bin/bash\\necho swrun-{tag} $(hostname -s)\\n' > ~/swrun-{tag}.sh && "
-                  f"chmod +x ~/swrun-{tag}.sh && cd && swrun -p {SMALLEST_GPU} -t 0:05 ~/swrun-{tag}.sh")
+        out = run(
+            f"printf '#!/bin/bash\\necho swrun-{tag} $(hostname -s)\\n' > ~/swrun-{tag}.sh && "
+            f"chmod +x ~/swrun-{tag}.sh && cd && swrun -p {SMALLEST_GPU} -t 0:05 ~/swrun-{tag}.sh"
+        )
         m = re.search(rf"^swrun-{tag} (\S+)$", out, flags=re.M)
         assert m and m.group(1) in D.hosts_in("slurm_nodes"), out
     finally:
@@ -76,8 +78,12 @@ def test_swrun_runs_a_script_from_home_by_its_path():
 
 def _backing_directory(container: str, mount_point: str) -> Path:
     """The host directory the sandbox binds at `mount_point` into `container` (podman's record)."""
-    out = subprocess.run(["podman", "container", "inspect", "--format", "{{json .Mounts}}", container],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["podman", "container", "inspect", "--format", "{{json .Mounts}}", container],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     [source] = [m["Source"] for m in json.loads(out) if m["Destination"] == mount_point]
     return Path(source)
 

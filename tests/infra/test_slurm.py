@@ -37,14 +37,17 @@ def sinfo() -> dict[str, list[tuple[str, str, str]]]:
 @pytest.mark.parametrize("host", D.hosts_in(*FILE_GROUPS[SLURM_CONF]))
 def test_scontrol_ping_up(host):
     out = D.host(host).run("scontrol ping")
-    assert out.rc == 0 and " is UP" in out.stdout and "DOWN" not in out.stdout, \
+    assert out.rc == 0 and " is UP" in out.stdout and "DOWN" not in out.stdout, (
         f"{host}: scontrol ping\n{out.stdout}{out.stderr}\n{D.journal(D.controller, 'slurmctld')}"
+    )
 
 
 def test_sinfo_lists_exactly_the_model_nodes_and_partitions():
     expected = {(h, p) for p, nodes in PARTITIONS.items() for h in nodes}
     got = {(h, part) for h, rows in sinfo().items() for part, _, _ in rows}
-    assert got == expected, f"sinfo (node, partition) pairs: missing {sorted(expected - got)}, unexpected {sorted(got - expected)}"
+    assert got == expected, (
+        f"sinfo (node, partition) pairs: missing {sorted(expected - got)}, unexpected {sorted(got - expected)}"
+    )
 
 
 @pytest.mark.parametrize("node", sorted({h for nodes in PARTITIONS.values() for h in nodes}))
@@ -60,7 +63,8 @@ def test_sinfo_node_idle_with_model_gres(node):
     gres = {g for _, _, g in rows}
     assert states == {"idle"} and gres == {D.gres(node)}, (
         f"{node}: sinfo says state {sorted(states)}, gres {sorted(gres)}; the model says idle, {D.gres(node)}\n"
-        + D.host(D.login).run("scontrol show node %s", node).stdout)
+        + D.host(D.login).run("scontrol show node %s", node).stdout
+    )
 
 
 @pytest.mark.parametrize("partition", [p for p, nodes in PARTITIONS.items() if nodes])
@@ -68,11 +72,15 @@ def test_srun_spans_partition_with_all_gpus(partition):
     nodes = PARTITIONS[partition]
     gpus = D.gpus(nodes[0])
     gres = f"--gres={D.gpu_request(nodes)} " if gpus else ""
-    out = D.user_ok(f"srun -p {partition} -N{len(nodes)} -w {','.join(nodes)} {gres}--chdir=/tmp "
-                   "bash -c 'echo \"$(hostname -s) ${CUDA_VISIBLE_DEVICES-unset}\"'")
+    out = D.user_ok(
+        f"srun -p {partition} -N{len(nodes)} -w {','.join(nodes)} {gres}--chdir=/tmp "
+        "bash -c 'echo \"$(hostname -s) ${CUDA_VISIBLE_DEVICES-unset}\"'"
+    )
     want = ",".join(str(i) for i in range(gpus)) if gpus else "unset"
     got = dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
-    assert got == {h: want for h in nodes}, f"srun on {partition}: got {got}, expected CUDA_VISIBLE_DEVICES={want} on {nodes}"
+    assert got == {h: want for h in nodes}, (
+        f"srun on {partition}: got {got}, expected CUDA_VISIBLE_DEVICES={want} on {nodes}"
+    )
 
 
 @pytest.mark.parametrize("partition", [p for p, nodes in PARTITIONS.items() if nodes])
@@ -86,10 +94,12 @@ def test_batch_job_completes_and_is_accounted(partition):
         return rows and rows[0].startswith("COMPLETED|") and (not gpus or "gres/gpu" in rows[0]) and rows[0]
 
     row = retry(accounted, 30, 2)  # slurmdbd receives the record a few seconds after the end
-    assert row, (f"job {job_id} on {partition}: sacct shows "
-                 f"{D.as_user(D.login, f'sacct -n -P -X -j {job_id} -o State,AllocTRES', 30).stdout!r}; "
-                 f"expected COMPLETED{' with gres/gpu in AllocTRES' if gpus else ''}\n"
-                 f"{D.journal(D.controller, 'slurmdbd', 20)}")
+    assert row, (
+        f"job {job_id} on {partition}: sacct shows "
+        f"{D.as_user(D.login, f'sacct -n -P -X -j {job_id} -o State,AllocTRES', 30).stdout!r}; "
+        f"expected COMPLETED{' with gres/gpu in AllocTRES' if gpus else ''}\n"
+        f"{D.journal(D.controller, 'slurmdbd', 20)}"
+    )
 
 
 @pytest.mark.parametrize(("partition", "node"), GPU_NODE_PARAMS)
@@ -98,8 +108,9 @@ def test_one_gpu_job_cannot_open_other_gpus(partition, node):
     script = PROBE_DEVICES.format(devs=" ".join(devs))
     out = D.user_ok(f"srun -p {partition} -w {node} -N1 --gres=gpu:1 --chdir=/tmp bash -c {shlex.quote(script)}")
     verdicts = dict(reversed(line.split(" ", 1)) for line in out.splitlines() if line.strip())
-    assert sorted(verdicts) == sorted(devs) and list(verdicts.values()).count("ok") == 1, \
+    assert sorted(verdicts) == sorted(devs) and list(verdicts.values()).count("ok") == 1, (
         f"{node}: a one-GPU job should open exactly one of {devs}; got {verdicts}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +125,12 @@ def user_ssh_key():
     D.user_ok(f"test -f {key} || ssh-keygen -q -t ed25519 -N '' -f {key}")
     pub = D.user_ok(f"cat {key}.pub").strip()
     for node in D.hosts_in("slurm_nodes"):
-        D.as_user(node, f"mkdir -p -m 700 ~/.ssh && (grep -qxF {shlex.quote(pub)} ~/.ssh/authorized_keys 2>/dev/null "
-                        f"|| echo {shlex.quote(pub)} >> ~/.ssh/authorized_keys) && chmod 600 ~/.ssh/authorized_keys", 30)
+        D.as_user(
+            node,
+            f"mkdir -p -m 700 ~/.ssh && (grep -qxF {shlex.quote(pub)} ~/.ssh/authorized_keys 2>/dev/null "
+            f"|| echo {shlex.quote(pub)} >> ~/.ssh/authorized_keys) && chmod 600 ~/.ssh/authorized_keys",
+            30,
+        )
     return key
 
 
@@ -126,16 +141,18 @@ LOGIN_NODES = set(D.hosts_in("role_login"))
 def test_ssh_to_compute_only_with_a_job(user_ssh_key, partition, node):
     ssh = f"ssh {SSH_OPTS} -i {user_ssh_key} {node} 'hostname -s; cat /proc/self/cgroup'"
     refused = D.as_user(D.login, ssh, 60)
-    assert refused.rc != 0 and "pam_slurm_adopt" in refused.stdout + refused.stderr, \
+    assert refused.rc != 0 and "pam_slurm_adopt" in refused.stdout + refused.stderr, (
         f"ssh {TEST_USER}@{node} without a job: exit {refused.rc}\n{refused.stdout}{refused.stderr}"
+    )
     job_id = D.sbatch(f"-p {partition} -w {node} -N1 --chdir=/tmp -o /dev/null --wrap 'sleep 300'")
     try:
         running = retry(lambda: D.as_user(D.login, f"squeue -h -j {job_id} -o %T", 30).stdout.strip() == "RUNNING", 60)
         assert running, f"job {job_id} on {node} did not start"
         allowed = D.as_user(D.login, ssh, 60)
         # Adopted: the session runs in the job's cgroup (its extern step), so the job's limits apply.
-        assert allowed.rc == 0 and allowed.stdout.startswith(f"{node}\n") and f"/job_{job_id}/" in allowed.stdout, \
+        assert allowed.rc == 0 and allowed.stdout.startswith(f"{node}\n") and f"/job_{job_id}/" in allowed.stdout, (
             f"ssh {TEST_USER}@{node} with job {job_id} running there: exit {allowed.rc}\n{allowed.stdout}{allowed.stderr}"
+        )
     finally:
         D.as_user(D.login, f"scancel {job_id}", 30)
 
@@ -144,7 +161,9 @@ def test_ssh_to_compute_only_with_a_job(user_ssh_key, partition, node):
 def test_login_node_that_runs_jobs_admits_users_without_a_job(user_ssh_key, node):
     """A workstation (one node group that is login and compute node at once): no pam_slurm_adopt."""
     out = D.as_user(D.login, f"ssh {SSH_OPTS} -i {user_ssh_key} {node} hostname -s", 60)
-    assert out.rc == 0 and out.stdout.strip() == node, f"ssh {TEST_USER}@{node}: exit {out.rc}\n{out.stdout}{out.stderr}"
+    assert out.rc == 0 and out.stdout.strip() == node, (
+        f"ssh {TEST_USER}@{node}: exit {out.rc}\n{out.stdout}{out.stderr}"
+    )
     assert "pam_slurm_adopt" not in D.host(node).file("/etc/pam.d/sshd").content_string
 
 
@@ -156,5 +175,6 @@ def test_qos_in_accounting_as_the_model_says(qos):
     """Each QOS of the model is in slurmdbd with its priority and limits, exactly as the plan's
     line (the same line the role compares before it changes anything)."""
     listed = D.host(D.login).check_output(
-        f"sacctmgr --noheader --parsable2 list qos name={shlex.quote(qos['name'])} format={QOS_PLAN['list_format']}")
+        f"sacctmgr --noheader --parsable2 list qos name={shlex.quote(qos['name'])} format={QOS_PLAN['list_format']}"
+    )
     assert listed.splitlines() == [qos["listed"]], f"sacctmgr list qos {qos['name']}: {listed!r}"

@@ -54,7 +54,8 @@ def test_swrun_gpux1_sees_exactly_one_gpu():
     assert cuda.isdigit(), f"CUDA_VISIBLE_DEVICES should name one GPU: {out}"
     # One GPU opens; every other GPU of the node (none on a one-GPU node) is denied.
     assert len(allowed) == 1 and len(denied) == len(allowed + denied) - 1, (
-        f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}")
+        f"exactly one GPU device should open in a {SMALLEST_GPU} job: {out}"
+    )
 
 
 def test_swbatch_job_completes_and_is_accounted():
@@ -90,13 +91,16 @@ def test_swqueue_shows_running_job_and_gpu_use():
     # A GPU job shows as one GPU in use on its node; a CPU-only node has no GPUs and shows CPUs in use.
     in_use = r"GPUs 1/(\d+) \[#(\.*)\]" if gpu else r"GPUs 0/0 \[\] CPUs [1-9]\d*/"
     try:
+
         def running():
             r = D.as_user(D.login, "swqueue --plain", 60)
             return r.stdout if "swq-probe" in r.stdout and "RUNNING" in r.stdout and re.search(in_use, r.stdout) else ""
 
         out = retry(running, 60, 2)
-        assert out, f"swqueue --plain never showed the running job and its node's use ({in_use}):\n" + D.as_user(
-            D.login, "swqueue --plain", 60).stdout
+        assert out, (
+            f"swqueue --plain never showed the running job and its node's use ({in_use}):\n"
+            + D.as_user(D.login, "swqueue --plain", 60).stdout
+        )
         if gpu:
             bar = re.search(in_use, out)  # one '#' per GPU in use, one '.' per free GPU
             assert len(bar.group(2)) == int(bar.group(1)) - 1, out

@@ -45,8 +45,9 @@ def write_config(tmp_path: Path, jobs: list[dict], keep: int = 7, dest: Path | N
     dest.mkdir(exist_ok=True)
     path = tmp_path / "backup.json"
     destinations = {host: {"path": str(dest), "mount_point": "/"} for host in ("h1", "h2", "h3")}
-    path.write_text(json.dumps({"format": 2, "cluster": "hal", "destinations": destinations, "keep": keep,
-                                "jobs": jobs}))
+    path.write_text(
+        json.dumps({"format": 2, "cluster": "hal", "destinations": destinations, "keep": keep, "jobs": jobs})
+    )
     return path
 
 
@@ -60,8 +61,13 @@ def key(tmp_path, monkeypatch) -> Path:
 
 
 def files_job(name: str, *paths: Path, secret: bool = False, host: str = "h1") -> dict:
-    return {"name": name, "kind": "files", "host": host, "paths": [str(p) for p in paths],
-            **({"secret": True} if secret else {})}
+    return {
+        "name": name,
+        "kind": "files",
+        "host": host,
+        "paths": [str(p) for p in paths],
+        **({"secret": True} if secret else {}),
+    }
 
 
 def hal_backup(capsys, *argv: str) -> tuple[int, str, str]:
@@ -98,13 +104,18 @@ def source(tmp_path) -> Path:
 
 # ---- the files kind end to end ---------------------------------------------------------------
 
+
 def test_files_job_writes_a_snapshot_tar_restores(tmp_path, source, key):
     """The program file itself, as the role installs it (no package around it): run, then the
     archive extracted holds the same bytes, modes and numeric owners."""
     config = write_config(tmp_path, [files_job("slurmctld_state", source)])
-    done = subprocess.run([sys.executable, str(PROGRAM), "run", "--config", str(config), "--host", "h1",
-                           "--key", str(key)],
-                          capture_output=True, text=True, cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    done = subprocess.run(
+        [sys.executable, str(PROGRAM), "run", "--config", str(config), "--host", "h1", "--key", str(key)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 0, done.stderr
     jobdir = tmp_path / "dest" / "slurmctld_state"
     [stamp] = stamps(jobdir)
@@ -112,10 +123,27 @@ def test_files_job_writes_a_snapshot_tar_restores(tmp_path, source, key):
     assert f"slurmctld_state: {jobdir / stamp}, 1 file," in done.stdout
     snap = jobdir / stamp
     manifest = json.loads((snap / "MANIFEST.json").read_text())
-    assert set(manifest) == {"format", "cluster", "job", "kind", "host", "created", "seconds", "secret", "files",
-                             "key_id", "hmac"}
-    assert (manifest["format"], manifest["cluster"], manifest["job"], manifest["kind"], manifest["host"],
-            manifest["secret"]) == (2, "hal", "slurmctld_state", "files", "h1", False)
+    assert set(manifest) == {
+        "format",
+        "cluster",
+        "job",
+        "kind",
+        "host",
+        "created",
+        "seconds",
+        "secret",
+        "files",
+        "key_id",
+        "hmac",
+    }
+    assert (
+        manifest["format"],
+        manifest["cluster"],
+        manifest["job"],
+        manifest["kind"],
+        manifest["host"],
+        manifest["secret"],
+    ) == (2, "hal", "slurmctld_state", "files", "h1", False)
     assert manifest["key_id"] == backup.key_id(backup.load_key(key)) and re.fullmatch(r"[0-9a-f]{64}", manifest["hmac"])
     assert backup.authenticity(manifest, backup.load_key(key)) is None
     assert key.read_text() not in (snap / "MANIFEST.json").read_text()
@@ -153,8 +181,10 @@ def test_list_and_verify_a_good_snapshot(tmp_path, source, capsys):
     assert row.split()[6] == "1"  # files (size is two words: "10.2 KB")
     rc, out, _ = hal_backup(capsys, "verify", "--dest", str(tmp_path / "dest"))
     assert rc == 0, out
-    assert out.splitlines() == [f"ok   slurmctld_state/20260301T023000Z (1 file, {backup.human_size(result.bytes)})",
-                                f"1 snapshot checked, 0 failed ({backup.CHECKSUMS_ONLY})"]
+    assert out.splitlines() == [
+        f"ok   slurmctld_state/20260301T023000Z (1 file, {backup.human_size(result.bytes)})",
+        f"1 snapshot checked, 0 failed ({backup.CHECKSUMS_ONLY})",
+    ]
     rc, out, _ = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1")  # the host's own: the key
     assert rc == 0, out
     assert out.splitlines()[-1] == f"1 snapshot checked, 0 failed (authenticated with {backup.KEY})"
@@ -184,8 +214,9 @@ def test_verify_names_a_changed_byte_a_deleted_file_and_an_extra_file(tmp_path, 
 
     rc, out, _ = hal_backup(capsys, "verify", "--dest", str(tmp_path / "dest"), f"slurmctld_state/{intact.name}")
     assert rc == 0, out
-    rc, out, _ = hal_backup(capsys, "verify", "--dest", str(tmp_path / "dest"), "slurmctld_state/20990101T000000Z",
-                            "accounting_db")
+    rc, out, _ = hal_backup(
+        capsys, "verify", "--dest", str(tmp_path / "dest"), "slurmctld_state/20990101T000000Z", "accounting_db"
+    )
     assert rc == 1
     assert "FAIL slurmctld_state/20990101T000000Z: no such snapshot under" in out
     assert "FAIL accounting_db: no such snapshot under" in out
@@ -236,10 +267,14 @@ def test_a_manifest_sealed_with_another_key_or_moved_is_refused(tmp_path, source
     os.rename(first.path, moved)
     rc, out, _ = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1")
     assert rc == 1
-    assert (f"FAIL slurmctld_state/20260302T000000Z: MANIFEST.json was sealed with another key "
-            f"('{backup.key_id(backup.load_key(other))}', this one is '{backup.key_id(backup.load_key(key))}')") in out
-    assert ("FAIL slurmctld_state/20260302T000000Z: MANIFEST.json says it was made at 2026-03-01T02:30:00Z, not at "
-            "its directory's stamp") in out
+    assert (
+        f"FAIL slurmctld_state/20260302T000000Z: MANIFEST.json was sealed with another key "
+        f"('{backup.key_id(backup.load_key(other))}', this one is '{backup.key_id(backup.load_key(key))}')"
+    ) in out
+    assert (
+        "FAIL slurmctld_state/20260302T000000Z: MANIFEST.json says it was made at 2026-03-01T02:30:00Z, not at "
+        "its directory's stamp"
+    ) in out
     assert f"ok   slurmctld_state/{second.path.name}" in out
 
 
@@ -258,8 +293,10 @@ def test_a_manifest_without_an_hmac_is_listed_never_authenticated(tmp_path, sour
     assert rc == 1 and "MANIFEST.json carries no HMAC (format 1: written before manifests were authenticated)" in out
     [new] = run_at(config, "slurmctld_state", T0 + dt.timedelta(days=1))
     assert new.removed == [] and old.path.exists()
-    assert new.warnings == [f"slurmctld_state/20260301T023000Z: MANIFEST.json carries no HMAC (format 1: written "
-                            "before manifests were authenticated): not counted among the 1 kept, not removed"]
+    assert new.warnings == [
+        "slurmctld_state/20260301T023000Z: MANIFEST.json carries no HMAC (format 1: written "
+        "before manifests were authenticated): not counted among the 1 kept, not removed"
+    ]
 
 
 def test_a_future_dated_snapshot_is_reported_not_kept_as_newest(tmp_path, source, capsys):
@@ -273,19 +310,26 @@ def test_a_future_dated_snapshot_is_reported_not_kept_as_newest(tmp_path, source
     first, second = run_at(config, "slurmctld_state", T0, T0 + dt.timedelta(hours=1))
     assert first.removed == [] and second.removed == [first.path.name]
     assert first.path.parent == ahead.path.parent and ahead.path.exists() and second.path.exists()
-    assert second.warnings == [f"slurmctld_state/{ahead.path.name}: dated in the future (made "
-                               f"{future.strftime('%Y-%m-%dT%H:%M:%SZ')}, now 2026-03-01T03:30:00Z): not counted as "
-                               "the newest, not removed"]
+    assert second.warnings == [
+        f"slurmctld_state/{ahead.path.name}: dated in the future (made "
+        f"{future.strftime('%Y-%m-%dT%H:%M:%SZ')}, now 2026-03-01T03:30:00Z): not counted as "
+        "the newest, not removed"
+    ]
     now = T0 + dt.timedelta(hours=3)
     warned = []
-    [age] = backup.ages(tmp_path / "dest", ["slurmctld_state"], now=now, warn=warned.append,
-                        key=backup.load_key(backup.KEY))
+    [age] = backup.ages(
+        tmp_path / "dest", ["slurmctld_state"], now=now, warn=warned.append, key=backup.load_key(backup.KEY)
+    )
     assert (age.seconds, age.stamp) == (7200, second.path.name)
-    assert warned == [f"slurmctld_state/{ahead.path.name}: dated in the future (made "
-                      f"{future.strftime('%Y-%m-%dT%H:%M:%SZ')}, now 2026-03-01T05:30:00Z): not counted"]
+    assert warned == [
+        f"slurmctld_state/{ahead.path.name}: dated in the future (made "
+        f"{future.strftime('%Y-%m-%dT%H:%M:%SZ')}, now 2026-03-01T05:30:00Z): not counted"
+    ]
     rows = backup.rows(backup.snapshots(tmp_path / "dest"), now=now)
-    assert [(r[1], r[6], r[7]) for r in rows] == [(second.path.name, "2h 00m", ""),
-                                                 (ahead.path.name, "-36499d 21h", "future")]
+    assert [(r[1], r[6], r[7]) for r in rows] == [
+        (second.path.name, "2h 00m", ""),
+        (ahead.path.name, "-36499d 21h", "future"),
+    ]
     rc, out, err = hal_backup(capsys, "age", "--config", str(config), "--host", "h1")
     assert rc == 0 and re.fullmatch(r"slurmctld_state \d+\n", out) and "dated in the future" in err
 
@@ -301,8 +345,10 @@ def test_retention_neither_counts_nor_removes_a_forged_snapshot(tmp_path, source
     (forged / "MANIFEST.json").write_text(json.dumps(dict(manifest, created="2026-03-01T12:00:00Z")))
     [later] = run_at(config, "slurmctld_state", T0 + dt.timedelta(days=1))
     assert later.removed == [genuine.path.name] and forged.exists() and later.path.exists()
-    assert later.warnings == ["slurmctld_state/20260301T120000Z: MANIFEST.json does not match its HMAC: changed after "
-                              "the snapshot was written: not counted among the 1 kept, not removed"]
+    assert later.warnings == [
+        "slurmctld_state/20260301T120000Z: MANIFEST.json does not match its HMAC: changed after "
+        "the snapshot was written: not counted among the 1 kept, not removed"
+    ]
 
 
 def test_the_key_is_made_once_root_only_and_checked(tmp_path, source, capsys):
@@ -317,8 +363,10 @@ def test_the_key_is_made_once_root_only_and_checked(tmp_path, source, capsys):
     config = write_config(tmp_path, [files_job("slurmctld_state", source)])
     path.chmod(0o644)
     rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1", "--key", str(path))
-    assert (rc, err) == (2, f"hal-backup: error: the manifest key {path} is open to group or others (mode 0644): "
-                            f"chmod 600 {path}\n")
+    assert (rc, err) == (
+        2,
+        f"hal-backup: error: the manifest key {path} is open to group or others (mode 0644): chmod 600 {path}\n",
+    )
     path.chmod(0o600)
     path.write_text("short\n")
     rc, _, err = hal_backup(capsys, "verify", "--config", str(config), "--host", "h1", "--key", str(path))
@@ -337,13 +385,17 @@ def test_a_full_destination_says_no_space_left_on_device(tmp_path, source, capsy
     if where == "payload":
         fake = tmp_path / "bin" / "tar"
         fake.parent.mkdir()
-        fake.write_text("#!/bin/sh\necho 'tar: /b/files.tar: Cannot write: No space left on device' >&2\n"
-                        "echo 'tar: Error is not recoverable: exiting now' >&2\nexit 2\n")
+        fake.write_text(
+            "#!/bin/sh\necho 'tar: /b/files.tar: Cannot write: No space left on device' >&2\n"
+            "echo 'tar: Error is not recoverable: exiting now' >&2\nexit 2\n"
+        )
         fake.chmod(0o755)
         monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     else:
+
         def full(snapshot, record):
             raise OSError(28, os.strerror(28), str(snapshot / "MANIFEST.json"))
+
         monkeypatch.setattr(backup, "_write_manifest", full)
     rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1")
     assert rc == 1 and len(err.splitlines()) == 1 and "No space left on device" in err, err
@@ -365,8 +417,8 @@ def test_retention_keeps_the_newest_and_clears_what_runs_left_behind(tmp_path, s
     config = write_config(tmp_path, [files_job("slurmctld_state", source)], keep=2)
     jobdir = tmp_path / "dest" / "slurmctld_state"
     jobdir.mkdir()
-    stale = jobdir / ".partial-20260227T000000Z"     # a killed run, two days before
-    recent = jobdir / ".partial-20260301T043000Z"    # started after T0: may still be running
+    stale = jobdir / ".partial-20260227T000000Z"  # a killed run, two days before
+    recent = jobdir / ".partial-20260301T043000Z"  # started after T0: may still be running
     cut_short = jobdir / ".removing-20260101T000000Z"  # a removal that was interrupted
     for d in (stale, recent, cut_short):
         d.mkdir()
@@ -414,20 +466,36 @@ def test_a_secret_job_is_root_only(tmp_path, source):
 
 # ---- failures: one line naming the job, no complete snapshot -----------------------------------
 
+
 def _leftovers(jobdir: Path) -> list[str]:
     return [p.name for p in jobdir.iterdir() if p.name != backup.LOCK] if jobdir.exists() else []
 
 
 FAILURES = [
-    pytest.param({"name": "secrets", "kind": "files", "host": "h1", "paths": ["/nonexistent/munge.key"]},
-                 "job secrets: /nonexistent/munge.key: no such file or directory", None, id="files-missing-path"),
-    pytest.param({"name": "directory", "kind": "slapd", "host": "h1", "suffix": "dc=hal,dc=example",
-                  "config_dir": "/nonexistent/slapd.d"},
-                 "job directory: slapcat failed (exit 1): slapcat: bad configuration directory!", "slapcat",
-                 id="slapcat-fails"),
-    pytest.param({"name": "accounting_db", "kind": "mariadb", "host": "h1", "databases": ["slurm_acct_db"]},
-                 "job accounting_db: mariadb-dump not found (Debian package mariadb-client)", "!mariadb-dump",
-                 id="mariadb-dump-missing"),
+    pytest.param(
+        {"name": "secrets", "kind": "files", "host": "h1", "paths": ["/nonexistent/munge.key"]},
+        "job secrets: /nonexistent/munge.key: no such file or directory",
+        None,
+        id="files-missing-path",
+    ),
+    pytest.param(
+        {
+            "name": "directory",
+            "kind": "slapd",
+            "host": "h1",
+            "suffix": "dc=hal,dc=example",
+            "config_dir": "/nonexistent/slapd.d",
+        },
+        "job directory: slapcat failed (exit 1): slapcat: bad configuration directory!",
+        "slapcat",
+        id="slapcat-fails",
+    ),
+    pytest.param(
+        {"name": "accounting_db", "kind": "mariadb", "host": "h1", "databases": ["slurm_acct_db"]},
+        "job accounting_db: mariadb-dump not found (Debian package mariadb-client)",
+        "!mariadb-dump",
+        id="mariadb-dump-missing",
+    ),
 ]
 
 
@@ -452,8 +520,11 @@ def test_a_mount_point_that_is_not_mounted_is_refused(tmp_path, source, capsys):
     doc["destinations"]["h1"]["mount_point"] = str(tmp_path)
     config.write_text(json.dumps(doc))
     rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1")
-    assert (rc, err) == (1, f"hal-backup: error: {tmp_path} is not a mount point: the file system of the destination "
-                            f"{tmp_path / 'dest'} is not mounted (hal-backup writes nothing there)\n")
+    assert (rc, err) == (
+        1,
+        f"hal-backup: error: {tmp_path} is not a mount point: the file system of the destination "
+        f"{tmp_path / 'dest'} is not mounted (hal-backup writes nothing there)\n",
+    )
 
 
 def test_a_destination_not_mounted_is_not_created(tmp_path, source, capsys):
@@ -462,19 +533,24 @@ def test_a_destination_not_mounted_is_not_created(tmp_path, source, capsys):
     dest.rmdir()
     rc, out, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1")
     assert rc == 1
-    assert err.splitlines() == [f"hal-backup: error: destination {dest} does not exist: is its file system mounted? "
-                                "(hal-backup does not create it)"]
+    assert err.splitlines() == [
+        f"hal-backup: error: destination {dest} does not exist: is its file system mounted? "
+        "(hal-backup does not create it)"
+    ]
     assert not dest.exists()
 
 
 def test_run_chooses_this_hosts_jobs(tmp_path, source, capsys):
-    config = write_config(tmp_path, [files_job("slurmctld_state", source, host="h1"),
-                                     files_job("other", source, host="h2")])
+    config = write_config(
+        tmp_path, [files_job("slurmctld_state", source, host="h1"), files_job("other", source, host="h2")]
+    )
     rc, out, _ = hal_backup(capsys, "run", "--config", str(config), "--host", "h3")
     assert (rc, out.strip()) == (0, f"hal-backup: {config} has no job for host h3")
     rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--host", "h1", "--job", "other")
-    assert (rc, err.strip()) == (2, "hal-backup: error: job other runs on h2, not on h1 "
-                                    "(--host h2 runs it here all the same)")
+    assert (rc, err.strip()) == (
+        2,
+        "hal-backup: error: job other runs on h2, not on h1 (--host h2 runs it here all the same)",
+    )
     rc, _, err = hal_backup(capsys, "run", "--config", str(config), "--job", "nope")
     assert (rc, err.strip()) == (2, f"hal-backup: error: {config} has no job 'nope' (its jobs: slurmctld_state, other)")
     rc, out, _ = hal_backup(capsys, "run", "--config", str(config), "--host", "h1")
@@ -495,8 +571,13 @@ CONTRACT_EXAMPLE = {
         {"name": "directory", "kind": "slapd", "host": "hal-mgmt1", "suffix": "dc=hal,dc=example"},
         {"name": "monitoring", "kind": "influxdb", "host": "hal-mgmt1", "databases": ["telegraf"]},
         {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1", "paths": ["/var/spool/slurmctld"]},
-        {"name": "secrets", "kind": "files", "host": "hal-mgmt1", "secret": True,
-         "paths": ["/etc/munge/munge.key", "/etc/hal-provision/secrets"]},
+        {
+            "name": "secrets",
+            "kind": "files",
+            "host": "hal-mgmt1",
+            "secret": True,
+            "paths": ["/etc/munge/munge.key", "/etc/hal-provision/secrets"],
+        },
     ],
 }
 
@@ -506,9 +587,12 @@ def test_the_contracts_example_parses():
     assert (config.cluster, config.keep) == ("hal", 7)
     assert config.destination("hal-mgmt1") == backup.Destination(Path("/backup/hal"), Path("/backup"))
     assert [(j.name, j.kind, j.host, j.secret) for j in config.jobs] == [
-        ("accounting_db", "mariadb", "hal-mgmt1", False), ("directory", "slapd", "hal-mgmt1", False),
-        ("monitoring", "influxdb", "hal-mgmt1", False), ("slurmctld_state", "files", "hal-mgmt1", False),
-        ("secrets", "files", "hal-mgmt1", True)]
+        ("accounting_db", "mariadb", "hal-mgmt1", False),
+        ("directory", "slapd", "hal-mgmt1", False),
+        ("monitoring", "influxdb", "hal-mgmt1", False),
+        ("slurmctld_state", "files", "hal-mgmt1", False),
+        ("secrets", "files", "hal-mgmt1", True),
+    ]
 
 
 RENDERED = sorted((REPO / "tests" / "golden").glob("*/files/etc/hal-provision/backup.json"))
@@ -533,14 +617,26 @@ CONFIG_ERRORS = [
     ("format", lambda d: d.update(format=1), "format: 1: this hal-backup reads format 2"),
     ("unknown-top", lambda d: d.update(retention=3), "retention: unknown key"),
     ("destinations", lambda d: d.pop("destinations"), "destinations: missing or not an object"),
-    ("destination-path", lambda d: d["destinations"]["hal-mgmt1"].update(path="backup"),
-     "destinations.hal-mgmt1.path: 'backup' is not an absolute path"),
-    ("destination-outside-its-mount", lambda d: d["destinations"]["hal-mgmt1"].update(path="/srv/hal"),
-     "destinations.hal-mgmt1.path: /srv/hal does not lie under its mount point /backup"),
-    ("destination-keys", lambda d: d["destinations"].update(h2="/backup"),
-     "destinations.h2: not an object of exactly path and mount_point"),
-    ("host-without-destination", lambda d: d["jobs"][2].update(host="hal-mgmt2"),
-     "jobs[2].host: 'hal-mgmt2' has no entry in destinations"),
+    (
+        "destination-path",
+        lambda d: d["destinations"]["hal-mgmt1"].update(path="backup"),
+        "destinations.hal-mgmt1.path: 'backup' is not an absolute path",
+    ),
+    (
+        "destination-outside-its-mount",
+        lambda d: d["destinations"]["hal-mgmt1"].update(path="/srv/hal"),
+        "destinations.hal-mgmt1.path: /srv/hal does not lie under its mount point /backup",
+    ),
+    (
+        "destination-keys",
+        lambda d: d["destinations"].update(h2="/backup"),
+        "destinations.h2: not an object of exactly path and mount_point",
+    ),
+    (
+        "host-without-destination",
+        lambda d: d["jobs"][2].update(host="hal-mgmt2"),
+        "jobs[2].host: 'hal-mgmt2' has no entry in destinations",
+    ),
     ("keep-zero", lambda d: d.update(keep=0), "keep: 0 is not a whole number of at least 1"),
     ("keep-bool", lambda d: d.update(keep=True), "keep: True is not a whole number of at least 1"),
     ("jobs", lambda d: d.pop("jobs"), "jobs: missing or not a list"),
@@ -550,11 +646,17 @@ CONFIG_ERRORS = [
     ("secret", lambda d: d["jobs"][4].update(secret="yes"), "jobs[4].secret: 'yes' is not true or false"),
     ("suffix", lambda d: d["jobs"][1].pop("suffix"), "jobs[1].suffix: missing: slapd jobs need an LDAP suffix"),
     ("databases", lambda d: d["jobs"][0].update(databases=[]), "jobs[0].databases: []: mariadb jobs need a non-empty"),
-    ("paths", lambda d: d["jobs"][3].update(paths=["var/spool"]),
-     "jobs[3].paths: ['var/spool']: files jobs need a non-empty list of absolute paths"),
+    (
+        "paths",
+        lambda d: d["jobs"][3].update(paths=["var/spool"]),
+        "jobs[3].paths: ['var/spool']: files jobs need a non-empty list of absolute paths",
+    ),
     ("option", lambda d: d["jobs"][3].update(databases=["x"]), "jobs[3].databases: not a key of a files job"),
-    ("address", lambda d: d["jobs"][2].update(address="localhost"), "jobs[2].address: 'localhost': influxdb jobs "
-                                                                       "need host:port"),
+    (
+        "address",
+        lambda d: d["jobs"][2].update(address="localhost"),
+        "jobs[2].address: 'localhost': influxdb jobs need host:port",
+    ),
     ("twice", lambda d: d["jobs"][4].update(name="directory"), "jobs[4].name: job 'directory' is named twice"),
 ]
 
@@ -566,11 +668,14 @@ def test_a_bad_configuration_names_its_field(change, said):
     assert str(raised.value).startswith(f"backup.json: {said}"), str(raised.value)
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    (None, "cannot read {path}: No such file or directory"),
-    ("{not json", "{path}: not JSON: "),
-    ('{"format": 2}', "{path}: cluster: missing or not a name"),
-])
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (None, "cannot read {path}: No such file or directory"),
+        ("{not json", "{path}: not JSON: "),
+        ('{"format": 2}', "{path}: cluster: missing or not a name"),
+    ],
+)
 @pytest.mark.parametrize("command", ["run", "list", "verify", "age"])
 def test_an_unusable_configuration_exits_2_in_one_line(tmp_path, capsys, command, text, said):
     path = tmp_path / "backup.json"
@@ -582,6 +687,7 @@ def test_an_unusable_configuration_exits_2_in_one_line(tmp_path, capsys, command
 
 
 # ---- each kind's commands --------------------------------------------------------------------
+
 
 def _job(**entry) -> backup.Job:
     doc = _edit(lambda d: d.update(jobs=[{"name": "j", "host": "hal-mgmt1", **entry}]))
@@ -597,36 +703,73 @@ def test_the_mariadb_dump_command_line():
     which mariadb-dump wants first; stdout is the payload."""
     job = _job(kind="mariadb", databases=["slurm_acct_db", "other"])
     [command] = backup.commands(job, Path("/b/j/.partial-S"))
-    assert list(command.argv) == ["mariadb-dump", "--single-transaction", "--routines", "--events",
-                                  "--databases", "slurm_acct_db", "other"]
+    assert list(command.argv) == [
+        "mariadb-dump",
+        "--single-transaction",
+        "--routines",
+        "--events",
+        "--databases",
+        "slurm_acct_db",
+        "other",
+    ]
     assert command.stdout == "accounting_db.sql"
     job = _job(kind="mariadb", databases=["slurm_acct_db"], defaults_file="/etc/mysql/debian.cnf")
-    assert _argvs(job) == [["mariadb-dump", "--defaults-file=/etc/mysql/debian.cnf", "--single-transaction",
-                            "--routines", "--events", "--databases", "slurm_acct_db"]]
+    assert _argvs(job) == [
+        [
+            "mariadb-dump",
+            "--defaults-file=/etc/mysql/debian.cnf",
+            "--single-transaction",
+            "--routines",
+            "--events",
+            "--databases",
+            "slurm_acct_db",
+        ]
+    ]
 
 
 def test_the_slapcat_command_lines():
     assert _argvs(_job(kind="slapd", suffix="dc=hal,dc=example")) == [
         ["slapcat", "-n", "0", "-l", "/b/j/.partial-S/config.ldif"],
-        ["slapcat", "-b", "dc=hal,dc=example", "-l", "/b/j/.partial-S/data.ldif"]]
+        ["slapcat", "-b", "dc=hal,dc=example", "-l", "/b/j/.partial-S/data.ldif"],
+    ]
     assert _argvs(_job(kind="slapd", suffix="dc=x", config_dir="/srv/slapd.d"))[1] == [
-        "slapcat", "-F", "/srv/slapd.d", "-b", "dc=x", "-l", "/b/j/.partial-S/data.ldif"]
+        "slapcat",
+        "-F",
+        "/srv/slapd.d",
+        "-b",
+        "dc=x",
+        "-l",
+        "/b/j/.partial-S/data.ldif",
+    ]
 
 
 def test_the_influxd_backup_command_lines():
     assert _argvs(_job(kind="influxdb", databases=["telegraf", "other"])) == [
         ["influxd", "backup", "-portable", "-database", db, "-host", "localhost:8088", f"/b/j/.partial-S/influxdb/{db}"]
-        for db in ("telegraf", "other")]
+        for db in ("telegraf", "other")
+    ]
     assert _argvs(_job(kind="influxdb", databases=["t"], address="10.0.0.5:8089"))[0][6] == "10.0.0.5:8089"
 
 
 def test_the_tar_command_line():
     assert _argvs(_job(kind="files", paths=["/var/spool/slurmctld", "/etc/munge/munge.key"])) == [
-        ["tar", "--create", "--file", "/b/j/.partial-S/files.tar", "--numeric-owner", "-C", "/", "--",
-         "var/spool/slurmctld", "etc/munge/munge.key"]]
+        [
+            "tar",
+            "--create",
+            "--file",
+            "/b/j/.partial-S/files.tar",
+            "--numeric-owner",
+            "-C",
+            "/",
+            "--",
+            "var/spool/slurmctld",
+            "etc/munge/munge.key",
+        ]
+    ]
 
 
 # ---- age -------------------------------------------------------------------------------------
+
 
 def test_age_of_the_newest_good_snapshot(tmp_path, source, capsys):
     config = write_config(tmp_path, [files_job("slurmctld_state", source), files_job("secrets", source, secret=True)])
@@ -634,9 +777,13 @@ def test_age_of_the_newest_good_snapshot(tmp_path, source, capsys):
     now = T0 + dt.timedelta(hours=3)
     dest = tmp_path / "dest"
     assert [a.text() for a in backup.ages(dest, ["slurmctld_state", "secrets"], now=now)] == [
-        "slurmctld_state 7200", "secrets none"]
+        "slurmctld_state 7200",
+        "secrets none",
+    ]
     assert [a.line_protocol() for a in backup.ages(dest, ["slurmctld_state", "secrets"], now=now)] == [
-        f"hal_backup,job=slurmctld_state age_s=7200.0,bytes={newest.bytes}i", "hal_backup,job=secrets bytes=0i"]
+        f"hal_backup,job=slurmctld_state age_s=7200.0,bytes={newest.bytes}i",
+        "hal_backup,job=secrets bytes=0i",
+    ]
     with open(newest.path / "files.tar", "ab") as f:  # the newest no longer verifies by size: the older counts
         f.write(b"x")
     assert backup.ages(dest, ["slurmctld_state"], now=now)[0].text() == "slurmctld_state 10800"
@@ -646,14 +793,19 @@ def test_age_of_the_newest_good_snapshot(tmp_path, source, capsys):
     assert re.fullmatch(r"slurmctld_state \d+\nsecrets none\n", out), out
     rc, out, _ = hal_backup(capsys, "age", "--config", str(config), "--host", "h1", "--influx")
     assert rc == 0
-    assert re.fullmatch(rf"hal_backup,job=slurmctld_state age_s=\d+\.\d,bytes={older.bytes}i\n"
-                        r"hal_backup,job=secrets bytes=0i\n", out), out
+    assert re.fullmatch(
+        rf"hal_backup,job=slurmctld_state age_s=\d+\.\d,bytes={older.bytes}i\n"
+        r"hal_backup,job=secrets bytes=0i\n",
+        out,
+    ), out
     rc, out, _ = hal_backup(capsys, "age", "--dest", str(dest))  # without the configuration: the job directories
     assert rc == 0 and re.fullmatch(r"slurmctld_state \d+\n", out), out
 
 
-@pytest.mark.skipif(not (ROOT and Path("/usr/bin/python3").exists() and shutil.which("runuser")),
-                    reason="needs root, runuser and Debian's python3")
+@pytest.mark.skipif(
+    not (ROOT and Path("/usr/bin/python3").exists() and shutil.which("runuser")),
+    reason="needs root, runuser and Debian's python3",
+)
 def test_age_as_another_user_than_root_reports_what_it_can_read(tmp_path, source):
     """Telegraf runs its exec inputs as its own user: a secret job's directory (0700, root's)
     counts as none with a warning, the other jobs are reported, and the exit status stays 0."""
@@ -663,18 +815,37 @@ def test_age_as_another_user_than_root_reports_what_it_can_read(tmp_path, source
         program = shared / "hal-backup"
         shutil.copy(PROGRAM, program)  # as the role installs it: the one file, run by the node's python3
         os.chmod(program, 0o755)
-        config = write_config(tmp_path, [files_job("slurmctld_state", source), files_job("secrets", source, secret=True)],
-                              dest=shared / "dest")
+        config = write_config(
+            tmp_path,
+            [files_job("slurmctld_state", source), files_job("secrets", source, secret=True)],
+            dest=shared / "dest",
+        )
         os.chmod(shared / "dest", 0o755)
         run_at(config, "slurmctld_state", T0)
         run_at(config, "secrets", T0)
-        done = subprocess.run(["runuser", "-u", "nobody", "--", "/usr/bin/python3", str(program), "age", "--dest",
-                               str(shared / "dest"), "--influx"], capture_output=True, text=True, cwd=shared)
+        done = subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "nobody",
+                "--",
+                "/usr/bin/python3",
+                str(program),
+                "age",
+                "--dest",
+                str(shared / "dest"),
+                "--influx",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=shared,
+        )
     finally:
         shutil.rmtree(shared)
     assert done.returncode == 0, done.stderr
-    assert re.fullmatch(r"hal_backup,job=secrets bytes=0i\nhal_backup,job=slurmctld_state age_s=\d+\.\d,bytes=\d+i\n",
-                        done.stdout), done.stdout
+    assert re.fullmatch(
+        r"hal_backup,job=secrets bytes=0i\nhal_backup,job=slurmctld_state age_s=\d+\.\d,bytes=\d+i\n", done.stdout
+    ), done.stdout
     assert done.stderr == f"hal-backup: warning: cannot read {shared}/dest/secrets: Permission denied\n"
 
 
@@ -694,6 +865,7 @@ def test_list_shows_an_unfinished_run(tmp_path, source, capsys):
 
 
 # ---- hal-provision backup list|verify ---------------------------------------------------------
+
 
 def _cli(*args: str):
     from hal_provision.cli.main import app

@@ -47,18 +47,26 @@ def role_vars(files, inventory_groups, host: str = "hal-mgmt1", **extra) -> dict
     lookups would read given as their values."""
     values = {**_yaml(ROLE / "defaults/main.yml"), **_yaml(ROLE / "vars/main.yml"), **_yaml(ROLE / "vars/Debian.yml")}
     doc = json.loads(files[renderer.CONFIG])
-    values.update(hal_rendered_dir="/r/files", playbook_dir=str(REPO / "playbooks"), role_path=str(ROLE),
-                  inventory_hostname=host, groups=inventory_groups, __backup_doc=doc, __backup_config=doc,
-                  __backup_unit_text=files[renderer.SERVICE])
+    values.update(
+        hal_rendered_dir="/r/files",
+        playbook_dir=str(REPO / "playbooks"),
+        role_path=str(ROLE),
+        inventory_hostname=host,
+        groups=inventory_groups,
+        __backup_doc=doc,
+        __backup_config=doc,
+        __backup_unit_text=files[renderer.SERVICE],
+    )
     values["__backup_jobs"] = [j for j in doc["jobs"] if j["host"] == host]
     values.update(extra)
     return values
 
 
-@pytest.mark.parametrize(("host", "path", "mount_point"), [
-    ("hal-mgmt1", "/backup/hal", "/backup"), ("hal-mgmt2", "/backup-mgmt2/hal", "/backup-mgmt2")])
-def test_the_role_reads_the_program_and_this_host_s_destination(hal, files, inventory_groups, host, path,
-                                                                 mount_point):
+@pytest.mark.parametrize(
+    ("host", "path", "mount_point"),
+    [("hal-mgmt1", "/backup/hal", "/backup"), ("hal-mgmt2", "/backup-mgmt2/hal", "/backup-mgmt2")],
+)
+def test_the_role_reads_the_program_and_this_host_s_destination(hal, files, inventory_groups, host, path, mount_point):
     """The program from the unit; each host's own destination and mount point from the job list,
     the mount point one the unit lets the service write."""
     value = templar(role_vars(files, inventory_groups, host))
@@ -71,7 +79,9 @@ def test_the_role_reads_the_program_and_this_host_s_destination(hal, files, inve
     assert value("__backup_config_path") == program.CONFIG == "/" + renderer.CONFIG.removeprefix("files/")
     assert value("__backup_key_path") == program.KEY
     assert [value("__backup_unit_dir") + "/" + value(name) for name in ("__backup_service", "__backup_timer")] == [
-        "/" + renderer.SERVICE.removeprefix("files/"), "/" + renderer.TIMER.removeprefix("files/")]
+        "/" + renderer.SERVICE.removeprefix("files/"),
+        "/" + renderer.TIMER.removeprefix("files/"),
+    ]
     assert value("__backup_mariadb_dump") == program.SQL_FILE
     assert value("__backup_influxdb_address") == program.INFLUXDB_ADDRESS
     assert value("backup_config_src") == "/r/files/etc/hal-provision/backup.json"
@@ -84,23 +94,29 @@ def test_a_unit_without_the_lines_gives_nothing_the_role_would_use(files, invent
     assert not value("__backup_program_found") and value("__backup_mounts_found") == []
 
 
-@pytest.mark.parametrize(("host", "jobs"), [
-    ("hal-mgmt1", ["accounting_db", "directory", "monitoring", "slurmctld_state", "secrets-hal-mgmt1"]),
-    ("hal-mgmt2", ["secrets-hal-mgmt2"]),
-    ("hal01", []),   # no job: the role does nothing there
-    ("hal-data", []),
-])
+@pytest.mark.parametrize(
+    ("host", "jobs"),
+    [
+        ("hal-mgmt1", ["accounting_db", "directory", "monitoring", "slurmctld_state", "secrets-hal-mgmt1"]),
+        ("hal-mgmt2", ["secrets-hal-mgmt2"]),
+        ("hal01", []),  # no job: the role does nothing there
+        ("hal-data", []),
+    ],
+)
 def test_each_host_runs_the_jobs_that_name_it(files, inventory_groups, host, jobs):
     value = templar(role_vars(files, inventory_groups, host))
     assert [j["name"] for j in value("__backup_host_jobs")] == jobs
 
 
-@pytest.mark.parametrize(("asked", "order"), [
-    ([], ["secrets-hal-mgmt1", "accounting_db", "directory", "monitoring", "slurmctld_state"]),
-    (["slurmctld_state", "accounting_db"], ["accounting_db", "slurmctld_state"]),
-    (["secrets-hal-mgmt1", "directory"], ["secrets-hal-mgmt1", "directory"]),
-    (["secrets-hal-mgmt2"], []),  # another host's job: nothing to do here
-])
+@pytest.mark.parametrize(
+    ("asked", "order"),
+    [
+        ([], ["secrets-hal-mgmt1", "accounting_db", "directory", "monitoring", "slurmctld_state"]),
+        (["slurmctld_state", "accounting_db"], ["accounting_db", "slurmctld_state"]),
+        (["secrets-hal-mgmt1", "directory"], ["secrets-hal-mgmt1", "directory"]),
+        (["secrets-hal-mgmt2"], []),  # another host's job: nothing to do here
+    ],
+)
 def test_restore_runs_the_secrets_first_then_backup_json_s_order(files, inventory_groups, asked, order):
     value = templar(role_vars(files, inventory_groups, backup_restore_jobs=asked))
     assert [j["name"] for j in value("__backup_restore_order")] == order
@@ -112,14 +128,17 @@ def test_unknown_job_names_are_listed(files, inventory_groups):
     assert value("__backup_unknown_jobs") == ["secrets"]  # HAL's are secrets-<host>
 
 
-@pytest.mark.parametrize(("job", "owners"), [
-    ("accounting_db", [["hal-mgmt1", "slurmdbd"]]),
-    ("directory", [["hal-mgmt1", "slapd"]]),
-    ("monitoring", []),  # influxd restore -portable needs the server running
-    ("slurmctld_state", [["hal-mgmt1", "slurmctld"]]),
-    ("secrets-hal-mgmt1", [["hal-mgmt1", "munge"], ["hal-mgmt1", "slapd"]]),
-    ("secrets-hal-mgmt2", [["hal-mgmt2", "jupyterhub"], ["hal-mgmt2", "apache2"]]),
-])
+@pytest.mark.parametrize(
+    ("job", "owners"),
+    [
+        ("accounting_db", [["hal-mgmt1", "slurmdbd"]]),
+        ("directory", [["hal-mgmt1", "slapd"]]),
+        ("monitoring", []),  # influxd restore -portable needs the server running
+        ("slurmctld_state", [["hal-mgmt1", "slurmctld"]]),
+        ("secrets-hal-mgmt1", [["hal-mgmt1", "munge"], ["hal-mgmt1", "slapd"]]),
+        ("secrets-hal-mgmt2", [["hal-mgmt2", "jupyterhub"], ["hal-mgmt2", "apache2"]]),
+    ],
+)
 def test_restore_stops_the_services_that_use_the_state(files, inventory_groups, job, owners):
     doc = json.loads(files[renderer.CONFIG])
     entry = next(j for j in doc["jobs"] if j["name"] == job)
@@ -131,7 +150,10 @@ def test_with_a_backup_controller_both_controllers_stop_for_the_state(files, inv
     groups = dict(inventory_groups, service_slurmctld=["hal-mgmt1", "hal-mgmt2"])
     entry = {"name": "slurmctld_state", "kind": "files", "host": "hal-mgmt1", "paths": ["/var/lib/slurm/slurmctld"]}
     value = templar(role_vars(files, groups, __backup_job=entry))
-    assert [list(p) for p in value("__backup_restore_owners")] == [["hal-mgmt1", "slurmctld"], ["hal-mgmt2", "slurmctld"]]
+    assert [list(p) for p in value("__backup_restore_owners")] == [
+        ["hal-mgmt1", "slurmctld"],
+        ["hal-mgmt2", "slurmctld"],
+    ]
 
 
 def test_check_mode_says_what_a_restore_replaces(files, inventory_groups):
@@ -140,15 +162,22 @@ def test_check_mode_says_what_a_restore_replaces(files, inventory_groups):
     for entry in doc["jobs"]:
         value = templar(role_vars(files, inventory_groups, entry["host"], __backup_job=entry))
         said[entry["name"]] = value("__backup_replaces")
-    assert said["accounting_db"] == ("databases slurm_acct_db (dropped, then accounting_db.sql loaded with mariadb), "
-                                     "stopping slurmdbd on hal-mgmt1 meanwhile")
-    assert said["directory"] == ("the directory dc=ncsa,dc=illinois,dc=edu (/var/lib/ldap moved aside, data.ldif "
-                                 "loaded with slapadd; config.ldif only where cn=config is missing), stopping slapd "
-                                 "on hal-mgmt1 meanwhile")
-    assert said["monitoring"] == ("databases telegraf (dropped, then influxd restore -portable; the users get their "
-                                  "privileges back)")
-    assert said["slurmctld_state"] == ("/var/lib/slurm/slurmctld (directories moved aside, then those paths extracted "
-                                       "from files.tar), stopping slurmctld on hal-mgmt1 meanwhile")
+    assert said["accounting_db"] == (
+        "databases slurm_acct_db (dropped, then accounting_db.sql loaded with mariadb), "
+        "stopping slurmdbd on hal-mgmt1 meanwhile"
+    )
+    assert said["directory"] == (
+        "the directory dc=ncsa,dc=illinois,dc=edu (/var/lib/ldap moved aside, data.ldif "
+        "loaded with slapadd; config.ldif only where cn=config is missing), stopping slapd "
+        "on hal-mgmt1 meanwhile"
+    )
+    assert said["monitoring"] == (
+        "databases telegraf (dropped, then influxd restore -portable; the users get their privileges back)"
+    )
+    assert said["slurmctld_state"] == (
+        "/var/lib/slurm/slurmctld (directories moved aside, then those paths extracted "
+        "from files.tar), stopping slurmctld on hal-mgmt1 meanwhile"
+    )
     assert said["secrets-hal-mgmt2"].endswith(", stopping jupyterhub on hal-mgmt2, apache2 on hal-mgmt2 meanwhile")
 
 
@@ -178,7 +207,7 @@ def test_a_files_restore_extracts_the_job_s_own_members_only(files, inventory_gr
     assert members == [p.lstrip("/") for p in entry["paths"]]
     job = program.parse_config(dict(doc, jobs=[entry])).jobs[0]
     [command] = program.commands(job, Path("/s"))
-    assert list(command.argv[command.argv.index("--") + 1:]) == members
+    assert list(command.argv[command.argv.index("--") + 1 :]) == members
     tasks = _yaml(ROLE / "tasks/restore_files.yml")
     extract = next(t for t in tasks if t["name"] == "Extract the snapshot's files")["ansible.builtin.command"]["argv"]
     assert extract.rstrip().endswith("'--'] + __backup_members }}")
@@ -198,21 +227,35 @@ def test_the_sql_dump_loads_without_the_client_s_commands():
     assert "--batch --binary-mode <" in load_task["ansible.builtin.shell"]
 
 
-@pytest.mark.parametrize(("stamp", "ok"), [
-    (program.stamp_of(program._utcnow()), True), ("20260301T023000Z", True),
-    (".partial-20260301T023000Z", False), ("latest", False), ("2026-03-01", False)])
+@pytest.mark.parametrize(
+    ("stamp", "ok"),
+    [
+        (program.stamp_of(program._utcnow()), True),
+        ("20260301T023000Z", True),
+        (".partial-20260301T023000Z", False),
+        ("latest", False),
+        ("2026-03-01", False),
+    ],
+)
 def test_snapshot_names_are_hal_backup_s_stamps(files, inventory_groups, stamp, ok):
     value = templar(role_vars(files, inventory_groups, s=stamp))
     assert value("s is match(__backup_stamp_pattern)") is ok
     assert bool(program.STAMP_RE.fullmatch(stamp)) is ok
 
 
-@pytest.mark.parametrize(("extra", "snapshot", "jobs", "force"), [
-    ({"snapshot": "latest"}, "latest", [], False),
-    ({"snapshot": "20260301T023000Z", "jobs": "accounting_db, directory", "force": "yes"},
-     "20260301T023000Z", ["accounting_db", "directory"], True),
-    ({"jobs": ["monitoring"]}, "", ["monitoring"], False),
-])
+@pytest.mark.parametrize(
+    ("extra", "snapshot", "jobs", "force"),
+    [
+        ({"snapshot": "latest"}, "latest", [], False),
+        (
+            {"snapshot": "20260301T023000Z", "jobs": "accounting_db, directory", "force": "yes"},
+            "20260301T023000Z",
+            ["accounting_db", "directory"],
+            True,
+        ),
+        ({"jobs": ["monitoring"]}, "", ["monitoring"], False),
+    ],
+)
 def test_restore_playbook_turns_its_extra_variables_into_the_role_s(extra, snapshot, jobs, force):
     [play] = _yaml(REPO / "playbooks/restore.yml")
     value = templar({**play["vars"], **extra})
@@ -240,8 +283,10 @@ def test_update_policy_names_the_role_s_handlers_and_hosts(files):
 def test_site_runs_backups_after_the_state_they_back_up_and_before_the_record():
     order = [entry["ansible.builtin.import_playbook"] for entry in _yaml(REPO / "playbooks/site.yml")]
     at = order.index("backup.yml")
-    assert all(order.index(p) < at for p in ("directory.yml", "accounting.yml", "slurm-controller.yml",
-                                             "portal.yml", "monitoring.yml"))
+    assert all(
+        order.index(p) < at
+        for p in ("directory.yml", "accounting.yml", "slurm-controller.yml", "portal.yml", "monitoring.yml")
+    )
     assert order[-1] == "record.yml" and "restore.yml" not in order
 
 
@@ -259,7 +304,11 @@ def test_playbook_syntax_with_the_rendered_hal_inventory(tmp_path, files, playbo
         if rel.startswith("inventory/"):
             (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / rel).write_text(text)
-    done = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory"), "--syntax-check",
-                           str(REPO / "playbooks" / playbook)], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    done = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory"), "--syntax-check", str(REPO / "playbooks" / playbook)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+    )
     assert done.returncode == 0, done.stdout + done.stderr

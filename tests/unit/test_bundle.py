@@ -5,7 +5,6 @@ and a golden of the manifest of x86-twogen (code hashes normalised, rendered one
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import json
@@ -105,11 +104,18 @@ def test_manifest_lists_every_member_with_its_sha256(twogen_bundle):
     inside = json.loads(files.pop(lib.MANIFEST))
     assert inside == twogen_bundle.manifest == json.loads(twogen_bundle.outputs()[f"{twogen_bundle.version}.json"])
     assert inside["files"] == {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-    for prefix in ("bundle/ansible.cfg", "bundle/playbooks/site.yml", "bundle/roles/slurm/tasks/main.yml",
-                   "bundle/collections/ansible_collections/hal/provision/plugins/inventory/cluster.py",
-                   "bundle/files/etc/hal-provision/deploy.json", "bundle/files/etc/slurm/slurm.conf",
-                   "bundle/hal_provision/hostlist.py", "bundle/hal_provision/node/converge.py",
-                   "bundle/hal_provision/node/health/healthcheck.py", lib.INVENTORY):
+    for prefix in (
+        "bundle/ansible.cfg",
+        "bundle/playbooks/site.yml",
+        "bundle/roles/slurm/tasks/main.yml",
+        "bundle/collections/ansible_collections/hal/provision/plugins/inventory/cluster.py",
+        "bundle/files/etc/hal-provision/deploy.json",
+        "bundle/files/etc/slurm/slurm.conf",
+        "bundle/hal_provision/hostlist.py",
+        "bundle/hal_provision/node/converge.py",
+        "bundle/hal_provision/node/health/healthcheck.py",
+        lib.INVENTORY,
+    ):
         assert prefix in files, prefix
     assert inside["nodes"] == [f"tg0{i}" for i in range(1, 9)]
     assert inside["points"] == {"tg-mgmt": inside["nodes"]}
@@ -118,9 +124,12 @@ def test_manifest_lists_every_member_with_its_sha256(twogen_bundle):
 def test_current_json_names_the_bundle_and_its_sha256(twogen_bundle):
     outputs = twogen_bundle.outputs()
     current = json.loads(outputs["current.json"])
-    assert current == {"version": twogen_bundle.version, "bundle": f"{twogen_bundle.version}.tar.gz",
-                       "sha256": hashlib.sha256(outputs[current["bundle"]]).hexdigest(),
-                       "size": len(outputs[current["bundle"]])}
+    assert current == {
+        "version": twogen_bundle.version,
+        "bundle": f"{twogen_bundle.version}.tar.gz",
+        "sha256": hashlib.sha256(outputs[current["bundle"]]).hexdigest(),
+        "size": len(outputs[current["bundle"]]),
+    }
 
 
 def test_no_secret_is_in_the_bundle(twogen_bundle):
@@ -128,7 +137,7 @@ def test_no_secret_is_in_the_bundle(twogen_bundle):
     names = list(members(twogen_bundle.tarball))
     for name in names:
         if name.startswith(lib.RENDERED):
-            path = "/" + name[len(lib.RENDERED):]
+            path = "/" + name[len(lib.RENDERED) :]
             assert path not in secrets and not path.startswith(SECRETS_DIR + "/"), name
         assert not name.endswith((".key", "_pass")) or "/templates/" in name or "/defaults/" in name, name
 
@@ -143,8 +152,13 @@ def test_static_inventory_lists_as_the_rendered_inventory(twogen, twogen_bundle,
 
     def listed(source: Path) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-        proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(source), "--list"], capture_output=True,
-                              text=True, env={**env, "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "1"}, check=True)
+        proc = subprocess.run(
+            [str(BIN / "ansible-inventory"), "-i", str(source), "--list"],
+            capture_output=True,
+            text=True,
+            env={**env, "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "1"},
+            check=True,
+        )
         data = json.loads(proc.stdout)
         data["_meta"].pop("profile", None)
         for hostvars in data["_meta"]["hostvars"].values():
@@ -161,8 +175,10 @@ def test_static_inventory_lists_as_the_rendered_inventory(twogen, twogen_bundle,
 
 def normalised(manifest: dict) -> dict:
     out = dict(manifest, version=CODE, code_hash=CODE)
-    out["files"] = {path: digest if path.startswith(lib.RENDERED) or path == lib.INVENTORY else CODE
-                    for path, digest in manifest["files"].items()}
+    out["files"] = {
+        path: digest if path.startswith(lib.RENDERED) or path == lib.INVENTORY else CODE
+        for path, digest in manifest["files"].items()
+    }
     return out
 
 
@@ -178,8 +194,14 @@ def test_manifest_matches_its_golden(twogen_bundle):
 def run_cli(*args: str, keys: Path | None = None) -> subprocess.CompletedProcess:
     """`hal-provision bundle ARGS`, its release key in KEYS (never the user's own)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HAL_RELEASE_KEYS": str(keys or Path("/nonexistent/keys"))}
-    return subprocess.run([sys.executable, "-m", "hal_provision.cli", "bundle", *args], capture_output=True, text=True,
-                          env=env, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "hal_provision.cli", "bundle", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
 
 
 def test_command_writes_the_bundle_manifest_and_current(tmp_path, twogen_bundle):
@@ -189,7 +211,9 @@ def test_command_writes_the_bundle_manifest_and_current(tmp_path, twogen_bundle)
     assert proc.returncode == 0, proc.stderr
     written = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     built = twogen_bundle.outputs()
-    assert {k: v for k, v in written.items() if k != "current.json"} == {k: v for k, v in built.items() if k != "current.json"}
+    assert {k: v for k, v in written.items() if k != "current.json"} == {
+        k: v for k, v in built.items() if k != "current.json"
+    }
     # current.json: the same release, signed with the key `bundle` made
     signed = release.verify(written["current.json"], tmp_path / "keys" / "twogen.pub")
     assert {k: signed[k] for k in ("version", "bundle", "sha256", "size")} == json.loads(built["current.json"])

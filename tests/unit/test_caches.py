@@ -19,7 +19,9 @@ from hal_provision.sandbox.overlay import SANDBOX_INVENTORY, SshAccess, sandbox_
 from tests.conftest import templar
 
 REPO = Path(__file__).resolve().parents[2]
-SSH = SshAccess(private_key=Path("/work/.hal-sandbox/ssh/id_ed25519"), known_hosts=Path("/work/.hal-sandbox/ssh/known_hosts"))
+SSH = SshAccess(
+    private_key=Path("/work/.hal-sandbox/ssh/id_ed25519"), known_hosts=Path("/work/.hal-sandbox/ssh/known_hosts")
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +46,11 @@ def test_the_sandbox_inventory_names_the_wheelhouse_only_with_the_caches(sandbox
 
 def portal_vars(**overrides) -> dict:
     role = REPO / "roles/portal"
-    return {**yaml.safe_load((role / "defaults/main.yml").read_text()),
-            **yaml.safe_load((role / "vars/main.yml").read_text()), **overrides}
+    return {
+        **yaml.safe_load((role / "defaults/main.yml").read_text()),
+        **yaml.safe_load((role / "vars/main.yml").read_text()),
+        **overrides,
+    }
 
 
 def test_without_a_wheelhouse_pip_keeps_the_sites_environment_and_its_index():
@@ -57,25 +62,40 @@ def test_without_a_wheelhouse_pip_keeps_the_sites_environment_and_its_index():
 
 
 def test_with_a_wheelhouse_pip_installs_from_it_alone():
-    value = templar(portal_vars(portal_pip_wheelhouse=wheelhouse.NODE_WHEELHOUSE,
-                                portal_pip_environment={"PIP_CERT": "/etc/ssl/x.crt"}))
+    value = templar(
+        portal_vars(
+            portal_pip_wheelhouse=wheelhouse.NODE_WHEELHOUSE, portal_pip_environment={"PIP_CERT": "/etc/ssl/x.crt"}
+        )
+    )
     assert value("__portal_pip_environment") == {
-        "PIP_CERT": "/etc/ssl/x.crt", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}
+        "PIP_CERT": "/etc/ssl/x.crt",
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE,
+    }
 
 
 def lmod_vars(plan_wheelhouse: str | None = None, **overrides) -> dict:
     role = REPO / "roles/lmod"
-    return {**yaml.safe_load((role / "defaults/main.yml").read_text()),
-            **yaml.safe_load((role / "vars/main.yml").read_text()),
-            "__lmod_plan": {"wheelhouse": plan_wheelhouse, "environments": []}, **overrides}
+    return {
+        **yaml.safe_load((role / "defaults/main.yml").read_text()),
+        **yaml.safe_load((role / "vars/main.yml").read_text()),
+        "__lmod_plan": {"wheelhouse": plan_wheelhouse, "environments": []},
+        **overrides,
+    }
 
 
-@pytest.mark.parametrize(("plan", "overrides", "expected"), [
-    (None, {}, {}),  # the index, as pip is configured on the node
-    ("/sw/wheels", {}, {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/sw/wheels"}),  # the model's wheelhouse
-    ("/sw/wheels", {"lmod_pip_wheelhouse": wheelhouse.NODE_WHEELHOUSE, "lmod_pip_environment": {"PIP_CERT": "/c"}},
-     {"PIP_CERT": "/c", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE}),  # the sandbox's
-])
+@pytest.mark.parametrize(
+    ("plan", "overrides", "expected"),
+    [
+        (None, {}, {}),  # the index, as pip is configured on the node
+        ("/sw/wheels", {}, {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/sw/wheels"}),  # the model's wheelhouse
+        (
+            "/sw/wheels",
+            {"lmod_pip_wheelhouse": wheelhouse.NODE_WHEELHOUSE, "lmod_pip_environment": {"PIP_CERT": "/c"}},
+            {"PIP_CERT": "/c", "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse.NODE_WHEELHOUSE},
+        ),  # the sandbox's
+    ],
+)
 def test_module_environments_install_from_the_wheelhouse_in_force(plan, overrides, expected):
     assert templar(lmod_vars(plan, **overrides))("__lmod_pip_environment") == expected
 
@@ -87,14 +107,19 @@ def test_the_wheelhouse_holds_what_the_portal_role_installs():
     assert set(catalogue["user_environment"]["packages"]) <= set(reqs)
     assert "jupyterhub-ldapauthenticator==2.0.2" in reqs and "jupyterhub-idle-culler==2.0.0" in reqs
     assert "torch==2.13.0+cpu" in reqs  # the CPU PyTorch module's environment (software.modules[].pip)
-    assert wheelhouse.requirements({k: v for k, v in files.items()
-                                    if k not in (wheelhouse.CATALOGUE, wheelhouse.SOFTWARE)}) == []
+    assert (
+        wheelhouse.requirements(
+            {k: v for k, v in files.items() if k not in (wheelhouse.CATALOGUE, wheelhouse.SOFTWARE)}
+        )
+        == []
+    )
 
 
 def test_the_host_pips_local_wheel_directories_reach_the_wheelhouse(tmp_path):
     (tmp_path / "wheels").mkdir()
-    links = wheelhouse.host_find_links({"PIP_FIND_LINKS": f"{tmp_path / 'wheels'} https://example.invalid/x "
-                                                          f"{tmp_path / 'missing'}"})
+    links = wheelhouse.host_find_links(
+        {"PIP_FIND_LINKS": f"{tmp_path / 'wheels'} https://example.invalid/x {tmp_path / 'missing'}"}
+    )
     assert tmp_path / "wheels" in links and tmp_path / "missing" not in links
     assert all(not str(p).startswith("http") for p in links)
 
@@ -120,8 +145,10 @@ def test_a_module_whose_packages_no_pip_source_has_is_left_out_of_the_wheelhouse
 
     def fill(reqs, *args, **kw):
         if "torch==2.13.0+cpu" in reqs:
-            raise wheelhouse.WheelhouseError("pip wheel into /w failed: ERROR: Could not find a version\n"
-                                             "ERROR: No matching distribution found for torch==2.13.0+cpu")
+            raise wheelhouse.WheelhouseError(
+                "pip wheel into /w failed: ERROR: Could not find a version\n"
+                "ERROR: No matching distribution found for torch==2.13.0+cpu"
+            )
         filled.append(reqs)
         return tmp_path
 
@@ -169,11 +196,14 @@ def package_condition(task_file: str, task_name: str) -> str:
     return when[-1] if isinstance(when, list) else when
 
 
-@pytest.mark.parametrize("installed, runs", [
-    (None, True),  # no list (a role run without common): the package manager decides
-    (["chrony", "munge"], False),
-    (["chrony"], True),
-])
+@pytest.mark.parametrize(
+    "installed, runs",
+    [
+        (None, True),  # no list (a role run without common): the package manager decides
+        (["chrony", "munge"], False),
+        (["chrony"], True),
+    ],
+)
 def test_a_package_task_is_skipped_only_when_the_list_has_every_package(installed, runs):
     condition = package_condition("roles/munge/tasks/install.yml", "Install munge")
     variables = {"__munge_packages": ["munge"]}
@@ -210,8 +240,18 @@ def test_every_package_task_of_the_roles_consults_the_list():
 # ---- the packages image -------------------------------------------------------------------------
 def test_the_image_carries_the_roles_packages_but_those_they_must_install_themselves():
     wanted = image.image_packages()
-    for role_package in ("munge", "slurmctld", "slurmd", "mariadb-server", "sssd-ldap", "lmod", "uidmap",
-                         "node-configurable-http-proxy", "default-jre-headless", "ipmitool"):
+    for role_package in (
+        "munge",
+        "slurmctld",
+        "slurmd",
+        "mariadb-server",
+        "sssd-ldap",
+        "lmod",
+        "uidmap",
+        "node-configurable-http-proxy",
+        "default-jre-headless",
+        "ipmitool",
+    ):
         assert role_package in wanted
     assert "slapd" in image.role_packages() and "slapd" not in wanted  # debconf-preseeded by ldap_server
     assert not any("{{" in p or "/" in p for p in wanted)  # vendor URLs are not distribution packages
@@ -232,7 +272,8 @@ def test_role_vars_are_read_from_the_vars_files(tmp_path):
     (tmp_path / "r1/vars").mkdir(parents=True)
     (tmp_path / "r1/vars/Debian.yml").write_text(
         "__r1_packages: [a, b]\n__r1_more_packages: {x: [c], y: [d]}\n__r1_package: e\n"
-        "__r1_vendor_packages: \"{{ ['https://example.org/x.deb'] }}\"\n__r1_service: svc\n__r1_other: f\n")
+        "__r1_vendor_packages: \"{{ ['https://example.org/x.deb'] }}\"\n__r1_service: svc\n__r1_other: f\n"
+    )
     (tmp_path / "r1/vars/RedHat.yml").write_text("__r1_packages: [rpm-only]\n")
     assert image.role_packages(tmp_path) == ["a", "b", "c", "d", "e"]
     assert image.role_services(tmp_path) == ["svc"]
@@ -245,8 +286,11 @@ def test_the_prefill_fills_what_sandbox_up_would(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(image, "build_packages", lambda release=image.DEFAULT_RELEASE: f"img-{release}")
-    monkeypatch.setattr(wheelhouse, "fill_available",
-                        lambda files, wheels, img, *a, **kw: seen.append((wheelhouse.requirement_sets(files), img)) or {})
+    monkeypatch.setattr(
+        wheelhouse,
+        "fill_available",
+        lambda files, wheels, img, *a, **kw: seen.append((wheelhouse.requirement_sets(files), img)) or {},
+    )
     assert prefill.main([]) == 0
     up = lifecycle.plan(load().model, tmp_path / "work")
     lifecycle.fill_wheelhouse(up, image.build_packages(), tmp_path / "wheels")
@@ -281,8 +325,10 @@ def test_two_fillers_at_once_run_pip_once(monkeypatch, tmp_path):
 
     monkeypatch.setattr(wheelhouse, "host_find_links", lambda: [])
     monkeypatch.setattr(wheelhouse.subprocess, "run", pip)
-    threads = [threading.Thread(target=wheelhouse.fill, args=(["a==1"], tmp_path, "img", None, lambda _m: None))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(target=wheelhouse.fill, args=(["a==1"], tmp_path, "img", None, lambda _m: None))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -31,8 +31,9 @@ def check_tables() -> dict[str, list]:
             continue
         module = importlib.import_module(path.stem)  # tests/unit is on sys.path: pytest's own module object
         start = list(getattr(module, "ROWS_START", []))
-        tables[path.stem] = [(name, [*start, *steps], level, dotted, message)
-                             for name, steps, level, dotted, message in module.ROWS]
+        tables[path.stem] = [
+            (name, [*start, *steps], level, dotted, message) for name, steps, level, dotted, message in module.ROWS
+        ]
     return tables
 
 
@@ -57,5 +58,7 @@ def test_every_registered_check_is_triggered_by_a_table_row():
     checks = registered_checks()
     assert len(checks) > 40  # the registry was filled: an empty one would pass vacuously
     missing = sorted(checks - covered)
-    assert not missing, (f"checks no table row triggers (add a row to the ROWS of their domain's test "
-                         f"module, e.g. test_checks.py): {missing}")
+    assert not missing, (
+        f"checks no table row triggers (add a row to the ROWS of their domain's test "
+        f"module, e.g. test_checks.py): {missing}"
+    )

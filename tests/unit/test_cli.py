@@ -27,7 +27,12 @@ def hal_provision(*args: str, cwd: Path, command: list[str] | None = None) -> su
     env = child_env(COLUMNS="200", PYTHONIOENCODING="utf-8")
     result = subprocess.run(
         [*(command or [sys.executable, "-m", "hal_provision.cli"]), *args],
-        cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8", timeout=120,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
     )
     assert "Traceback" not in result.stderr + result.stdout
     return result
@@ -83,12 +88,24 @@ def test_warnings_alone_do_not_fail(tmp_path, edited, write):
 
 
 UNUSABLE = [
-    pytest.param([("    count: 16 ", "\tcount: 16 ")], ("\tcount", "\t"), r"YAML syntax: .*'\\t' that cannot start",
-                 id="yaml-syntax"),
-    pytest.param([("    count: 16 ", "    cuont: 16 ")], ("cuont", "cuont"),
-                 r"nodes\[6\]\.cuont: unknown key 'cuont'; did you mean 'count'\?", id="unknown-key"),
-    pytest.param([("    count: 16 ", "    count: many ")], ("count: many", "count"),
-                 r"nodes\[6\]\.count: Input should be a valid integer", id="wrong-type"),
+    pytest.param(
+        [("    count: 16 ", "\tcount: 16 ")],
+        ("\tcount", "\t"),
+        r"YAML syntax: .*'\\t' that cannot start",
+        id="yaml-syntax",
+    ),
+    pytest.param(
+        [("    count: 16 ", "    cuont: 16 ")],
+        ("cuont", "cuont"),
+        r"nodes\[6\]\.cuont: unknown key 'cuont'; did you mean 'count'\?",
+        id="unknown-key",
+    ),
+    pytest.param(
+        [("    count: 16 ", "    count: many ")],
+        ("count: many", "count"),
+        r"nodes\[6\]\.count: Input should be a valid integer",
+        id="wrong-type",
+    ),
     pytest.param(None, None, r"no such file", id="missing-file"),
 ]
 
@@ -150,7 +167,7 @@ def test_show_prints_hal_totals(tmp_path):
     assert result.returncode == EXIT_OK
     lines = result.stdout.splitlines()
     start = lines.index("Totals (compute nodes)")
-    cells = [[c.strip() for c in re.split(r"[│┃]", line)[1:-1]] for line in lines[start:start + 6]]
+    cells = [[c.strip() for c in re.split(r"[│┃]", line)[1:-1]] for line in lines[start : start + 6]]
     header, row = [c for c in cells if c][:2]
     totals = dict(zip(header, row))
     assert (totals["nodes"], totals["GPUs"], totals["cores"]) == ("16", "64", "640")
@@ -158,12 +175,16 @@ def test_show_prints_hal_totals(tmp_path):
 
 def test_show_counts_and_lists_the_composable_pool(tmp_path):
     """The hosts hold no GPUs of their own; the active layout attaches the pool's eight."""
-    result = hal_provision("show", str(Path(__file__).resolve().parents[1] / "data/clusters/x86-composable.yml"),
-                           cwd=tmp_path)
+    result = hal_provision(
+        "show", str(Path(__file__).resolve().parents[1] / "data/clusters/x86-composable.yml"), cwd=tmp_path
+    )
     assert result.returncode == EXIT_OK, result.stderr
     out = result.stdout
-    rows = {cells[0]: cells for line in out.splitlines()
-            if (cells := [c.strip() for c in re.split(r"[│┃]", line)[1:-1]]) and cells[0]}
+    rows = {
+        cells[0]: cells
+        for line in out.splitlines()
+        if (cells := [c.strip() for c in re.split(r"[│┃]", line)[1:-1]]) and cells[0]
+    }
     assert rows["compute"][-1] == "4 (pool)" and rows["gpu"][3] == "8"
     start = out.splitlines().index("Totals (compute nodes)")
     assert [c.strip() for c in re.split(r"[│┃]", out.splitlines()[start + 4])[1:-1]][:2] == ["2", "8"]
@@ -184,10 +205,23 @@ def test_finding_at_line_100_prints_its_line_not_an_emoji(capsys):
 # `hal-provision validate` must not wait for the renderers or the libraries only other commands
 # use (bench/cli_startup.py times it). These tests hold the imports, not the time.
 
-SUB_COMMAND_LIBRARIES = ("grafana_foundation_sdk", "ldap3", "matplotlib", "graphviz", "pynvml", "ansible",
-                         "hal_provision.render", "hal_provision.sandbox", "hal_provision.plan",
-                         "hal_provision.discovery", "hal_provision.node.recipes", "hal_provision.cli.storage",
-                         "hal_provision.node.storage_bench", "hal_provision.node.dl_io_bench", "hal_provision.cli.show")
+SUB_COMMAND_LIBRARIES = (
+    "grafana_foundation_sdk",
+    "ldap3",
+    "matplotlib",
+    "graphviz",
+    "pynvml",
+    "ansible",
+    "hal_provision.render",
+    "hal_provision.sandbox",
+    "hal_provision.plan",
+    "hal_provision.discovery",
+    "hal_provision.node.recipes",
+    "hal_provision.cli.storage",
+    "hal_provision.node.storage_bench",
+    "hal_provision.node.dl_io_bench",
+    "hal_provision.cli.show",
+)
 
 
 MODULES_AFTER = """
@@ -206,8 +240,14 @@ with open(out, "w") as f:
 def modules_after(*argv: str, cwd: Path) -> set[str]:
     """The modules a fresh interpreter holds after `hal-provision ARGV` (run through `main`)."""
     out = cwd / "modules.json"
-    subprocess.run([sys.executable, "-c", MODULES_AFTER, str(out), *argv], cwd=cwd, env=child_env(),
-                   capture_output=True, check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", MODULES_AFTER, str(out), *argv],
+        cwd=cwd,
+        env=child_env(),
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
     return set(json.loads(out.read_text()))
 
 
@@ -275,9 +315,14 @@ def test_verify_runs_only_the_read_only_tests_unless_asked():
 def test_render_summarises_the_tree_by_where_its_files_go():
     from hal_provision.cli.main import areas
 
-    files = {"inventory/hosts.yml": "", "inventory/storage.yml": "", "files/etc/hosts": "",
-             "files/etc/slurm/slurm.conf": "", "files/etc/slurm/gres.conf": "",
-             "files/opt/hal/portal/apps/jupyter/launch.sh": "", "files/var/www/ood/apps/x/form.yml": "",
-             "gpfs/tuning.json": ""}
-    assert areas(files) == {"etc": 1, "etc/slurm": 2, "gpfs": 1, "inventory": 2, "opt/hal/portal": 1,
-                            "var/www/ood": 1}
+    files = {
+        "inventory/hosts.yml": "",
+        "inventory/storage.yml": "",
+        "files/etc/hosts": "",
+        "files/etc/slurm/slurm.conf": "",
+        "files/etc/slurm/gres.conf": "",
+        "files/opt/hal/portal/apps/jupyter/launch.sh": "",
+        "files/var/www/ood/apps/x/form.yml": "",
+        "gpfs/tuning.json": "",
+    }
+    assert areas(files) == {"etc": 1, "etc/slurm": 2, "gpfs": 1, "inventory": 2, "opt/hal/portal": 1, "var/www/ood": 1}

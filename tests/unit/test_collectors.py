@@ -56,12 +56,18 @@ def lines_of(points, stamp=1_700_000_000_000_000_000) -> list[lp.Line]:
 
 # ---- line protocol ----------------------------------------------------------------------------
 
+
 def test_a_point_is_escaped_as_influxdb_1x_reads_it():
-    line = lp.format_point("my meas,x", {"tag key": "a=b,c d", "empty": ""},
-                           {"f=1": 1, "ratio": 0.5, "on": True, "text": 'say "hi"\\now\nnext', "nan": math.nan},
-                           1700000000000000000)
-    assert line == ('my\\ meas\\,x,tag\\ key=a\\=b\\,c\\ d f\\=1=1i,on=true,ratio=0.5,'
-                    'text="say \\"hi\\"\\\\now next" 1700000000000000000')
+    line = lp.format_point(
+        "my meas,x",
+        {"tag key": "a=b,c d", "empty": ""},
+        {"f=1": 1, "ratio": 0.5, "on": True, "text": 'say "hi"\\now\nnext', "nan": math.nan},
+        1700000000000000000,
+    )
+    assert line == (
+        "my\\ meas\\,x,tag\\ key=a\\=b\\,c\\ d f\\=1=1i,on=true,ratio=0.5,"
+        'text="say \\"hi\\"\\\\now next" 1700000000000000000'
+    )
 
 
 def test_a_point_without_a_field_is_refused():
@@ -69,13 +75,16 @@ def test_a_point_without_a_field_is_refused():
         lp.format_point("m", {"a": "b"}, {"x": math.inf})
 
 
-@pytest.mark.parametrize("measurement,tags,fields", [
-    ("cpu", {"cpu": "cpu-total"}, {"usage_idle": 99.5}),
-    ("bmc", {"sensor": "Inlet Temp", "unit": "degrees_C", "kind": "temperature"}, {"value": 23.0, "ok": 1}),
-    ("odd name, really", {"k,=": "v =,"}, {"s": 'a "quoted", spaced = string \\ with backslash', "n": -3}),
-    ("slurm_node", {"node": "hal05", "state": "drained"}, {"reason": "GPU 2 XID 79, fell off the bus", "up": 0}),
-    ("unicode", {"name": "NVIDIA H100 80GB HBM3 – ünïcode"}, {"v": 1e-05, "big": 2**62, "neg": False}),
-])
+@pytest.mark.parametrize(
+    "measurement,tags,fields",
+    [
+        ("cpu", {"cpu": "cpu-total"}, {"usage_idle": 99.5}),
+        ("bmc", {"sensor": "Inlet Temp", "unit": "degrees_C", "kind": "temperature"}, {"value": 23.0, "ok": 1}),
+        ("odd name, really", {"k,=": "v =,"}, {"s": 'a "quoted", spaced = string \\ with backslash', "n": -3}),
+        ("slurm_node", {"node": "hal05", "state": "drained"}, {"reason": "GPU 2 XID 79, fell off the bus", "up": 0}),
+        ("unicode", {"name": "NVIDIA H100 80GB HBM3 – ünïcode"}, {"v": 1e-05, "big": 2**62, "neg": False}),
+    ],
+)
 def test_format_and_parse_round_trip(measurement, tags, fields):
     parsed = lp.parse_line(lp.format_point(measurement, tags, fields, 42))
     assert (parsed.measurement, parsed.tags, parsed.fields(), parsed.timestamp_ns) == (measurement, tags, fields, 42)
@@ -96,6 +105,7 @@ def test_parse_refuses_broken_lines(bad):
 
 # ---- slurm ----------------------------------------------------------------------------------------
 
+
 def test_every_slurm_fixture_is_named_after_a_command():
     names = [p.name for p in SLURM.glob("*.txt")]
     assert names, "no Slurm fixtures"
@@ -103,9 +113,13 @@ def test_every_slurm_fixture_is_named_after_a_command():
 
 
 def test_the_slurm_commands_are_the_documented_ones():
-    assert slurm.SQUEUE == ("squeue", "--noheader", "--all", "--array",
-                            "--Format=JobID:|,Partition:|,UserName:|,Account:|,State:|,NumCPUs:|,NumNodes:|,"
-                            "TimeUsed:|,tres-alloc:|,Name:")
+    assert slurm.SQUEUE == (
+        "squeue",
+        "--noheader",
+        "--all",
+        "--array",
+        "--Format=JobID:|,Partition:|,UserName:|,Account:|,State:|,NumCPUs:|,NumNodes:|,TimeUsed:|,tres-alloc:|,Name:",
+    )
     assert slurm.SCONTROL_NODES == ("scontrol", "--all", "--oneliner", "show", "node")
 
 
@@ -148,8 +162,13 @@ def test_jobs_are_summed_per_partition_user_account_and_state():
     }
     running = _by(points, "slurm_job", "job_id")
     assert set(running) == {("1201",), ("1202",), ("1210",), ("1215",)}
-    assert running[("1201",)] == {"gpus": 4, "cpus": 40, "nodes": 1, "run_seconds": 2 * 3600 + 13 * 60 + 7,
-                                  "name": "resnet50 | ablation"}
+    assert running[("1201",)] == {
+        "gpus": 4,
+        "cpus": 40,
+        "nodes": 1,
+        "run_seconds": 2 * 3600 + 13 * 60 + 7,
+        "name": "resnet50 | ablation",
+    }
     assert running[("1202",)]["run_seconds"] == 27 * 3600
 
 
@@ -158,13 +177,19 @@ def test_flagged_job_states_count_as_running_or_pending():
     assert [j.state for j in jobs] == ["running", "pending", "completing", "suspended", "running"]
     summary = _by(slurm.job_points(jobs), "slurm_jobs", "user", "state")
     assert {k: v["jobs"] for k, v in summary.items()} == {
-        ("alice", "running"): 1, ("bob", "pending"): 1, ("carol", "running"): 1}
+        ("alice", "running"): 1,
+        ("bob", "pending"): 1,
+        ("carol", "running"): 1,
+    }
 
 
 def test_typed_gpu_tres_are_counted_once():
     points = slurm.job_points(slurm.parse_squeue((SLURM / "squeue.x86-typed.documented.txt").read_text()))
     assert {k: v["gpus"] for k, v in _by(points, "slurm_jobs", "user", "state").items()} == {
-        ("erin", "running"): 2, ("erin", "pending"): 4, ("frank", "running"): 0}
+        ("erin", "running"): 2,
+        ("erin", "pending"): 4,
+        ("frank", "running"): 0,
+    }
 
 
 HAL_NODES = {  # node: state tag, up, down, drained, gpus_alloc, cpus_alloc
@@ -182,10 +207,20 @@ HAL_NODES = {  # node: state tag, up, down, drained, gpus_alloc, cpus_alloc
 
 
 def test_node_states_gpus_and_cpus():
-    points = slurm.node_points(slurm.parse_scontrol_nodes(
-        (SLURM / "scontrol-show-node.hal.documented.txt").read_text()))
-    got = {p.tags["node"]: (p.tags["state"], p.fields["up"], p.fields["down"], p.fields["drained"],
-                            p.fields["gpus_alloc"], p.fields["cpus_alloc"]) for p in points}
+    points = slurm.node_points(
+        slurm.parse_scontrol_nodes((SLURM / "scontrol-show-node.hal.documented.txt").read_text())
+    )
+    got = {
+        p.tags["node"]: (
+            p.tags["state"],
+            p.fields["up"],
+            p.fields["down"],
+            p.fields["drained"],
+            p.fields["gpus_alloc"],
+            p.fields["cpus_alloc"],
+        )
+        for p in points
+    }
     assert got == HAL_NODES
     assert all(p.fields["gpus_total"] == 4 and p.fields["cpus_total"] == 160 for p in points)
     reasons = {p.tags["node"]: p.fields.get("reason") for p in points}
@@ -194,48 +229,80 @@ def test_node_states_gpus_and_cpus():
 
 
 def test_node_gpus_from_typed_tres_and_from_gres_when_untracked():
-    points = slurm.node_points(slurm.parse_scontrol_nodes(
-        (SLURM / "scontrol-show-node.x86-typed.documented.txt").read_text()))
+    points = slurm.node_points(
+        slurm.parse_scontrol_nodes((SLURM / "scontrol-show-node.x86-typed.documented.txt").read_text())
+    )
     assert {p.tags["node"]: (p.fields["gpus_total"], p.fields["gpus_alloc"]) for p in points} == {
-        "gpu-a01": (4, 2), "gpu-a02": (4, 0), "cpu-c01": (0, 0), "gpu-old": (2, 1)}
+        "gpu-a01": (4, 2),
+        "gpu-a02": (4, 0),
+        "cpu-c01": (0, 0),
+        "gpu-old": (2, 1),
+    }
 
 
-@pytest.mark.parametrize("text,gpus", [
-    ("cpu=8,mem=64G,node=1,billing=8,gres/gpu=2", 2),
-    ("cpu=32,gres/gpu=2,gres/gpu:a100=2", 2),
-    ("cpu=64,gres/gpu:a100=4,gres/gpu:v100=2", 6),
-    ("cpu=4,mem=4800M,node=1,billing=4", None),
-    ("N/A", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text,gpus",
+    [
+        ("cpu=8,mem=64G,node=1,billing=8,gres/gpu=2", 2),
+        ("cpu=32,gres/gpu=2,gres/gpu:a100=2", 2),
+        ("cpu=64,gres/gpu:a100=4,gres/gpu:v100=2", 6),
+        ("cpu=4,mem=4800M,node=1,billing=4", None),
+        ("N/A", None),
+        ("", None),
+    ],
+)
 def test_tres_gpus(text, gpus):
     assert slurm.tres_gpus(text) == gpus
 
 
-@pytest.mark.parametrize("text,gpus", [
-    ("gpu:v100:4(S:0-1)", 4), ("gpu:4", 4), ("gres:gpu:2", 2), ("gres/gpu:3", 3), ("gpu", 1), ("gpu:v100", 1),
-    ("gpu:v100:2(IDX:0,2),mps:100", 2), ("gpu:a100:1(S:0),gpu:v100:2(S:1)", 3), ("(null)", 0), ("", 0),
-    ("mps:400", 0),
-])
+@pytest.mark.parametrize(
+    "text,gpus",
+    [
+        ("gpu:v100:4(S:0-1)", 4),
+        ("gpu:4", 4),
+        ("gres:gpu:2", 2),
+        ("gres/gpu:3", 3),
+        ("gpu", 1),
+        ("gpu:v100", 1),
+        ("gpu:v100:2(IDX:0,2),mps:100", 2),
+        ("gpu:a100:1(S:0),gpu:v100:2(S:1)", 3),
+        ("(null)", 0),
+        ("", 0),
+        ("mps:400", 0),
+    ],
+)
 def test_gres_gpus(text, gpus):
     assert slurm.gres_gpus(text) == gpus
 
 
-@pytest.mark.parametrize("text,seconds", [("0:00", 0), ("0:42", 42), ("15:00", 900), ("2:13:07", 7987),
-                                          ("1-03:00:00", 97200), ("INVALID", 0)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [("0:00", 0), ("0:42", 42), ("15:00", 900), ("2:13:07", 7987), ("1-03:00:00", 97200), ("INVALID", 0)],
+)
 def test_squeue_time_used(text, seconds):
     assert slurm.run_seconds(text) == seconds
 
 
-@pytest.mark.parametrize("state,name,down,drained", [
-    ("IDLE", "idle", False, False), ("MIXED+DRAIN", "draining", False, True), ("IDLE+DRAIN", "drained", False, True),
-    ("ALLOCATED+COMPLETING", "allocated", False, False), ("IDLE+COMPLETING", "completing", False, False),
-    ("DOWN", "down", True, False), ("DOWN*", "down", True, False), ("IDLE+FAIL", "fail", True, False),
-    ("ALLOCATED+FAIL", "failing", True, False), ("FUTURE", "future", True, False),
-    ("UNKNOWN+NOT_RESPONDING", "unknown", True, False), ("IDLE+MAINTENANCE+RESERVED", "maint", False, False),
-    ("IDLE+REBOOT_REQUESTED", "reboot", False, False), ("MIXED+INVALID_REG", "inval", True, False),
-    ("drained*", "drained", True, False),
-])
+@pytest.mark.parametrize(
+    "state,name,down,drained",
+    [
+        ("IDLE", "idle", False, False),
+        ("MIXED+DRAIN", "draining", False, True),
+        ("IDLE+DRAIN", "drained", False, True),
+        ("ALLOCATED+COMPLETING", "allocated", False, False),
+        ("IDLE+COMPLETING", "completing", False, False),
+        ("DOWN", "down", True, False),
+        ("DOWN*", "down", True, False),
+        ("IDLE+FAIL", "fail", True, False),
+        ("ALLOCATED+FAIL", "failing", True, False),
+        ("FUTURE", "future", True, False),
+        ("UNKNOWN+NOT_RESPONDING", "unknown", True, False),
+        ("IDLE+MAINTENANCE+RESERVED", "maint", False, False),
+        ("IDLE+REBOOT_REQUESTED", "reboot", False, False),
+        ("MIXED+INVALID_REG", "inval", True, False),
+        ("drained*", "drained", True, False),
+    ],
+)
 def test_node_state_names_and_flags(state, name, down, drained):
     s = slurm.NodeState.parse(state)
     assert (s.name, s.down, s.drained) == (name, down, drained)
@@ -247,6 +314,7 @@ def test_misformatted_squeue_output_is_a_readable_error():
 
 
 # ---- bmc ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", fixtures(IPMI, "sdr-elist-full"), ids=lambda p: p.name)
 def test_ipmitool_output_parses(path):
@@ -279,7 +347,7 @@ def test_generic_x86_sensors():
     assert got["Pwr Consumption"] == ("power", "Watts", 126.0, 1)
     assert got["Airflow"] == ("other", "CFM", 52.0, 1)
     assert "Fan5" not in got and "CPU1_DIMM4 Temp" not in got
-    assert 'sensor=Inlet\\ Temp' in points[0].format()
+    assert "sensor=Inlet\\ Temp" in points[0].format()
 
 
 def test_not_an_sdr_listing_is_a_readable_error():
@@ -289,26 +357,40 @@ def test_not_an_sdr_listing_is_a_readable_error():
 
 # ---- gpu ------------------------------------------------------------------------------------------
 
+
 def test_gpu_info_from_the_recorded_query():
     [point] = gpu.parse_query_csv((H100 / "nvidia-smi-query.csv").read_text())
     assert point.measurement == "gpu_info"
-    assert point.tags == {"index": "0", "name": "NVIDIA H100 80GB HBM3",
-                          "uuid": "GPU-00000000-0000-0000-0000-000000000000", "pci_bus_id": "00000000:00:06.0",
-                          "driver_version": "580.159.04"}
+    assert point.tags == {
+        "index": "0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+        "pci_bus_id": "00000000:00:06.0",
+        "driver_version": "580.159.04",
+    }
     assert point.fields == {"memory_total_mib": 81559, "ecc_enabled": 1}
 
 
 def test_gpu_query_command_is_exactly_the_recorded_one():
-    assert gpu.COMMAND == ("nvidia-smi", "--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version,"
-                                         "ecc.mode.current", "--format=csv")
+    assert gpu.COMMAND == (
+        "nvidia-smi",
+        "--query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version,ecc.mode.current",
+        "--format=csv",
+    )
     assert f"`{' '.join(gpu.COMMAND)}`" in (H100 / "README.md").read_text()
 
 
 def test_nvidia_smi_emulation_on_the_recorded_xml():
     [point] = gpu.nvidia_smi_points((H100 / "nvidia-smi-q.xml").read_text())
     assert point.measurement == "nvidia_smi"
-    assert point.tags == {"index": "0", "name": "NVIDIA H100 80GB HBM3", "arch": "Hopper", "pstate": "P0",
-                          "uuid": "GPU-00000000-0000-0000-0000-000000000000", "compute_mode": "Default"}
+    assert point.tags == {
+        "index": "0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "arch": "Hopper",
+        "pstate": "P0",
+        "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+        "compute_mode": "Default",
+    }
     f = point.fields
     assert (f["memory_total"], f["memory_used"], f["memory_free"], f["memory_reserved"]) == (81559, 0, 81079, 480)
     assert (f["temperature_gpu"], f["utilization_gpu"], f["utilization_memory"]) == (35, 0, 0)
@@ -330,11 +412,15 @@ def test_nvidia_smi_emulation_reports_processes_and_skips_not_available():
     nv, proc = gpu.nvidia_smi_points(xml)
     assert nv.tags["name"] == "Tesla V100-SXM2-16GB" and nv.fields["power_draw"] == 52.1
     assert "fan_speed" not in nv.fields
-    assert (proc.measurement, proc.tags, proc.fields) == ("nvidia_smi_process", {"name": "python", "type": "C"},
-                                                          {"pid": 4242, "used_memory": 1190})
+    assert (proc.measurement, proc.tags, proc.fields) == (
+        "nvidia_smi_process",
+        {"name": "python", "type": "C"},
+        {"pid": 4242, "used_memory": 1190},
+    )
 
 
 # ---- Telegraf's built-in inputs, emulated on this machine's /proc ----------------------------------
+
 
 def test_cpu_usage_adds_up():
     [total] = host.CpuStats(percpu=False, report_active=True).points()
@@ -356,14 +442,19 @@ def test_cpu_keeps_its_last_read_and_reports_per_cpu():
 def test_mem_system_processes():
     [mem] = host.mem_points()
     assert mem.fields["total"] > mem.fields["available"] > 0 and 0 < mem.fields["used_percent"] < 100
-    assert mem.fields["used"] == mem.fields["total"] - mem.fields["free"] - mem.fields["buffered"] - mem.fields["cached"]
+    assert (
+        mem.fields["used"] == mem.fields["total"] - mem.fields["free"] - mem.fields["buffered"] - mem.fields["cached"]
+    )
     [system] = host.system_points()
     assert system.fields["n_cpus"] == os.cpu_count() and isinstance(system.fields["uptime"], int)
     [processes] = host.processes_points()
     p = processes.fields
     assert p["total"] >= 1 and p["total_threads"] >= p["total"]
-    assert p["total"] == sum(p[k] for k in ("running", "sleeping", "blocked", "zombies", "dead", "stopped",
-                                            "paging", "idle", "unknown", "parked") if k in p)
+    assert p["total"] == sum(
+        p[k]
+        for k in ("running", "sleeping", "blocked", "zombies", "dead", "stopped", "paging", "idle", "unknown", "parked")
+        if k in p
+    )
 
 
 def test_disk_lists_real_file_systems_only():
@@ -383,13 +474,21 @@ def test_net_skips_loopback():
     assert {p.tags["interface"] for p in host.net_points(["l*"])} == {"lo"}
 
 
-@pytest.mark.parametrize("seconds,text", [(59, " 0:00"), (3 * 3600 + 4 * 60, " 3:04"),
-                                          (86400 + 60, "1 day,  0:01"), (5 * 86400 + 13 * 3600, "5 days, 13:00")])
+@pytest.mark.parametrize(
+    "seconds,text",
+    [
+        (59, " 0:00"),
+        (3 * 3600 + 4 * 60, " 3:04"),
+        (86400 + 60, "1 day,  0:01"),
+        (5 * 86400 + 13 * 3600, "5 days, 13:00"),
+    ],
+)
 def test_uptime_format(seconds, text):
     assert host.format_uptime(seconds) == text
 
 
 # ---- the catalogue ----------------------------------------------------------------------------------
+
 
 def backup_snapshots(tmp_path: Path, with_snapshot=("slurmctld_state",), without=("secrets",)) -> Path:
     """A backup.json whose files jobs `with_snapshot` have one real snapshot each (hal-backup
@@ -402,8 +501,17 @@ def backup_snapshots(tmp_path: Path, with_snapshot=("slurmctld_state",), without
     dest.mkdir()
     jobs = [{"name": name, "kind": "files", "host": "h1", "paths": [str(state)]} for name in (*with_snapshot, *without)]
     config = tmp_path / "backup.json"
-    config.write_text(json.dumps({"format": 2, "cluster": "hal", "keep": 2, "jobs": jobs,
-                                  "destinations": {"h1": {"path": str(dest), "mount_point": "/"}}}))
+    config.write_text(
+        json.dumps(
+            {
+                "format": 2,
+                "cluster": "hal",
+                "keep": 2,
+                "jobs": jobs,
+                "destinations": {"h1": {"path": str(dest), "mount_point": "/"}},
+            }
+        )
+    )
     backup_program.make_key(tmp_path / "key")
     key = backup_program.load_key(tmp_path / "key")
     loaded = backup_program.load_config(config)
@@ -416,11 +524,16 @@ def backup_snapshots(tmp_path: Path, with_snapshot=("slurmctld_state",), without
 def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
     if name == "slurm":
         jobs = [job for p in fixtures(SLURM, "squeue") for job in slurm.parse_squeue(p.read_text())]
-        nodes = [node for p in fixtures(SLURM, "scontrol-show-node") for node in slurm.parse_scontrol_nodes(p.read_text())]
+        nodes = [
+            node for p in fixtures(SLURM, "scontrol-show-node") for node in slurm.parse_scontrol_nodes(p.read_text())
+        ]
         return lines_of(slurm.job_points(jobs) + slurm.node_points(nodes))
     if name == "bmc":
-        return [line for p in fixtures(IPMI, "sdr-elist-full") for line in lines_of(bmc.points(
-            bmc.parse_sdr_elist(p.read_text())))]
+        return [
+            line
+            for p in fixtures(IPMI, "sdr-elist-full")
+            for line in lines_of(bmc.points(bmc.parse_sdr_elist(p.read_text())))
+        ]
     if name == "gpu":
         return lines_of(gpu.parse_query_csv((H100 / "nvidia-smi-query.csv").read_text()))
     if name == "storage_responsiveness":
@@ -430,10 +543,18 @@ def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
         return lines_of(gpu.nvidia_smi_points((H100 / "nvidia-smi-q.xml").read_text()))
     if name == "backup":  # hal-backup's age of a real snapshot (a job without one: test_backup_collector_...)
         config = backup_snapshots(tmp_path, with_snapshot=("slurmctld_state",), without=())
-        return [lp.parse_line(a.line_protocol())
-                for a in backup_program.ages(backup_program.load_config(config).destination("h1").path)]
-    builtins = {"cpu": host.CpuStats(percpu=False).points, "mem": host.mem_points, "system": host.system_points,
-                "disk": host.disk_points, "net": host.net_points, "processes": host.processes_points}
+        return [
+            lp.parse_line(a.line_protocol())
+            for a in backup_program.ages(backup_program.load_config(config).destination("h1").path)
+        ]
+    builtins = {
+        "cpu": host.CpuStats(percpu=False).points,
+        "mem": host.mem_points,
+        "system": host.system_points,
+        "disk": host.disk_points,
+        "net": host.net_points,
+        "processes": host.processes_points,
+    }
     if name in builtins:
         return lines_of(builtins[name]())
     pytest.skip(f"inputs.{name} is Telegraf's own and not emulated by the stand-in")
@@ -463,6 +584,7 @@ def test_output_matches_the_catalogue(name, tmp_path):
 
 
 # ---- the package as a node runs it -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
 def test_the_package_imports_only_the_standard_library_and_itself(path):
@@ -506,7 +628,7 @@ def node_lib(tmp_path_factory):
     }
     for name, answer in fakes.items():
         script = bin_dir / name
-        script.write_text(f"#!/bin/sh\necho \"$@\" > {root}/{name}.args\ncat {answer}\n")
+        script.write_text(f'#!/bin/sh\necho "$@" > {root}/{name}.args\ncat {answer}\n')
         script.chmod(0o755)
     return root
 
@@ -517,21 +639,35 @@ def run_on_node(node_lib: Path, *args: str, with_tools: bool = True) -> subproce
     # PYTHONPATH, which is how the package is found on a node).
     bins = f"{node_lib / 'bin'}:/usr/bin:/bin" if with_tools else str(node_lib / "empty")
     (node_lib / "empty").mkdir(exist_ok=True)
-    return subprocess.run([NODE_PYTHON, "-S", "-m", "hal_monitoring", *args], capture_output=True, text=True,
-                          cwd=node_lib, env={"PATH": bins, "PYTHONPATH": str(node_lib / "lib")}, timeout=60)
+    return subprocess.run(
+        [NODE_PYTHON, "-S", "-m", "hal_monitoring", *args],
+        capture_output=True,
+        text=True,
+        cwd=node_lib,
+        env={"PATH": bins, "PYTHONPATH": str(node_lib / "lib")},
+        timeout=60,
+    )
 
 
 def test_hal_provision_is_not_importable_on_the_node(node_lib):
-    done = subprocess.run([NODE_PYTHON, "-S", "-c", "import hal_provision"], capture_output=True, text=True,
-                          cwd=node_lib, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(node_lib / "lib")})
+    done = subprocess.run(
+        [NODE_PYTHON, "-S", "-c", "import hal_provision"],
+        capture_output=True,
+        text=True,
+        cwd=node_lib,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(node_lib / "lib")},
+    )
     assert done.returncode == 1 and "No module named 'hal_provision'" in done.stderr
 
 
-@pytest.mark.parametrize("collector,measurements,command", [
-    ("slurm", {"slurm_jobs", "slurm_job", "slurm_node"}, "scontrol"),
-    ("bmc", {"bmc"}, "ipmitool"),
-    ("gpu", {"gpu_info"}, "nvidia-smi"),
-])
+@pytest.mark.parametrize(
+    "collector,measurements,command",
+    [
+        ("slurm", {"slurm_jobs", "slurm_job", "slurm_node"}, "scontrol"),
+        ("bmc", {"bmc"}, "ipmitool"),
+        ("gpu", {"gpu_info"}, "nvidia-smi"),
+    ],
+)
 def test_copied_package_runs_each_collector(node_lib, collector, measurements, command):
     done = run_on_node(node_lib, collector)
     assert done.returncode == 0, done.stderr
@@ -547,8 +683,9 @@ def test_copied_package_runs_each_collector(node_lib, collector, measurements, c
 def test_copied_package_runs_the_storage_probe(node_lib, tmp_path):
     done = run_on_node(node_lib, "storage_responsiveness", str(tmp_path), "--host", "n1")
     assert done.returncode == 0, done.stderr
-    assert re.fullmatch(r"storage_responsiveness,host=n1,path=\S+ entries=0i,list_home_ms=[\d.]+,stat_ms=[\d.]+ \d+\n",
-                        done.stdout)
+    assert re.fullmatch(
+        r"storage_responsiveness,host=n1,path=\S+ entries=0i,list_home_ms=[\d.]+,stat_ms=[\d.]+ \d+\n", done.stdout
+    )
 
 
 @pytest.mark.parametrize("collector", ["slurm", "bmc", "gpu"])
@@ -562,8 +699,18 @@ def test_a_missing_tool_is_one_readable_line_and_exit_1(node_lib, collector):
 def test_bmc_command_can_be_replaced(node_lib):
     done = run_on_node(node_lib, "bmc", "--command", "ipmitool -I lanplus -H bmc-hal01 -U monitor -E sdr elist full")
     assert done.returncode == 0, done.stderr
-    assert (node_lib / "ipmitool.args").read_text().split() == ["-I", "lanplus", "-H", "bmc-hal01", "-U", "monitor",
-                                                                "-E", "sdr", "elist", "full"]
+    assert (node_lib / "ipmitool.args").read_text().split() == [
+        "-I",
+        "lanplus",
+        "-H",
+        "bmc-hal01",
+        "-U",
+        "monitor",
+        "-E",
+        "sdr",
+        "elist",
+        "full",
+    ]
 
 
 def test_unknown_collector(node_lib):
@@ -573,8 +720,10 @@ def test_unknown_collector(node_lib):
 
 # ---- the stand-in: configuration ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,seconds", [("60s", 60), ("1m30s", 90), ("500ms", 0.5), ("1h", 3600), (10, 10),
-                                          ("0", 0), ("1.5s", 1.5)])
+
+@pytest.mark.parametrize(
+    "text,seconds", [("60s", 60), ("1m30s", 90), ("500ms", 0.5), ("1h", 3600), (10, 10), ("0", 0), ("1.5s", 1.5)]
+)
 def test_durations(text, seconds):
     assert standin.parse_duration(text, "x") == pytest.approx(seconds)
 
@@ -589,9 +738,10 @@ def test_environment_substitution():
     env = {"PW": "s3cret", "EMPTY": ""}
     text, warnings = standin.substitute_env(
         '# ${PW} stays in a comment\npassword = "${PW}"\na = "${EMPTY:-dflt}"\nb = "${EMPTY-dflt}"\n'
-        'c = "${UNSET-dflt}"\nd = "${UNSET}"\n', env)
-    assert text == ('# ${PW} stays in a comment\npassword = "s3cret"\na = "dflt"\nb = ""\n'
-                    'c = "dflt"\nd = ""\n')
+        'c = "${UNSET-dflt}"\nd = "${UNSET}"\n',
+        env,
+    )
+    assert text == ('# ${PW} stays in a comment\npassword = "s3cret"\na = "dflt"\nb = ""\nc = "dflt"\nd = ""\n')
     assert warnings == ["${UNSET} is not set in the environment; it reads as empty"]
     with pytest.raises(standin.ConfigError, match=re.escape("${PW_FILE}: give the password")):
         standin.substitute_env('x = "${PW_FILE:?give the password}"', env)
@@ -639,8 +789,9 @@ SLURM_CONF = """\
 def write_conf(directory: Path, url: str = "http://127.0.0.1:9", database: str = "telegraf") -> Path:
     (directory / "telegraf.d").mkdir(parents=True, exist_ok=True)
     conf = directory / "telegraf.conf"
-    conf.write_text(TELEGRAF_CONF.replace("{url}", url).replace("{database}", database)
-                    .replace("{python}", sys.executable))
+    conf.write_text(
+        TELEGRAF_CONF.replace("{url}", url).replace("{database}", database).replace("{python}", sys.executable)
+    )
     (directory / "telegraf.d" / "hal-slurm.conf").write_text(SLURM_CONF.replace("{python}", sys.executable))
     (directory / "telegraf.d" / "README").write_text("not a .conf: ignored")
     return conf
@@ -654,11 +805,17 @@ def test_config_is_read_like_telegraf(tmp_path):
     assert config.global_tags == {"cluster": "hal"}
     [out] = config.outputs
     assert (out.urls, out.database, out.username, out.password, out.timeout) == (
-        ["http://127.0.0.1:9"], "telegraf", "telegraf", "pw", 5.0)
+        ["http://127.0.0.1:9"],
+        "telegraf",
+        "telegraf",
+        "pw",
+        5.0,
+    )
     assert [c.plugin for c in config.inputs] == ["mem", "infiniband", "exec", "exec"]
     assert config.inputs[3].tags == {"source": "slurm"} and config.inputs[3].interval == 60
-    assert config.warnings == [f"{tmp_path / 'telegraf.conf'}: inputs.infiniband is not emulated by the stand-in; "
-                               "its metrics will be missing"]
+    assert config.warnings == [
+        f"{tmp_path / 'telegraf.conf'}: inputs.infiniband is not emulated by the stand-in; its metrics will be missing"
+    ]
 
 
 def _collector_of(command: str) -> str:
@@ -679,26 +836,28 @@ def test_every_rendered_telegraf_conf_is_understood(tmp_path):
     confs = {path: text for path, text in render_monitoring.render(hal).items() if path.endswith(".conf")}
     hosts = {Path(path).parent.name for path in confs if "/hosts/" in path}
     assert hosts == {"hal-mgmt1", "hal-mgmt2"}
-    for host in sorted(hosts):
-        additions = tmp_path / host / "telegraf.d"
+    for node in sorted(hosts):
+        additions = tmp_path / node / "telegraf.d"
         additions.mkdir(parents=True)
         for path, text in confs.items():
-            if f"/hosts/{host}/" in path:
+            if f"/hosts/{node}/" in path:
                 (additions / Path(path).name).write_text(text)
         assert sorted(p.name for p in additions.iterdir()) == (
-            ["hal-backup.conf", "hal-slurm.conf"] if host == "hal-mgmt1" else ["hal-backup.conf"])
+            ["hal-backup.conf", "hal-slurm.conf"] if node == "hal-mgmt1" else ["hal-backup.conf"]
+        )
     roles = [path for path in confs if "/roles/" in path]
     assert roles
-    for path, host in itertools.product(roles, sorted(hosts)):
+    for path, node in itertools.product(roles, sorted(hosts)):
         conf = tmp_path / Path(path).name
         conf.write_text(confs[path])
-        config = standin.load_config(str(conf), str(tmp_path / host / "telegraf.d"), env={"HAL_INFLUX_PASSWORD": "x"})
+        config = standin.load_config(str(conf), str(tmp_path / node / "telegraf.d"), env={"HAL_INFLUX_PASSWORD": "x"})
         assert config.outputs and config.agent.interval == hal.monitoring.interval_seconds
         unknown = {c.plugin for c in config.inputs} - set(standin.EMULATED) - {"exec", "infiniband"}
         assert not unknown, f"{path}: the stand-in would skip {unknown}"
-        collectors = {_collector_of(command) for c in config.inputs if c.plugin == "exec"
-                      for command in c.options["commands"]}
-        assert "backup" in collectors and ("slurm" in collectors) == (host == "hal-mgmt1")
+        collectors = {
+            _collector_of(command) for c in config.inputs if c.plugin == "exec" for command in c.options["commands"]
+        }
+        assert "backup" in collectors and ("slurm" in collectors) == (node == "hal-mgmt1")
         assert collectors <= {name for name, spec in INPUTS.items() if spec.kind == "exec"}
 
 
@@ -715,14 +874,18 @@ def test_backup_collector_runs_through_the_standins_exec_input(tmp_path):
     bin_dir.mkdir()
     sudo, program = bin_dir / "sudo", bin_dir / "hal-backup"
     sudo.write_text('#!/bin/sh\n[ "$1" = -n ] || exit 1\nshift\nexec "$@"\n')
-    program.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(backup_program.__file__)} "$@" '
-                       f'--config {shlex.quote(str(config))} --host h1 --key {shlex.quote(str(tmp_path / "key"))}\n')
+    program.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(backup_program.__file__)} "$@" '
+        f"--config {shlex.quote(str(config))} --host h1 --key {shlex.quote(str(tmp_path / 'key'))}\n"
+    )
     for script in (sudo, program):
         script.chmod(0o755)
     assert render_monitoring.SUDO in rendered and render_monitoring.BACKUP_AGE in rendered
     conf = tmp_path / "hal-backup.conf"
-    conf.write_text("[global_tags]\n  cluster = \"hal\"\n[agent]\n  hostname = \"hal-mgmt1\"\n" + rendered
-                    .replace(render_monitoring.SUDO, str(sudo)).replace(render_monitoring.BACKUP_PROGRAM, str(program)))
+    conf.write_text(
+        '[global_tags]\n  cluster = "hal"\n[agent]\n  hostname = "hal-mgmt1"\n'
+        + rendered.replace(render_monitoring.SUDO, str(sudo)).replace(render_monitoring.BACKUP_PROGRAM, str(program))
+    )
     runner = standin.StandIn(standin.load_config(str(conf), env={}), lambda m: None)
     got = runner.gather(runner.inputs)
     assert not got.errors, got.errors
@@ -737,13 +900,16 @@ def test_backup_collector_runs_through_the_standins_exec_input(tmp_path):
     assert points["secrets"].fields() == {"bytes": 0}
 
 
-@pytest.mark.parametrize("edit,message", [
-    (("interval = \"60s\"", "interval = \"sixty\""), "is not a duration"),
-    (("data_format = \"influx\"", "data_format = \"json\""), "the stand-in reads only \"influx\""),
-    (("urls = [\"http://127.0.0.1:9\"]", "urls = [\"udp://127.0.0.1:8089\"]"), "is not an http(s) URL"),
-    (("[global_tags]", "[global_tags"), "not valid TOML"),
-    (("commands = [", "commandz = ["), "commands must be a non-empty list"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (('interval = "60s"', 'interval = "sixty"'), "is not a duration"),
+        (('data_format = "influx"', 'data_format = "json"'), 'the stand-in reads only "influx"'),
+        (('urls = ["http://127.0.0.1:9"]', 'urls = ["udp://127.0.0.1:8089"]'), "is not an http(s) URL"),
+        (("[global_tags]", "[global_tags"), "not valid TOML"),
+        (("commands = [", "commandz = ["), "commands must be a non-empty list"),
+    ],
+)
 def test_config_errors_name_the_file_and_the_problem(tmp_path, edit, message):
     conf = write_conf(tmp_path)
     conf.write_text(conf.read_text().replace(*edit))
@@ -757,18 +923,26 @@ def test_check_mode_validates_a_lone_file(tmp_path):
     conf = write_conf(tmp_path / "a")
     lone = tmp_path / "copy.tmp"
     lone.write_text(conf.read_text())
-    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--check", "--config",
-                           str(lone)], capture_output=True, text=True, env={"PATH": os.environ["PATH"]})
+    done = subprocess.run(
+        [sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--check", "--config", str(lone)],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 0, done.stderr
     assert "inputs: mem, infiniband, exec (" in done.stdout and "hal-slurm" not in done.stdout
     assert "${HAL_INFLUX_PASSWORD} is not set" in done.stderr
     lone.write_text("[agent\n")
-    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--check", "--config",
-                           str(lone)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--check", "--config", str(lone)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1 and "not valid TOML" in done.stderr and "Traceback" not in done.stderr
 
 
 # ---- the stand-in: a round ----------------------------------------------------------------------------
+
 
 class FakeInflux:
     def __init__(self, fail: int = 0):
@@ -805,9 +979,13 @@ def test_a_round_tags_stamps_batches_and_keeps_what_failed(tmp_path):
 
 def test_exec_errors_are_logged_and_do_not_stop_the_round(tmp_path):
     conf = write_conf(tmp_path)
-    conf.write_text(conf.read_text().replace(
-        "[[inputs.mem]]", '[[inputs.exec]]\n  commands = ["/nonexistent/collector", "sh -c \'echo broken >&2; exit 3\'"]'
-                          '\n  data_format = "influx"\n'))
+    conf.write_text(
+        conf.read_text().replace(
+            "[[inputs.mem]]",
+            '[[inputs.exec]]\n  commands = ["/nonexistent/collector", "sh -c \'echo broken >&2; exit 3\'"]'
+            '\n  data_format = "influx"\n',
+        )
+    )
     influx, logged = FakeInflux(), []
     runner = standin.StandIn(standin.load_config(str(conf), env={}), logged.append, post=influx)
     assert runner.round(runner.inputs) is True
@@ -818,7 +996,7 @@ def test_exec_errors_are_logged_and_do_not_stop_the_round(tmp_path):
 
 def test_nvidia_smi_input_runs_bin_path(tmp_path):
     fake = tmp_path / "nvidia-smi"
-    fake.write_text(f"#!/bin/sh\n[ \"$*\" = \"-q -x\" ] && exec cat {H100 / 'nvidia-smi-q.xml'}\nexit 2\n")
+    fake.write_text(f'#!/bin/sh\n[ "$*" = "-q -x" ] && exec cat {H100 / "nvidia-smi-q.xml"}\nexit 2\n')
     fake.chmod(0o755)
     conf = tmp_path / "t.conf"
     conf.write_text(f'[[inputs.nvidia_smi]]\n  bin_path = "{fake}"\n  timeout = "5s"\n')
@@ -830,6 +1008,7 @@ def test_nvidia_smi_input_runs_bin_path(tmp_path):
 
 
 # ---- the stand-in against a real InfluxDB -------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -857,8 +1036,9 @@ def start_influxd(root: Path, tls: tuple[Path, Path] | None = None, ca: Path | N
     if not INFLUXD.exists():
         pytest.skip("/usr/bin/influxd is not installed (Debian's influxdb package): the real write is not tested")
     port, rpc = free_port(), free_port()
-    https = (f'  https-enabled = true\n  https-certificate = "{tls[0]}"\n  https-private-key = "{tls[1]}"\n'
-             if tls else "")
+    https = (
+        f'  https-enabled = true\n  https-certificate = "{tls[0]}"\n  https-private-key = "{tls[1]}"\n' if tls else ""
+    )
     (root / "influxdb.conf").write_text(f"""\
 reporting-disabled = true
 bind-address = "127.0.0.1:{rpc}"
@@ -914,15 +1094,32 @@ def make_ca(directory: Path, name: str):
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     path = directory / f"{name}.crt"
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return path, cert, key
@@ -941,18 +1138,25 @@ def make_server_cert(directory: Path, ca, dns: str) -> tuple[Path, Path]:
     _, ca_cert, ca_key = ca
     key = ec.generate_private_key(ec.SECP384R1())
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns)]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     cert_path, key_path = directory / f"{dns}.crt", directory / f"{dns}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_path.chmod(0o600)
     return cert_path, key_path
 
@@ -970,32 +1174,45 @@ def influxdb_tls(tmp_path_factory):
 
 def test_standin_once_writes_to_influxdb(influxdb, tmp_path):
     conf = write_conf(tmp_path, url=influxdb)
-    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf),
-                           "--once"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ["PATH"], "HAL_INFLUX_PASSWORD": "unused-without-auth"})
+    done = subprocess.run(
+        [sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "HAL_INFLUX_PASSWORD": "unused-without-auth"},
+    )
     assert done.returncode == 0, done.stderr
     assert re.search(r"^wrote \d+ points in \d+\.\d\d s$", done.stderr, re.M)
     rows = influx_query(influxdb, "SELECT v, host, cluster, site FROM probe", "telegraf")
     [series] = rows["results"][0]["series"]
     values = {tuple(row[1:]) for row in series["values"]}
     assert values == {(1, "elsewhere", "hal", None), (2, socket.gethostname(), "hal", "x")}
-    mem = influx_query(influxdb, "SELECT last(used_percent) FROM mem WHERE host = '%s'" % socket.gethostname(),
-                       "telegraf")
+    mem = influx_query(
+        influxdb, "SELECT last(used_percent) FROM mem WHERE host = '%s'" % socket.gethostname(), "telegraf"
+    )
     assert 0 < mem["results"][0]["series"][0]["values"][0][1] < 100
     slurm_rows = influx_query(influxdb, "SELECT up FROM slurm_node WHERE source = 'slurm'", "telegraf")
     assert slurm_rows["results"][0]["series"][0]["values"][0][1] == 1
 
 
 def run_once(conf: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf),
-                           "--once"], capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    return subprocess.run(
+        [sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"]},
+    )
 
 
 def with_tls(conf: Path, ca: str, skip_verify: bool = False) -> Path:
     """CONF's output with the rendered files' TLS options (tls_ca, insecure_skip_verify)."""
-    conf.write_text(conf.read_text().replace(
-        "[[outputs.influxdb]]\n", f'[[outputs.influxdb]]\n  tls_ca = "{ca}"\n'
-        f'  insecure_skip_verify = {"true" if skip_verify else "false"}\n'))
+    conf.write_text(
+        conf.read_text().replace(
+            "[[outputs.influxdb]]\n",
+            f'[[outputs.influxdb]]\n  tls_ca = "{ca}"\n  insecure_skip_verify = {"true" if skip_verify else "false"}\n',
+        )
+    )
     return conf
 
 
@@ -1042,8 +1259,13 @@ def test_influxdb_refusal_is_logged_with_its_message(influxdb, tmp_path):
 
 def test_connection_refused_fails_once(tmp_path):
     conf = write_conf(tmp_path, url=f"http://127.0.0.1:{free_port()}")
-    done = subprocess.run([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf),
-                           "--once"], capture_output=True, text=True, timeout=60, env={"PATH": os.environ["PATH"]})
+    done = subprocess.run(
+        [sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 1
     assert "Connection refused" in done.stderr and "points kept for the next round" in done.stderr
     assert "Traceback" not in done.stderr
@@ -1052,8 +1274,12 @@ def test_connection_refused_fails_once(tmp_path):
 def test_standin_loops_on_the_interval_until_sigterm(tmp_path):
     conf = write_conf(tmp_path, url=f"http://127.0.0.1:{free_port()}")
     conf.write_text(conf.read_text().replace('interval = "60s"', 'interval = "1s"'))
-    process = subprocess.Popen([sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf)],
-                               stderr=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hal_provision.node.monitoring", "standin", "--config", str(conf)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+    )
     try:
         rounds, deadline = 0, time.monotonic() + 15
         while rounds < 2 and time.monotonic() < deadline:

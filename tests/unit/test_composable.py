@@ -38,9 +38,12 @@ composable:
   active: even
 """
 ROWS_START = [lambda text: text + POOL]
-SECOND_POOL = ("  layouts:\n", "    - name: chassis2\n"
-               '      gpus: {type: v100, model: "NVIDIA Tesla V100-SXM2-16GB", memory_gib: 16, count: 4}\n'
-               "      hosts: HOSTS\n      slots_per_host: 4\n  layouts:\n")
+SECOND_POOL = (
+    "  layouts:\n",
+    "    - name: chassis2\n"
+    '      gpus: {type: v100, model: "NVIDIA Tesla V100-SXM2-16GB", memory_gib: 16, count: 4}\n'
+    "      hosts: HOSTS\n      slots_per_host: 4\n  layouts:\n",
+)
 
 
 def second_pool(hosts: str, name: str = "chassis2"):
@@ -48,44 +51,118 @@ def second_pool(hosts: str, name: str = "chassis2"):
     return old, new.replace("HOSTS", hosts).replace("chassis2", name)
 
 
-GPUX10 = ("    - {name: cpun1,", "    - {name: gpux10, kind: gpu, partition: gpu, gpus: 10, mem_per_cpu_mib: 1200, "
-          "max_time_hours: 24}\n    - {name: cpun1,")
+GPUX10 = (
+    "    - {name: cpun1,",
+    "    - {name: gpux10, kind: gpu, partition: gpu, gpus: 10, mem_per_cpu_mib: 1200, "
+    "max_time_hours: 24}\n    - {name: cpun1,",
+)
 
 ROWS = [
-    ("pool-name-twice", [second_pool("hal03", "chassis1")], E, "composable.pools[1].name",
-     "pool name 'chassis1' is already used by composable.pools[0]"),
-    ("layout-name-twice", [("    - name: training\n", "    - name: even\n")], E, "composable.layouts[1].name",
-     "layout name 'even' is already used"),
-    ("active-unknown", [("  active: even\n", "  active: evn\n")], E, "composable.active",
-     "no layout is named 'evn'; did you mean 'even'?"),
-    ("rest-without-url", [("      socket: 1\n", "      socket: 1\n      driver: rest\n")], E,
-     "composable.pools[0].driver_url", "uses the rest driver, which needs the base URL"),
-    ("driver-unknown", [("      socket: 1\n", "      socket: 1\n      driver: liqid\n")], E,
-     "composable.pools[0].driver", "'liqid' is not a driver"),
-    ("pool-host-unknown", [('      hosts: "hal[01-02]"\n', '      hosts: "hal[01-02],hal99"\n')], E,
-     "composable.pools[0].hosts", "hal99 of pool 'chassis1' not in any node group"),
-    ("pool-host-not-compute", [('      hosts: "hal[01-02]"\n', '      hosts: "hal[01-02],hal-login"\n')], E,
-     "composable.pools[0].hosts", "hal-login of pool 'chassis1' not compute nodes"),
-    ("host-in-two-pools", [second_pool("hal02")], E, "composable.pools[1].hosts",
-     "hal02 is already cabled to pool 'chassis1'"),
-    ("socket-not-on-host", [("      socket: 1\n", "      socket: 2\n")], E, "composable.pools[0].socket",
-     "socket 2 of pool 'chassis1': profile 'ac922' of hal01 has 2 socket(s)"),
-    ("pool-type-not-hosts", [("{type: v100, model", "{type: a100, model")], E, "composable.pools[0].gpus.type",
-     "pool 'chassis1' holds a100 GPUs, profile 'ac922' of hal01 has v100 GPUs of its own"),
-    ("layout-host-not-cabled", [("{hal01: 6, hal02: 2}", "{hal01: 6, hal03: 2}")], E, "composable.layouts[1].gpus",
-     "layout 'training': hal03 cabled to no pool"),
-    ("layout-above-slots", [("{hal01: 6, hal02: 2}", "{hal01: 7, hal02: 1}")], E, "composable.layouts[1].gpus",
-     "layout 'training' gives hal01 7 GPUs of pool 'chassis1', which has 6 slots per host"),
-    ("pool-overcommitted", [('{"hal[01-02]": 4}', '{"hal[01-02]": 5}')], E, "composable.layouts[0].gpus",
-     "layout 'even' takes 10 GPUs of pool 'chassis1' (hal01 5, hal02 5), which holds 8"),
+    (
+        "pool-name-twice",
+        [second_pool("hal03", "chassis1")],
+        E,
+        "composable.pools[1].name",
+        "pool name 'chassis1' is already used by composable.pools[0]",
+    ),
+    (
+        "layout-name-twice",
+        [("    - name: training\n", "    - name: even\n")],
+        E,
+        "composable.layouts[1].name",
+        "layout name 'even' is already used",
+    ),
+    (
+        "active-unknown",
+        [("  active: even\n", "  active: evn\n")],
+        E,
+        "composable.active",
+        "no layout is named 'evn'; did you mean 'even'?",
+    ),
+    (
+        "rest-without-url",
+        [("      socket: 1\n", "      socket: 1\n      driver: rest\n")],
+        E,
+        "composable.pools[0].driver_url",
+        "uses the rest driver, which needs the base URL",
+    ),
+    (
+        "driver-unknown",
+        [("      socket: 1\n", "      socket: 1\n      driver: liqid\n")],
+        E,
+        "composable.pools[0].driver",
+        "'liqid' is not a driver",
+    ),
+    (
+        "pool-host-unknown",
+        [('      hosts: "hal[01-02]"\n', '      hosts: "hal[01-02],hal99"\n')],
+        E,
+        "composable.pools[0].hosts",
+        "hal99 of pool 'chassis1' not in any node group",
+    ),
+    (
+        "pool-host-not-compute",
+        [('      hosts: "hal[01-02]"\n', '      hosts: "hal[01-02],hal-login"\n')],
+        E,
+        "composable.pools[0].hosts",
+        "hal-login of pool 'chassis1' not compute nodes",
+    ),
+    (
+        "host-in-two-pools",
+        [second_pool("hal02")],
+        E,
+        "composable.pools[1].hosts",
+        "hal02 is already cabled to pool 'chassis1'",
+    ),
+    (
+        "socket-not-on-host",
+        [("      socket: 1\n", "      socket: 2\n")],
+        E,
+        "composable.pools[0].socket",
+        "socket 2 of pool 'chassis1': profile 'ac922' of hal01 has 2 socket(s)",
+    ),
+    (
+        "pool-type-not-hosts",
+        [("{type: v100, model", "{type: a100, model")],
+        E,
+        "composable.pools[0].gpus.type",
+        "pool 'chassis1' holds a100 GPUs, profile 'ac922' of hal01 has v100 GPUs of its own",
+    ),
+    (
+        "layout-host-not-cabled",
+        [("{hal01: 6, hal02: 2}", "{hal01: 6, hal03: 2}")],
+        E,
+        "composable.layouts[1].gpus",
+        "layout 'training': hal03 cabled to no pool",
+    ),
+    (
+        "layout-above-slots",
+        [("{hal01: 6, hal02: 2}", "{hal01: 7, hal02: 1}")],
+        E,
+        "composable.layouts[1].gpus",
+        "layout 'training' gives hal01 7 GPUs of pool 'chassis1', which has 6 slots per host",
+    ),
+    (
+        "pool-overcommitted",
+        [('{"hal[01-02]": 4}', '{"hal[01-02]": 5}')],
+        E,
+        "composable.layouts[0].gpus",
+        "layout 'even' takes 10 GPUs of pool 'chassis1' (hal01 5, hal02 5), which holds 8",
+    ),
     # per node, not in total: `even` gives the partition 16 GPUs, but no node more than 8
-    ("virtual-partition-unsatisfiable", [GPUX10], W, "composable.layouts[0]",
-     "layout 'even' hides gpux10: no node of gpu has 10 GPUs in layout even"),
+    (
+        "virtual-partition-unsatisfiable",
+        [GPUX10],
+        W,
+        "composable.layouts[0]",
+        "layout 'even' hides gpux10: no node of gpu has 10 GPUs in layout even",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("mutation", "level", "path", "message"),
-                         [pytest.param([*ROWS_START, *r[1]], *r[2:], id=r[0]) for r in ROWS])
+@pytest.mark.parametrize(
+    ("mutation", "level", "path", "message"), [pytest.param([*ROWS_START, *r[1]], *r[2:], id=r[0]) for r in ROWS]
+)
 def test_composable_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
@@ -118,23 +195,42 @@ def test_composable_json(case):
     data = json.loads(render_all(case)[COMPOSABLE])
     assert data["active"] == "even"
     assert data["layouts"] == {"even": {"hal01": 4, "hal02": 4}, "training": {"hal01": 6, "hal02": 2}}
-    assert data["pools"] == [{"name": "chassis1", "gpu_type": "v100", "count": 8, "hosts": ["hal01", "hal02"],
-                              "slots_per_host": 6, "driver": "sandbox", "driver_url": None}]
+    assert data["pools"] == [
+        {
+            "name": "chassis1",
+            "gpu_type": "v100",
+            "count": 8,
+            "hosts": ["hal01", "hal02"],
+            "slots_per_host": 6,
+            "driver": "sandbox",
+            "driver_url": None,
+        }
+    ]
 
 
 def node_lines(conf: str) -> list[str]:
     return [line for line in conf.splitlines() if line.startswith("NodeName=hal")]
 
 
-@pytest.mark.parametrize(("layout", "lines"), [
-    ("even", ["NodeName=hal[01-02] ... Gres=gpu:v100:4 Features=pool_chassis1 State=UNKNOWN"]),
-    ("training", ["NodeName=hal01 ... Gres=gpu:v100:6 Features=pool_chassis1 State=UNKNOWN",
-                  "NodeName=hal02 ... Gres=gpu:v100:2 Features=pool_chassis1 State=UNKNOWN"]),
-])
+@pytest.mark.parametrize(
+    ("layout", "lines"),
+    [
+        ("even", ["NodeName=hal[01-02] ... Gres=gpu:v100:4 Features=pool_chassis1 State=UNKNOWN"]),
+        (
+            "training",
+            [
+                "NodeName=hal01 ... Gres=gpu:v100:6 Features=pool_chassis1 State=UNKNOWN",
+                "NodeName=hal02 ... Gres=gpu:v100:2 Features=pool_chassis1 State=UNKNOWN",
+            ],
+        ),
+    ],
+)
 def test_every_layout_renders_its_node_lines_and_gres(case, layout, lines):
     files = render_all(case)
     base = f"{LAYOUTS}/{layout}/etc"
-    got = [f"{line.split()[0]} ... {' '.join(line.split()[-3:])}" for line in node_lines(files[f"{base}/slurm/slurm.conf"])]
+    got = [
+        f"{line.split()[0]} ... {' '.join(line.split()[-3:])}" for line in node_lines(files[f"{base}/slurm/slurm.conf"])
+    ]
     assert got == lines
     gres = [line for line in files[f"{base}/slurm/gres.conf"].splitlines() if line.startswith("NodeName=")]
     counts = dict(case.composable.counts(case.composable.layout(layout)))
@@ -156,16 +252,21 @@ def test_the_main_tree_is_the_active_layout(case):
 def test_hosts_that_differ_get_their_own_health_expectation(case):
     files = render_all(case)
     health = sorted(p.split("files/etc/hal-provision/", 1)[1] for p in files if "/health/" in p)
-    assert health == ["health/compute.json", "layouts/even/etc/hal-provision/health/compute.json",
-                      "layouts/training/etc/hal-provision/health/hosts/hal01.json",
-                      "layouts/training/etc/hal-provision/health/hosts/hal02.json"]
+    assert health == [
+        "health/compute.json",
+        "layouts/even/etc/hal-provision/health/compute.json",
+        "layouts/training/etc/hal-provision/health/hosts/hal01.json",
+        "layouts/training/etc/hal-provision/health/hosts/hal02.json",
+    ]
     for host, n in (("hal01", 6), ("hal02", 2)):
         exp = json.loads(files[f"{LAYOUTS}/training/etc/hal-provision/health/hosts/{host}.json"])
         assert exp["hosts"] == host and exp["group"] == "compute"
         assert exp["checks"]["gpus"]["files"] == [f"/dev/nvidia{i}" for i in range(n)]
         assert exp["checks"]["gpu_model"]["count"] == n
     nhc = render_all(case.with_layout("training"))["files/etc/nhc/nhc.conf"]
-    assert "{hal01} || check_file_test -c -r -w /dev/nvidia5" in nhc and "/dev/nvidia2" not in nhc.split("{hal02}", 1)[1]
+    assert (
+        "{hal01} || check_file_test -c -r -w /dev/nvidia5" in nhc and "/dev/nvidia2" not in nhc.split("{hal02}", 1)[1]
+    )
 
 
 def test_inventory_gives_each_composed_host_its_gpu_devices(case):
@@ -180,14 +281,28 @@ def test_inventory_gives_each_composed_host_its_gpu_devices(case):
 
 # ---- virtual partitions follow the active layout ------------------------------------------------
 
-@pytest.mark.parametrize(("layout", "shown", "hidden"), [
-    ("even", ["gpux1", "gpux4", "gpux8", "cpun1"],
-     {"gpux6": "gpux6: no node of gpu has 6 GPUs in layout even (the most is 4, and jobs span nodes only as "
-               "whole nodes of 4)"}),
-    ("training", ["gpux1", "gpux4", "gpux6", "cpun1"],
-     {"gpux8": "gpux8: no node of gpu has 8 GPUs in layout training (the most is 6, and jobs span nodes only as "
-               "whole nodes of 6)"}),
-])
+
+@pytest.mark.parametrize(
+    ("layout", "shown", "hidden"),
+    [
+        (
+            "even",
+            ["gpux1", "gpux4", "gpux8", "cpun1"],
+            {
+                "gpux6": "gpux6: no node of gpu has 6 GPUs in layout even (the most is 4, and jobs span nodes only as "
+                "whole nodes of 4)"
+            },
+        ),
+        (
+            "training",
+            ["gpux1", "gpux4", "gpux6", "cpun1"],
+            {
+                "gpux8": "gpux8: no node of gpu has 8 GPUs in layout training (the most is 6, and jobs span nodes only as "
+                "whole nodes of 6)"
+            },
+        ),
+    ],
+)
 def test_the_wrapper_suite_follows_the_active_layout(case, layout, shown, hidden):
     view = case.with_layout(layout)
     assert view.hidden_virtual_partitions == hidden
@@ -201,8 +316,9 @@ def test_the_wrapper_suite_follows_the_active_layout(case, layout, shown, hidden
 
 def test_a_multi_node_partition_needs_enough_nodes_of_the_largest_build(case):
     """gpux8 on `even` is two nodes of 4; with one host at 4 and the other at 3 it is not."""
-    comp = case.composable.model_copy(update={"layouts": [*case.composable.layouts, Layout(
-        name="uneven", gpus={"hal01": 4, "hal02": 3})]})
+    comp = case.composable.model_copy(
+        update={"layouts": [*case.composable.layouts, Layout(name="uneven", gpus={"hal01": 4, "hal02": 3})]}
+    )
     view = case.model_copy(update={"composable": comp}).with_layout("uneven")
     assert view.hidden_virtual_partitions["gpux8"] == "gpux8: needs 2 nodes of gpu with 4 GPUs, layout uneven gives 1"
 
@@ -210,13 +326,16 @@ def test_a_multi_node_partition_needs_enough_nodes_of_the_largest_build(case):
 def test_a_cpu_job_spans_every_node_whatever_pool_gpus_each_holds(case):
     """On `training` hal01 (6 GPUs) and hal02 (2) are two builds; a two-node CPU job (cpun2)
     still has both nodes of the profile, in the checks and in the table swrun reads."""
-    vps = [*case.swsuite.virtual_partitions, case.swsuite.virtual_partitions[-1].model_copy(
-        update={"name": "cpun2", "nodes": 2})]
+    vps = [
+        *case.swsuite.virtual_partitions,
+        case.swsuite.virtual_partitions[-1].model_copy(update={"name": "cpun2", "nodes": 2}),
+    ]
     view = case.model_copy(update={"swsuite": case.swsuite.model_copy(update={"virtual_partitions": vps})})
     view = view.with_layout("training")
     assert view.partition_build("gpu").count == 2 and view.partition_build("gpu").profile.gpu_count == 6
     assert swsuite_table(view)["virtual_partitions"]["cpun2"]["node"]["count"] == 2
     from hal_provision.checks import run_all
+
     assert not [f for f in run_all(view) if f.level is E], [f for f in run_all(view) if f.level is E]
 
 
@@ -227,18 +346,34 @@ def test_a_cluster_without_composable_hides_nothing():
     assert "_hidden" not in portal_catalogue(loaded.model)
 
 
-@pytest.mark.parametrize(("layout", "offered", "hidden"), [
-    ("even", ["gpux1", "gpux2", "gpux4", "cpun1"],
-     ["jupyter gpux10: no node of gpu has 10 GPUs in layout even (the most is 8, and jobs span nodes only as "
-      "whole nodes of 8)"]),
-    ("training", ["gpux1", "gpux2", "gpux4", "cpun1", "gpux10"], []),
-])
+@pytest.mark.parametrize(
+    ("layout", "offered", "hidden"),
+    [
+        (
+            "even",
+            ["gpux1", "gpux2", "gpux4", "cpun1"],
+            [
+                "jupyter gpux10: no node of gpu has 10 GPUs in layout even (the most is 8, and jobs span nodes only as "
+                "whole nodes of 8)"
+            ],
+        ),
+        ("training", ["gpux1", "gpux2", "gpux4", "cpun1", "gpux10"], []),
+    ],
+)
 def test_the_portal_follows_the_active_layout(layout, offered, hidden):
     """HAL with the pool and a gpux10 the jupyter app offers: hal01's 10 GPUs in `training` only."""
-    text = _apply(HAL_TEXT, [*ROWS_START, GPUX10, (
-        "modules: [jupyter],\n       virtual_partitions: [gpux1, gpux2, gpux4, cpun1], max_hours: 24}\n    - {name: jupyterlab",
-        "modules: [jupyter],\n       virtual_partitions: [gpux1, gpux2, gpux4, cpun1, gpux10], max_hours: 24}\n"
-        "    - {name: jupyterlab")])
+    text = _apply(
+        HAL_TEXT,
+        [
+            *ROWS_START,
+            GPUX10,
+            (
+                "modules: [jupyter],\n       virtual_partitions: [gpux1, gpux2, gpux4, cpun1], max_hours: 24}\n    - {name: jupyterlab",
+                "modules: [jupyter],\n       virtual_partitions: [gpux1, gpux2, gpux4, cpun1, gpux10], max_hours: 24}\n"
+                "    - {name: jupyterlab",
+            ),
+        ],
+    )
     loaded = load_text(text, "c.yml")
     assert loaded.model is not None, loaded.findings
     cat = portal_catalogue(loaded.model.with_layout(layout))

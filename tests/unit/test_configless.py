@@ -33,7 +33,7 @@ def model(text: str, *edits: tuple[str, str]):
 
 
 def configless(version: str = "22.05") -> tuple[str, str]:
-    return ("slurm:\n", f"slurm:\n  configless: true\n  version: \"{version}\"\n")
+    return ("slurm:\n", f'slurm:\n  configless: true\n  version: "{version}"\n')
 
 
 def inventory_group(tree: dict[str, str], name: str) -> dict | None:
@@ -41,14 +41,20 @@ def inventory_group(tree: dict[str, str], name: str) -> dict | None:
 
 
 # ---- what slurmctld serves (src/slurmctld/proc_req.c, src/common/fetch_config.c) ----------------
-@pytest.mark.parametrize("version, has, lacks", [
-    ("22.05", ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf", "job_container.conf", "knl_cray.conf"],
-     ["namespace.yaml", "scrun.lua", "slurmdbd.conf"]),
-    ("23.11", ["ext_sensors.conf", "plugstack.conf"], ["scrun.lua"]),  # scrun.lua from a later 23.11 release
-    ("24.05", ["scrun.lua", "helpers.conf"], ["ext_sensors.conf", "knl_cray.conf"]),
-    ("25.05", ["oci.conf"], ["namespace.yaml", "topology.yaml"]),
-    ("25.11", ["namespace.yaml", "topology.yaml", "job_container.conf"], ["slurmdbd.conf"]),
-])
+@pytest.mark.parametrize(
+    "version, has, lacks",
+    [
+        (
+            "22.05",
+            ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf", "job_container.conf", "knl_cray.conf"],
+            ["namespace.yaml", "scrun.lua", "slurmdbd.conf"],
+        ),
+        ("23.11", ["ext_sensors.conf", "plugstack.conf"], ["scrun.lua"]),  # scrun.lua from a later 23.11 release
+        ("24.05", ["scrun.lua", "helpers.conf"], ["ext_sensors.conf", "knl_cray.conf"]),
+        ("25.05", ["oci.conf"], ["namespace.yaml", "topology.yaml"]),
+        ("25.11", ["namespace.yaml", "topology.yaml", "job_container.conf"], ["slurmdbd.conf"]),
+    ],
+)
 def test_served_files_per_major(version, has, lacks):
     served = served_to_slurmd(version)
     assert set(has) <= set(served) and not set(lacks) & set(served)
@@ -75,11 +81,14 @@ def test_every_file_slurmd_reads_is_served_in_every_major(version):
 def test_slurm_conf_enables_configless_once():
     conf = render_all(model(BACKUP))["files/etc/slurm/slurm.conf"]
     assert [line for line in conf.splitlines() if line.startswith("SlurmctldParameters")] == [
-        "SlurmctldParameters=enable_configless"]
+        "SlurmctldParameters=enable_configless"
+    ]
 
 
 def test_conf_server_names_every_controller_primary_first_with_the_port():
-    tree = render_all(model(BACKUP, ("  memory_reserve_mib: 16384 ", "  controller_port: 7817\n  memory_reserve_mib: 16384 ")))
+    tree = render_all(
+        model(BACKUP, ("  memory_reserve_mib: 16384 ", "  controller_port: 7817\n  memory_reserve_mib: 16384 "))
+    )
     assert tree[SLURMD_OPTIONS].splitlines()[-1] == 'SLURMD_OPTIONS="--conf-server tg-mgmt1:7817,tg-mgmt2:7817"'
     reversed_ = render_all(model(BACKUP, ("  slurmctld: tg-mgmt1,tg-mgmt2 ", "  slurmctld: tg-mgmt2,tg-mgmt1 ")))
     assert reversed_[SLURMD_OPTIONS].splitlines()[-1] == 'SLURMD_OPTIONS="--conf-server tg-mgmt2:6817,tg-mgmt1:6817"'
@@ -89,8 +98,9 @@ def test_conf_server_names_every_controller_primary_first_with_the_port():
 
 @pytest.mark.parametrize("version, restarts", [("22.05", True), ("23.11", True), ("24.05", False), ("24.11", False)])
 def test_the_drop_in_lifts_debians_condition_and_restarts_a_slurmd_that_gave_up(version, restarts):
-    dropin = render_all(model(BACKUP.replace("  configless: true ", f"  version: \"{version}\"\n  configless: true ")))[
-        SLURMD_DROPIN]
+    dropin = render_all(model(BACKUP.replace("  configless: true ", f'  version: "{version}"\n  configless: true ')))[
+        SLURMD_DROPIN
+    ]
     lines = [line for line in dropin.splitlines() if line and not line.startswith("#")]
     assert lines[:2] == ["[Unit]", "ConditionPathExists="]
     assert ("Restart=on-failure" in lines) is restarts and ("[Service]" in lines) is restarts

@@ -44,8 +44,14 @@ def _ansible_cfg() -> configparser.ConfigParser:
 
 def _ssh_control_path(ssh_args: str, home: Path) -> str:
     """The ControlPath real ssh makes of these arguments for some host (ssh -G resolves it)."""
-    proc = subprocess.run([SSH, "-G", "-F", "/dev/null", *ssh_args.split(), "node.invalid"], capture_output=True,
-                          text=True, env={**os.environ, "HOME": str(home)}, timeout=30, check=True)
+    proc = subprocess.run(
+        [SSH, "-G", "-F", "/dev/null", *ssh_args.split(), "node.invalid"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HOME": str(home)},
+        timeout=30,
+        check=True,
+    )
     [path] = [line.split(" ", 1)[1] for line in proc.stdout.splitlines() if line.lower().startswith("controlpath ")]
     return path
 
@@ -53,12 +59,20 @@ def _ssh_control_path(ssh_args: str, home: Path) -> str:
 def _run_a_play(home: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     """A one-task play through the repository's ansible.cfg (and so its strategy) in HOME."""
     play = tmp_path / "play.yml"
-    play.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
-                    "    - ansible.builtin.command: 'true'\n      changed_when: false\n")
+    play.write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.command: 'true'\n      changed_when: false\n"
+    )
     env = runner.ansible_env({**os.environ, "HOME": str(home)})
     env.pop("XDG_CACHE_HOME", None)
-    return subprocess.run([tools.find("ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [tools.find("ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -109,9 +123,15 @@ def test_every_home_path_the_configs_name_is_made_by_the_run_or_only_searched(em
 
 
 @needs_ssh
-@pytest.mark.parametrize("control_path", [
-    "${HOME}/.ansible/cp/%C", "~/.ansible/cp/%C", "%d/.ssh/cm-%C", "/run/hal-ssh/%r@%h:%p",
-])
+@pytest.mark.parametrize(
+    "control_path",
+    [
+        "${HOME}/.ansible/cp/%C",
+        "~/.ansible/cp/%C",
+        "%d/.ssh/cm-%C",
+        "/run/hal-ssh/%r@%h:%p",
+    ],
+)
 def test_the_directory_is_the_one_ssh_binds_in(control_path, empty_home):
     """control_dir expands a ControlPath's directory exactly as real ssh does (ssh -G)."""
     module = _controller_dirs()
@@ -124,12 +144,15 @@ def test_no_directory_where_ssh_binds_none_or_one_per_host(control_path):
     assert _controller_dirs().control_dir(control_path, {}) is None
 
 
-@pytest.mark.parametrize("ssh_args, expected", [
-    ("-o ControlMaster=auto -o ControlPath=~/a/%C", "~/a/%C"),
-    ("-oControlPath=/x/%C -o ControlPath=/y/%C", "/x/%C"),  # ssh keeps an option's first value
-    ("-o controlpath=/z/%C", "/z/%C"),
-    ("-o ControlPersist=60s", None),
-])
+@pytest.mark.parametrize(
+    "ssh_args, expected",
+    [
+        ("-o ControlMaster=auto -o ControlPath=~/a/%C", "~/a/%C"),
+        ("-oControlPath=/x/%C -o ControlPath=/y/%C", "/x/%C"),  # ssh keeps an option's first value
+        ("-o controlpath=/z/%C", "/z/%C"),
+        ("-o ControlPersist=60s", None),
+    ],
+)
 def test_the_control_path_ssh_takes_from_ssh_args(ssh_args, expected):
     assert _controller_dirs().ssh_control_path(ssh_args) == expected
 

@@ -28,10 +28,15 @@ from hal_provision import release
 from hal_provision.node import converge
 
 VENV_BIN = Path(sys.executable).parent
-pytestmark = [pytest.mark.skipif(not (VENV_BIN / "ansible-playbook").exists(),
-                                 reason="ansible-playbook is not installed beside this Python"),
-              pytest.mark.skipif(shutil.which("minisign") is None,
-                                 reason="minisign is not installed (Debian package minisign; ./bootstrap.sh installs it)")]
+pytestmark = [
+    pytest.mark.skipif(
+        not (VENV_BIN / "ansible-playbook").exists(), reason="ansible-playbook is not installed beside this Python"
+    ),
+    pytest.mark.skipif(
+        shutil.which("minisign") is None,
+        reason="minisign is not installed (Debian package minisign; ./bootstrap.sh installs it)",
+    ),
+]
 HOST = "hal01"
 CLUSTER = "hal"
 KEYS: dict[str, Path] = {}  # the module's release-key directory (the `keys` fixture)
@@ -47,14 +52,16 @@ def keys(tmp_path_factory):
     KEYS.clear()
 
 
-def signed(current: dict, key_of: str = CLUSTER, cluster: str = CLUSTER, serial: int | None = None,
-           now=None, **changes) -> bytes:
+def signed(
+    current: dict, key_of: str = CLUSTER, cluster: str = CLUSTER, serial: int | None = None, now=None, **changes
+) -> bytes:
     """current.json of `current` (version, bundle, sha256, size) as a release signed with
     `key_of`'s key for `cluster`; CHANGES overwrite the document's fields before it is signed."""
     serial = serial if serial is not None else release.next_serial(CLUSTER, KEYS["dir"])
     release._record_serial(CLUSTER, serial, KEYS["dir"])
     document = {**release.release_document(cluster, current, serial, now=now), **changes}
     return release.sign(document, release.key_paths(key_of, KEYS["dir"])[0])
+
 
 PULL_YML = """\
 - name: Pull converge (test bundle)
@@ -73,8 +80,9 @@ PULL_YML = """\
 """
 
 
-def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: bool = False,
-                extra: tuple = ()) -> dict:
+def make_bundle(
+    out: Path, version: str, motd: str, target_dir: Path, break_me: bool = False, extra: tuple = ()
+) -> dict:
     """OUT/<version>.tar.gz and OUT/current.json, the layout `hal-provision bundle` publishes;
     EXTRA: (TarInfo, bytes or None) members added after the bundle's own."""
     members = {
@@ -82,9 +90,23 @@ def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: 
         "bundle/playbooks/pull.yml": PULL_YML,
         "bundle/files/etc/motd": motd,
         # The YAML inventory plugin's layout, in JSON (a static file Ansible reads as it is).
-        "bundle/inventory/hosts.json": json.dumps({"all": {"children": {"deploy_pull": {"hosts": {HOST: {
-            "target_dir": str(target_dir), "break_me": break_me,
-            "ansible_python_interpreter": sys.executable}}}}}}),
+        "bundle/inventory/hosts.json": json.dumps(
+            {
+                "all": {
+                    "children": {
+                        "deploy_pull": {
+                            "hosts": {
+                                HOST: {
+                                    "target_dir": str(target_dir),
+                                    "break_me": break_me,
+                                    "ansible_python_interpreter": sys.executable,
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        ),
     }
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -97,8 +119,12 @@ def make_bundle(out: Path, version: str, motd: str, target_dir: Path, break_me: 
             tar.addfile(info, None if data is None else io.BytesIO(data))
     blob = buffer.getvalue()
     (out / f"{version}.tar.gz").write_bytes(blob)
-    current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(blob).hexdigest(),
-               "size": len(blob)}
+    current = {
+        "version": version,
+        "bundle": f"{version}.tar.gz",
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "size": len(blob),
+    }
     (out / "current.json").write_bytes(signed(current))
     return current
 
@@ -136,7 +162,7 @@ class FakeSlurm:
 
     def __init__(self, known: bool = True, jobs: list[list[str]] | None = None):
         self.known, self.state, self.reason = known, "idle", "none"
-        self.jobs = jobs or []   # squeue's answers in turn; the last one repeats
+        self.jobs = jobs or []  # squeue's answers in turn; the last one repeats
         self.calls: list[list[str]] = []
 
     def __call__(self, argv, *, env=None, cwd=None, timeout=None):
@@ -173,17 +199,34 @@ def node(tmp_path, point, monkeypatch):
     root, url, requested = point
     state = tmp_path / "var"
     config = tmp_path / "deploy.json"
-    config.write_text(json.dumps({
-        "mode": "pull", "cluster": CLUSTER, "release_key": str(release.key_paths(CLUSTER, KEYS["dir"])[1]),
-        "version_file": str(state / "converge" / "last.json"), "port": 8181,
-        "drain_wait_s": 30, "points": [{"host": "hal-mgmt", "address": "127.0.0.1", "url": url, "serves": [HOST]}],
-        "nodes": {HOST: url}, "bundle_root": str(root)}))
+    config.write_text(
+        json.dumps(
+            {
+                "mode": "pull",
+                "cluster": CLUSTER,
+                "release_key": str(release.key_paths(CLUSTER, KEYS["dir"])[1]),
+                "version_file": str(state / "converge" / "last.json"),
+                "port": 8181,
+                "drain_wait_s": 30,
+                "points": [{"host": "hal-mgmt", "address": "127.0.0.1", "url": url, "serves": [HOST]}],
+                "nodes": {HOST: url},
+                "bundle_root": str(root),
+            }
+        )
+    )
     slurm = FakeSlurm()
     monkeypatch.setattr(converge, "run_command", slurm)
     slept: list[float] = []
     monkeypatch.setattr(converge, "sleep", slept.append)
-    paths = {"point": root, "target": tmp_path / "target", "bundles": state / "bundles",
-             "last": state / "converge" / "last.json", "slept": slept, "config": config, "requested": requested}
+    paths = {
+        "point": root,
+        "target": tmp_path / "target",
+        "bundles": state / "bundles",
+        "last": state / "converge" / "last.json",
+        "slept": slept,
+        "config": config,
+        "requested": requested,
+    }
     paths["target"].mkdir()
 
     def run(*args: str) -> int:
@@ -199,12 +242,12 @@ def last(paths) -> dict:
 def test_a_new_version_is_downloaded_verified_unpacked_and_converged_around_a_drain(node):
     run, slurm, paths = node
     make_bundle(paths["point"], "v1", "hello\n", paths["target"])
-    slurm.jobs = [["101"], ["101"], []]   # a job that ends while the node is drained
+    slurm.jobs = [["101"], ["101"], []]  # a job that ends while the node is drained
     assert run() == 0
     assert (paths["target"] / "motd").read_text() == "hello\n"
     assert (paths["bundles"] / "v1" / "bundle" / "playbooks" / "pull.yml").is_file()
     assert slurm.updates() == [["state=drain", "reason=hal-provision converge: version v1"], ["state=resume"]]
-    assert paths["slept"] == [5.0, 5.0]   # polled until the job was gone
+    assert paths["slept"] == [5.0, 5.0]  # polled until the job was gone
     result = last(paths)
     assert (result["state"], result["version"], result["previous"], result["changed"]) == ("changed", "v1", None, 1)
     assert (result["failed_task"], result["drained"], result["drained_for_change"]) == (None, False, True)
@@ -217,9 +260,24 @@ def test_result_json_layout(node):
     make_bundle(paths["point"], "v1", "hello\n", paths["target"])
     assert run() == 0
     result = last(paths)
-    assert sorted(result) == sorted(["host", "version", "previous", "state", "changed", "changed_tasks", "failed_task",
-                                     "drained", "drained_for_change", "serial", "expires", "started", "finished",
-                                     "seconds"])
+    assert sorted(result) == sorted(
+        [
+            "host",
+            "version",
+            "previous",
+            "state",
+            "changed",
+            "changed_tasks",
+            "failed_task",
+            "drained",
+            "drained_for_change",
+            "serial",
+            "expires",
+            "started",
+            "finished",
+            "seconds",
+        ]
+    )
     assert isinstance(result["serial"], int) and result["expires"].endswith("Z")
     assert result["host"] == HOST
     assert result["started"].endswith("Z") and result["finished"] >= result["started"]
@@ -233,7 +291,7 @@ def test_an_up_to_date_node_does_nothing(node):
     slurm.calls.clear()
     (paths["target"] / "motd").write_text("edited by hand\n")
     assert run() == 0
-    assert [c[0] for c in slurm.calls] == ["hostname", "sinfo"]   # no ansible-playbook, no drain
+    assert [c[0] for c in slurm.calls] == ["hostname", "sinfo"]  # no ansible-playbook, no drain
     assert (paths["target"] / "motd").read_text() == "edited by hand\n"
     result = last(paths)
     assert (result["state"], result["version"], result["previous"], result["changed"]) == ("current", "v1", "v1", 0)
@@ -262,7 +320,7 @@ def test_a_corrupted_bundle_is_refused_and_nothing_is_unpacked(node):
     (paths["point"] / "v1.tar.gz").write_bytes(blob[:-10] + b"0123456789")
     assert run() == 1
     assert not (paths["bundles"] / "v1").exists()
-    assert not paths["bundles"].exists() or list(paths["bundles"].iterdir()) == []   # no staging left either
+    assert not paths["bundles"].exists() or list(paths["bundles"].iterdir()) == []  # no staging left either
     assert not (paths["target"] / "motd").exists() and slurm.updates() == []
     result = last(paths)
     assert result["state"] == "failed" and result["version"] == "v1" and result["previous"] is None
@@ -285,7 +343,7 @@ def test_jobs_still_running_at_drain_wait_leave_the_node_drained_and_waiting(nod
     monkeypatch.setattr(converge.time, "monotonic", lambda: next(clock))
     slurm.jobs = [["7", "8"]]
     assert run() == 0
-    assert not (paths["target"] / "motd").exists()   # not converged under the jobs
+    assert not (paths["target"] / "motd").exists()  # not converged under the jobs
     assert slurm.state == "drained" and slurm.reason == "hal-provision converge: version v1"
     result = last(paths)
     assert (result["state"], result["drained"], result["version"], result["previous"]) == ("waiting", True, "v1", None)
@@ -348,6 +406,7 @@ def test_an_unreachable_source_is_recorded_and_exits_1(node, capsys):
 def test_two_runs_never_overlap(node, capsys):
     run, slurm, paths = node
     import fcntl
+
     paths["last"].parent.mkdir(parents=True)
     with open(paths["last"].parent / ".lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
@@ -356,14 +415,19 @@ def test_two_runs_never_overlap(node, capsys):
     assert "another run holds the lock" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, message", [
-    (None, "cannot read"),
-    ("{", "is not JSON"),
-    ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1, "release_key": "/k", "cluster": "c"}',
-     "hal01 is not a pull node"),
-    ('{"nodes": {}, "drain_wait_s": 1}', "version_file is missing"),
-    ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1, "cluster": "c"}', "release_key is missing"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "cannot read"),
+        ("{", "is not JSON"),
+        (
+            '{"version_file": "/x", "nodes": {}, "drain_wait_s": 1, "release_key": "/k", "cluster": "c"}',
+            "hal01 is not a pull node",
+        ),
+        ('{"nodes": {}, "drain_wait_s": 1}', "version_file is missing"),
+        ('{"version_file": "/x", "nodes": {}, "drain_wait_s": 1, "cluster": "c"}', "release_key is missing"),
+    ],
+)
 def test_configuration_errors_are_one_line_with_status_2(node, tmp_path, capsys, text, message):
     run, slurm, paths = node
     config = tmp_path / "bad.json"
@@ -380,14 +444,26 @@ def test_the_program_runs_as_a_script_with_the_standard_library_only(tmp_path):
     program = tmp_path / "hal-converge"
     program.write_text(Path(converge.__file__).read_text())
     shutil.copy(Path(converge.__file__).parent / "drains.py", tmp_path / "drains.py")
-    done = subprocess.run([sys.executable, "-E", "-s", str(program), "--help"], capture_output=True, text=True,
-                          cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    done = subprocess.run(
+        [sys.executable, "-E", "-s", str(program), "--help"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 0 and "--force" in done.stdout
 
 
 @pytest.mark.parametrize("python_has_filter", [True, False])
-@pytest.mark.parametrize(("name", "kind"), [("bundle/../escape", tarfile.REGTYPE), ("/etc/passwd", tarfile.REGTYPE),
-                                            ("elsewhere/file", tarfile.REGTYPE), ("bundle/link", tarfile.SYMTYPE)])
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("bundle/../escape", tarfile.REGTYPE),
+        ("/etc/passwd", tarfile.REGTYPE),
+        ("elsewhere/file", tarfile.REGTYPE),
+        ("bundle/link", tarfile.SYMTYPE),
+    ],
+)
 def test_a_member_outside_bundle_or_not_a_file_is_refused(tmp_path, monkeypatch, python_has_filter, name, kind):
     """Debian 12's Python (3.11.2) has no tarfile filter: hal-converge refuses what the "data"
     filter would, and more (anything but files and directories under bundle/), either way."""
@@ -401,12 +477,16 @@ def test_a_member_outside_bundle_or_not_a_file_is_refused(tmp_path, monkeypatch,
             member.linkname = "/etc/shadow"
         tar.addfile(member, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
     data.seek(0)
-    with tarfile.open(fileobj=data, mode="r:gz") as tar, pytest.raises(tarfile.TarError, match="not a file or directory"):
+    with (
+        tarfile.open(fileobj=data, mode="r:gz") as tar,
+        pytest.raises(tarfile.TarError, match="not a file or directory"),
+    ):
         converge._extract(tar, tmp_path / "into")
     assert not (tmp_path / "into").exists() and not (tmp_path / "escape").exists()
 
 
 # ---- crafted bundles: each refused, or unpacked with its danger taken out, and last.json says so --
+
 
 def crafted(name: str, kind=tarfile.REGTYPE, data: bytes | None = b"", **attrs) -> tuple:
     info = tarfile.TarInfo(name)
@@ -417,15 +497,19 @@ def crafted(name: str, kind=tarfile.REGTYPE, data: bytes | None = b"", **attrs) 
     return info, data if kind == tarfile.REGTYPE else None
 
 
-@pytest.mark.parametrize("member", [
-    crafted("bundle/../escape"),
-    crafted("/etc/escape"),
-    crafted("bundle/link", tarfile.SYMTYPE, linkname="/etc/shadow"),
-    crafted("bundle/hard", tarfile.LNKTYPE, linkname="bundle/ansible.cfg"),
-    crafted("bundle/dev/sda", tarfile.BLKTYPE, devmajor=8, devminor=0),
-    crafted("bundle/tty", tarfile.CHRTYPE, devmajor=5, devminor=0),
-    crafted("bundle/fifo", tarfile.FIFOTYPE),
-], ids=["traversal", "absolute", "symlink", "hard-link", "block-device", "char-device", "fifo"])
+@pytest.mark.parametrize(
+    "member",
+    [
+        crafted("bundle/../escape"),
+        crafted("/etc/escape"),
+        crafted("bundle/link", tarfile.SYMTYPE, linkname="/etc/shadow"),
+        crafted("bundle/hard", tarfile.LNKTYPE, linkname="bundle/ansible.cfg"),
+        crafted("bundle/dev/sda", tarfile.BLKTYPE, devmajor=8, devminor=0),
+        crafted("bundle/tty", tarfile.CHRTYPE, devmajor=5, devminor=0),
+        crafted("bundle/fifo", tarfile.FIFOTYPE),
+    ],
+    ids=["traversal", "absolute", "symlink", "hard-link", "block-device", "char-device", "fifo"],
+)
 def test_a_crafted_member_refuses_the_bundle_and_last_json_says_why(node, member):
     run, slurm, paths = node
     make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(member,))
@@ -443,12 +527,25 @@ def test_setuid_world_writable_and_foreign_owners_are_neutralised(node, monkeypa
     if not python_has_filter:  # Debian 12's Python 3.11.2
         monkeypatch.delattr(tarfile, "data_filter", raising=False)
     run, slurm, paths = node
-    make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(
-        crafted("bundle/bin/setuid-shell", data=b"#!/bin/sh\n", mode=0o6755, uid=1234, gid=1234, uname="mallory",
-                gname="mallory"),
-        crafted("bundle/open", tarfile.DIRTYPE, mode=0o1777, uid=1234, gid=1234),
-        crafted("bundle/open/writable", data=b"x", mode=0o666),
-    ))
+    make_bundle(
+        paths["point"],
+        "v1",
+        "hello\n",
+        paths["target"],
+        extra=(
+            crafted(
+                "bundle/bin/setuid-shell",
+                data=b"#!/bin/sh\n",
+                mode=0o6755,
+                uid=1234,
+                gid=1234,
+                uname="mallory",
+                gname="mallory",
+            ),
+            crafted("bundle/open", tarfile.DIRTYPE, mode=0o1777, uid=1234, gid=1234),
+            crafted("bundle/open/writable", data=b"x", mode=0o666),
+        ),
+    )
     assert run() == 0 and last(paths)["state"] == "changed"
     unpacked = paths["bundles"] / "v1" / "bundle"
     for rel, mode in (("bin/setuid-shell", 0o755), ("open", 0o755), ("open/writable", 0o644)):
@@ -472,7 +569,9 @@ def test_a_gzip_bomb_is_refused_before_it_is_unpacked(node, monkeypatch):
 def test_an_oversized_bundle_is_cut_off_while_it_downloads(node, monkeypatch):
     monkeypatch.setattr(converge, "MAX_BUNDLE_BYTES", 64 << 10)
     run, slurm, paths = node
-    make_bundle(paths["point"], "v1", "hello\n", paths["target"], extra=(crafted("bundle/noise", data=os.urandom(256 << 10)),))
+    make_bundle(
+        paths["point"], "v1", "hello\n", paths["target"], extra=(crafted("bundle/noise", data=os.urandom(256 << 10)),)
+    )
     assert run() == 1
     result = last(paths)
     assert result["state"] == "failed" and "more than 65,536 bytes: refused" in result["failed_task"]
@@ -490,6 +589,7 @@ def test_an_oversized_current_json_is_refused(node):
 
 
 # ---- signed releases: what a node refuses before it downloads anything --------------------------
+
 
 def _refused(run, paths, capsys, reason: str) -> dict:
     """One run that refuses the published release: exit 1, one line on stderr, last.json says
@@ -518,11 +618,15 @@ def test_an_unsigned_release_with_a_valid_sha256_is_refused(node, capsys):
     assert not (paths["target"] / "motd").exists() and slurm.updates() == []
 
 
-@pytest.mark.parametrize(("signing", "reason"), [
-    ({"key_of": "intruder"}, "the signature does not verify"),
-    ({"cluster": "other"}, "cluster 'other'"),
-    ({"days_ago": 31}, "expired at"),
-], ids=["another-key", "another-cluster", "expired"])
+@pytest.mark.parametrize(
+    ("signing", "reason"),
+    [
+        ({"key_of": "intruder"}, "the signature does not verify"),
+        ({"cluster": "other"}, "cluster 'other'"),
+        ({"days_ago": 31}, "expired at"),
+    ],
+    ids=["another-key", "another-cluster", "expired"],
+)
 def test_a_release_signed_with_another_key_for_another_cluster_or_expired_is_refused(node, capsys, signing, reason):
     import datetime as dt
 

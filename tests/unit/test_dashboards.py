@@ -76,14 +76,17 @@ def test_the_model_asks_for_three_dashboards(hal):
         assert board.panels and len({p.title for p in board.panels}) == len(board.panels)
 
 
-@pytest.mark.parametrize("expr,outside", [
-    ("hal[01-16]", ["hal00", "hal17", "hal1", "hal001", "hal-01"]),
-    ("n[1-120]", ["n0", "n121", "n01", "n1200"]),
-    ("hal[000001-100000]", ["hal000000", "hal100001", "hal1"]),
-    ("a[8-12,15],b[007-213],login", ["a7", "a13", "a14", "b006", "b214", "b07", "login2"]),
-    ("rack[1-2]n[1-3]", ["rack3n1", "rack1n4"]),
-    ("hal-mgmt[1-2],hal.data", ["hal-mgmt3", "halxdata"]),
-])
+@pytest.mark.parametrize(
+    "expr,outside",
+    [
+        ("hal[01-16]", ["hal00", "hal17", "hal1", "hal001", "hal-01"]),
+        ("n[1-120]", ["n0", "n121", "n01", "n1200"]),
+        ("hal[000001-100000]", ["hal000000", "hal100001", "hal1"]),
+        ("a[8-12,15],b[007-213],login", ["a7", "a13", "a14", "b006", "b214", "b07", "login2"]),
+        ("rack[1-2]n[1-3]", ["rack3n1", "rack1n4"]),
+        ("hal-mgmt[1-2],hal.data", ["hal-mgmt3", "halxdata"]),
+    ],
+)
 def test_host_regex_matches_exactly_the_hosts(expr, outside):
     regex = host_regex(nodeset(expr))
     assert all(re.fullmatch(regex, h) for h in nodeset(expr)), regex
@@ -127,8 +130,11 @@ def test_nodes_down_follows_the_model(hal):
         group["hosts"], group["count"] = "hal[01-15]", 15
 
     smaller = _edited(hal, one_compute_node_less)
-    assert _panel(smaller, "hal-status", "Nodes down").queries[0].influxql.startswith(
-        f'SELECT {HAL_NODES - 1} - count("load1")')
+    assert (
+        _panel(smaller, "hal-status", "Nodes down")
+        .queries[0]
+        .influxql.startswith(f'SELECT {HAL_NODES - 1} - count("load1")')
+    )
 
 
 def test_gpus_in_use_has_the_model_gpu_total(hal):
@@ -156,6 +162,7 @@ def test_infiniband_panel_only_with_the_infiniband_input(hal):
 
 def test_panels_name_their_metrics_without_an_input(hal):
     """A panel whose input is not configured stays (the checks report it), except InfiniBand."""
+
     def no_bmc(doc):
         for names in doc["monitoring"]["inputs"].values():
             if "bmc" in names:
@@ -210,8 +217,10 @@ def test_concrete_substitutes_the_macros(hal):
     for _b, _p, q in _all_queries(hal):
         text = concrete(q.influxql, 600, interval_seconds=120)
         assert "$" not in text.replace("$/", "/"), text  # a regex's end anchor stays
-    assert concrete("WHERE $timeFilter GROUP BY time($__interval)", interval_seconds=60) == \
-        "WHERE time > now() - 900s GROUP BY time(60s)"
+    assert (
+        concrete("WHERE $timeFilter GROUP BY time($__interval)", interval_seconds=60)
+        == "WHERE time > now() - 900s GROUP BY time(60s)"
+    )
 
 
 def test_specs_need_no_grafana_library_and_no_renderer():
@@ -230,6 +239,7 @@ BACKUP_PANELS = ["Backups late or missing", "Backup age"]
 def _with_schedule(schedule: str):
     def edit(doc):
         doc["backup"]["schedule"] = schedule
+
     return edit
 
 
@@ -272,31 +282,49 @@ def test_backups_late_or_missing_counts_the_models_jobs(hal):
     assert q.influxql.endswith(f'WHERE "age_s" < {36 * 3600}')
 
 
-@pytest.mark.parametrize("schedule,hours", [
-    ("daily", 36.0), ("*-*-* 02:30:00", 36.0), ("02:30 UTC", 36.0), ("hourly", 1.5), ("*:15", 1.5),
-    ("weekly", 252.0), ("Mon..Fri 02:30", 36.0), ("*-*-* 02,14:30", 36.0), ("*:0/15", 36.0),
-])
+@pytest.mark.parametrize(
+    "schedule,hours",
+    [
+        ("daily", 36.0),
+        ("*-*-* 02:30:00", 36.0),
+        ("02:30 UTC", 36.0),
+        ("hourly", 1.5),
+        ("*:15", 1.5),
+        ("weekly", 252.0),
+        ("Mon..Fri 02:30", 36.0),
+        ("*-*-* 02,14:30", 36.0),
+        ("*:0/15", 36.0),
+    ],
+)
 def test_the_backup_threshold_is_one_and_a_half_periods_where_simple_else_36_hours(hal, schedule, hours):
     model = _edited(hal, _with_schedule(schedule))
     assert dash.backup_late_hours(model) == hours
     assert _panel(model, "hal-admin", "Backup age").alert_at == hours
-    assert _panel(model, "hal-admin", "Backups late or missing").queries[0].influxql.endswith(
-        f'"age_s" < {hours * 3600:.0f}')
+    assert (
+        _panel(model, "hal-admin", "Backups late or missing")
+        .queries[0]
+        .influxql.endswith(f'"age_s" < {hours * 3600:.0f}')
+    )
 
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason="needs systemd-analyze")
-@pytest.mark.parametrize("schedule", ["hourly", "daily", "weekly", "*-*-* 02:30:00", "02:30 UTC", "*:15",
-                                      "*-*-* *:15:00", "minutely"])
+@pytest.mark.parametrize(
+    "schedule", ["hourly", "daily", "weekly", "*-*-* 02:30:00", "02:30 UTC", "*:15", "*-*-* *:15:00", "minutely"]
+)
 def test_periods_are_systemds_gaps_between_elapses(schedule):
     """period_seconds is the time between consecutive elapses systemd computes (for these forms
     every gap is the same; a month's or a year's are not, and are not compared)."""
     from hal_provision.model.oncalendar import period_seconds
 
-    done = subprocess.run([SYSTEMD_ANALYZE, "calendar", "--iterations=4", schedule], capture_output=True, text=True,
-                          env={"TZ": "UTC", "PATH": os.environ.get("PATH", "")})
+    done = subprocess.run(
+        [SYSTEMD_ANALYZE, "calendar", "--iterations=4", schedule],
+        capture_output=True,
+        text=True,
+        env={"TZ": "UTC", "PATH": os.environ.get("PATH", "")},
+    )
     assert done.returncode == 0, done.stderr
     stamps = re.findall(r"(?:Next elapse|Iter\. #\d+): \w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", done.stdout)
     times = [dt.datetime.strptime(t, "%Y-%m-%d %H:%M:%S") for t in stamps]
@@ -314,10 +342,13 @@ def rendered(hal):
 
 
 def test_one_json_file_per_dashboard_and_two_provisioning_files(hal, rendered):
-    assert sorted(rendered) == sorted([
-        grafana.DATASOURCES, grafana.PROVIDERS,
-        *(f"files/var/lib/grafana/dashboards/hal/{uid}.json" for uid in ("hal-status", "hal-nodes", "hal-admin")),
-    ])
+    assert sorted(rendered) == sorted(
+        [
+            grafana.DATASOURCES,
+            grafana.PROVIDERS,
+            *(f"files/var/lib/grafana/dashboards/hal/{uid}.json" for uid in ("hal-status", "hal-nodes", "hal-admin")),
+        ]
+    )
 
 
 def _json_panels(doc: dict) -> list[dict]:
@@ -364,8 +395,10 @@ def test_datasource_provisioning(hal, rendered):
     assert ds["uid"] == "hal-influxdb" and ds["type"] == "influxdb" and ds["name"] == hal.monitoring.grafana.datasource
     assert ds["url"] == f"https://{hal.services.monitoring_db}:{hal.monitoring.influxdb.port}"
     assert ds["user"] == "grafana" and ds["jsonData"]["dbName"] == hal.monitoring.influxdb.database
-    assert ds["secureJsonData"] == {"password": "$HAL_GRAFANA_INFLUX_PASSWORD",
-                                    "tlsCACert": "$__file{/etc/ssl/hal-provision/cluster-ca.crt}"}
+    assert ds["secureJsonData"] == {
+        "password": "$HAL_GRAFANA_INFLUX_PASSWORD",
+        "tlsCACert": "$__file{/etc/ssl/hal-provision/cluster-ca.crt}",
+    }
     assert "password" not in ds and "basicAuthPassword" not in ds
 
 
@@ -433,8 +466,10 @@ def test_expected_reporters_and_gpu_hosts_follow_each_groups_own_inputs():
     from hal_provision.loader import validate_text
 
     text = (Path(__file__).resolve().parents[1] / "data" / "clusters" / "x86-twogen.yml").read_text()
-    text = text.replace("    storage: [cpu, mem, system, net]\n",
-                        "    storage: [cpu, mem, system, net]\n  inputs_by_group:\n    login: [cpu, mem, net]\n")
+    text = text.replace(
+        "    storage: [cpu, mem, system, net]\n",
+        "    storage: [cpu, mem, system, net]\n  inputs_by_group:\n    login: [cpu, mem, net]\n",
+    )
     model = validate_text(text, "x86-twogen.yml").model
     assert model is not None and model.monitoring.inputs_by_group == {"login": ["cpu", "mem", "net"]}
     reporting = set(dash.reporting_hosts(model))

@@ -29,8 +29,10 @@ E = Level.error
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
 NO_SYSTEMD = "systemd-analyze is not installed on this machine (Debian: apt-get install systemd)"
 NGINX = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
-NO_NGINX = ("nginx is not installed on this machine (Debian: apt-get install nginx; bootstrap.sh leaves it out, "
-            "as Debian's package starts nginx on port 80 when it is installed)")
+NO_NGINX = (
+    "nginx is not installed on this machine (Debian: apt-get install nginx; bootstrap.sh leaves it out, "
+    "as Debian's package starts nginx on port 80 when it is installed)"
+)
 
 PULL = """
 deploy:
@@ -60,39 +62,91 @@ def points(*lines: str):
 TWO_POINTS = points('{host: hal-mgmt1, serves: "hal[01-08]"}', '{host: hal-mgmt2, serves: "hal[09-16]"}')
 
 ROWS = [
-    ("point-not-a-host", [points('{host: hal-mgnt1, serves: "hal[01-16]"}')],
-     E, "deploy.distribution[0].host", "'hal-mgnt1' is not a host of the model; did you mean 'hal-mgmt1'?"),
-    ("point-is-a-pull-node", [points('{host: hal01, serves: "hal[02-16]"}')],
-     E, "deploy.distribution[0].host", "hal01 is a pull node"),
-    ("serves-unknown-hosts", [points('{host: hal-mgmt1, serves: "hal[01-18]"}')],
-     E, "deploy.distribution[0].serves", "hal[17-18] (2 hosts) are not hosts of the model"),
-    ("serves-a-login-node", [points('{host: hal-mgmt1, serves: "hal[01-16],hal-login"}')],
-     E, "deploy.distribution[0].serves", "hal-login is not a pull node"),
-    ("node-served-twice", [points('{host: hal-mgmt1, serves: "hal[01-10]"}', '{host: hal-mgmt2, serves: "hal[08-16]"}')],
-     E, "deploy.distribution[1].serves", "hal[08-10] (3 hosts) are also served by hal-mgmt1 (deploy.distribution[0])"),
-    ("node-not-served", [points('{host: hal-mgmt1, serves: "hal[01-08]"}', '{host: hal-mgmt2, serves: "hal[09-15]"}')],
-     E, "deploy.distribution", "hal16 is a pull node that no distribution point serves"),
-    ("several-points-one-without-serves", [points('{host: hal-mgmt1}', '{host: hal-mgmt2, serves: "hal[09-16]"}')],
-     E, "deploy.distribution[0]", "point hal-mgmt1 has no `serves`: with 2 points"),
-    ("herd-too-large", [("  herd_size: 500\n", "  herd_size: 10\n")],
-     E, "deploy.distribution[0].serves", "hal-mgmt1 serves 16 pull nodes, more than deploy.herd_size (10): split "
-     "them over more distribution points (at least 2 for 16 pull nodes)"),
+    (
+        "point-not-a-host",
+        [points('{host: hal-mgnt1, serves: "hal[01-16]"}')],
+        E,
+        "deploy.distribution[0].host",
+        "'hal-mgnt1' is not a host of the model; did you mean 'hal-mgmt1'?",
+    ),
+    (
+        "point-is-a-pull-node",
+        [points('{host: hal01, serves: "hal[02-16]"}')],
+        E,
+        "deploy.distribution[0].host",
+        "hal01 is a pull node",
+    ),
+    (
+        "serves-unknown-hosts",
+        [points('{host: hal-mgmt1, serves: "hal[01-18]"}')],
+        E,
+        "deploy.distribution[0].serves",
+        "hal[17-18] (2 hosts) are not hosts of the model",
+    ),
+    (
+        "serves-a-login-node",
+        [points('{host: hal-mgmt1, serves: "hal[01-16],hal-login"}')],
+        E,
+        "deploy.distribution[0].serves",
+        "hal-login is not a pull node",
+    ),
+    (
+        "node-served-twice",
+        [points('{host: hal-mgmt1, serves: "hal[01-10]"}', '{host: hal-mgmt2, serves: "hal[08-16]"}')],
+        E,
+        "deploy.distribution[1].serves",
+        "hal[08-10] (3 hosts) are also served by hal-mgmt1 (deploy.distribution[0])",
+    ),
+    (
+        "node-not-served",
+        [points('{host: hal-mgmt1, serves: "hal[01-08]"}', '{host: hal-mgmt2, serves: "hal[09-15]"}')],
+        E,
+        "deploy.distribution",
+        "hal16 is a pull node that no distribution point serves",
+    ),
+    (
+        "several-points-one-without-serves",
+        [points("{host: hal-mgmt1}", '{host: hal-mgmt2, serves: "hal[09-16]"}')],
+        E,
+        "deploy.distribution[0]",
+        "point hal-mgmt1 has no `serves`: with 2 points",
+    ),
+    (
+        "herd-too-large",
+        [("  herd_size: 500\n", "  herd_size: 10\n")],
+        E,
+        "deploy.distribution[0].serves",
+        "hal-mgmt1 serves 16 pull nodes, more than deploy.herd_size (10): split "
+        "them over more distribution points (at least 2 for 16 pull nodes)",
+    ),
     ("port-zero", [("  port: 8181\n", "  port: 0\n")], E, "deploy.port", "0 is not a TCP port: write 1-65535"),
     ("port-too-high", [("  port: 8181\n", "  port: 70000\n")], E, "deploy.port", "70000 is not a TCP port"),
-    ("schedule-cron-syntax", [('  schedule: "*:0/30"\n', '  schedule: "*/30 * * * *"\n')],
-     E, "deploy.schedule", "'*/30 * * * *' is not a calendar expression"),
-    ("mode-unknown", [("  mode: pull\n", "  mode: ansible-pull\n")], E, "deploy.mode", "Input should be 'push' or 'pull'"),
+    (
+        "schedule-cron-syntax",
+        [('  schedule: "*:0/30"\n', '  schedule: "*/30 * * * *"\n')],
+        E,
+        "deploy.schedule",
+        "'*/30 * * * *' is not a calendar expression",
+    ),
+    (
+        "mode-unknown",
+        [("  mode: pull\n", "  mode: ansible-pull\n")],
+        E,
+        "deploy.mode",
+        "Input should be 'push' or 'pull'",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("mutation", "level", "path", "message"),
-                         [pytest.param([*ROWS_START, *r[1]], *r[2:], id=r[0]) for r in ROWS])
+@pytest.mark.parametrize(
+    ("mutation", "level", "path", "message"), [pytest.param([*ROWS_START, *r[1]], *r[2:], id=r[0]) for r in ROWS]
+)
 def test_deploy_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
 ACCEPTED = [
-    ("default-point", [lambda text: text.replace('  distribution:\n' + POINT, "")]),
+    ("default-point", [lambda text: text.replace("  distribution:\n" + POINT, "")]),
     ("one-point-without-serves", [(POINT, "    - {host: hal-mgmt2}\n")]),
     ("two-points", [TWO_POINTS]),
     ("daily", [('  schedule: "*:0/30"\n', "  schedule: daily\n")]),
@@ -117,7 +171,7 @@ def test_push_is_the_default_and_has_no_pull_nodes_or_points():
 
 
 def test_default_point_is_the_first_management_host_serving_every_compute_node():
-    hal = hal_with(_with_pull, lambda text: text.replace('  distribution:\n' + POINT, ""))
+    hal = hal_with(_with_pull, lambda text: text.replace("  distribution:\n" + POINT, ""))
     (point,) = hal.deploy_points
     assert point.host == "hal-mgmt1"
     assert str(point.serves) == str(hal.slurm_nodes) == "hal[01-16]"
@@ -146,18 +200,26 @@ def test_deploy_json_names_each_nodes_point_by_its_primary_address(twogen_files)
     data = json.loads(twogen_files[CONFIG])
     url = "http://10.20.0.2:8181/"  # tg-mgmt's mgmt address, deploy.port
     nodes = expand("tg[01-08]")
-    assert data == {"mode": "pull", "cluster": "twogen", "release_key": "/etc/hal-provision/release.pub",
-                    "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
-                    "drain_wait_s": 3600, "bundle_root": "/srv/hal-provision/bundles",
-                    "points": [{"host": "tg-mgmt", "address": "10.20.0.2", "url": url, "serves": nodes}],
-                    "nodes": dict.fromkeys(nodes, url)}
+    assert data == {
+        "mode": "pull",
+        "cluster": "twogen",
+        "release_key": "/etc/hal-provision/release.pub",
+        "version_file": "/var/lib/hal-provision/converge/last.json",
+        "port": 8181,
+        "drain_wait_s": 3600,
+        "bundle_root": "/srv/hal-provision/bundles",
+        "points": [{"host": "tg-mgmt", "address": "10.20.0.2", "url": url, "serves": nodes}],
+        "nodes": dict.fromkeys(nodes, url),
+    }
 
 
 def test_two_points_split_the_nodes():
     hal, files = pull_case("two-points")
     data = json.loads(files[CONFIG])
     assert [(p["host"], p["serves"][0], p["serves"][-1]) for p in data["points"]] == [
-        ("hal-mgmt1", "hal01", "hal08"), ("hal-mgmt2", "hal09", "hal16")]
+        ("hal-mgmt1", "hal01", "hal08"),
+        ("hal-mgmt2", "hal09", "hal16"),
+    ]
     assert data["nodes"]["hal09"] == data["points"][1]["url"] != data["nodes"]["hal08"]
 
 
@@ -174,9 +236,11 @@ def test_units_and_site_take_the_models_values(twogen_files):
     assert "Type=oneshot\n" in service and "ExecStart=/usr/local/sbin/hal-converge\n" in service
     assert "Restart=no\n" in service
     assert "listen 10.20.0.2:8181;" in site and "root /srv/hal-provision/bundles;" in site and "autoindex off;" in site
-    assert 'location = /current.json' in site and "no-store" in site
+    assert "location = /current.json" in site and "no-store" in site
     # nginx takes limit_except only inside a location: each of the two has its own
-    assert site.count("limit_except GET {") == 2 and site.index("location = /current.json") < site.index("limit_except GET {")
+    assert site.count("limit_except GET {") == 2 and site.index("location = /current.json") < site.index(
+        "limit_except GET {"
+    )
 
 
 @pytest.mark.skipif(SYSTEMD_ANALYZE is None, reason=NO_SYSTEMD)
@@ -218,8 +282,9 @@ def server_rules(site: str) -> tuple[list[str], list[str]]:
 def test_fleet_point_listens_on_its_address_and_lets_in_its_nodes_only():
     _fleet, files = pull_case("fleet")
     assert server_rules(files[nginx_site_path("fl-mgmt")]) == (
-        ["10.89.79.10:8181"], ["allow 10.89.79.21", "allow 10.89.79.22", "allow 10.89.79.23", "allow 10.89.79.24",
-                               "deny all"])
+        ["10.89.79.10:8181"],
+        ["allow 10.89.79.21", "allow 10.89.79.22", "allow 10.89.79.23", "allow 10.89.79.24", "deny all"],
+    )
 
 
 @pytest.mark.parametrize("case", PULL_CASES)
@@ -253,11 +318,14 @@ class NginxPrefix:
         self.prefix, self.port = tmp_path, free_port()
         (listen,), _access = server_rules(site)
         (tmp_path / "site.conf").write_text(site.replace(f"    listen {listen};", f"    listen 127.0.0.1:{self.port};"))
-        temp = "".join(f"    {kind}_temp_path {tmp_path}/{kind};\n"
-                       for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        temp = "".join(
+            f"    {kind}_temp_path {tmp_path}/{kind};\n"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
         (tmp_path / "nginx.conf").write_text(
             f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
-            f"http {{\n    access_log off;\n{temp}    include {tmp_path}/site.conf;\n}}\n")
+            f"http {{\n    access_log off;\n{temp}    include {tmp_path}/site.conf;\n}}\n"
+        )
         self.argv = [NGINX, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", str(tmp_path / "error.log")]
 
     def test(self) -> subprocess.CompletedProcess:
@@ -267,8 +335,12 @@ class NginxPrefix:
     def serve(self):
         """nginx in one foreground process (no workers, so no user to switch to), until the end
         of the block; yields its base URL."""
-        proc = subprocess.Popen([*self.argv, "-g", "daemon off; master_process off;"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [*self.argv, "-g", "daemon off; master_process off;"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 10
             while True:
@@ -339,10 +411,12 @@ def test_a_point_serves_node_groups_and_roles_by_name(check_file, edited, serves
     """serves takes @GROUP and @role:ROLE like every other placement: a grown group needs no second edit."""
     _file, loaded = check_file(edited(_with_pull, (POINT, f"    - {{host: hal-mgmt1, serves: {serves}}}\n")))
     if "hal-login" in serves:  # resolved like any placement, then checked: a login node pulls nothing
-        assert [f.message.split(":")[0] for f in loaded.findings if f.dotted == "deploy.distribution[0].serves"] == \
-            ["hal-login is not a pull node"], [f.format() for f in loaded.findings]
+        assert [f.message.split(":")[0] for f in loaded.findings if f.dotted == "deploy.distribution[0].serves"] == [
+            "hal-login is not a pull node"
+        ], [f.format() for f in loaded.findings]
         return
-    assert loaded.model is not None and not [f for f in loaded.findings if f.dotted.startswith("deploy")], \
-        [f.format() for f in loaded.findings]
+    assert loaded.model is not None and not [f for f in loaded.findings if f.dotted.startswith("deploy")], [
+        f.format() for f in loaded.findings
+    ]
     (point,) = loaded.model.deploy_points
     assert point.host == "hal-mgmt1" and list(point.serves) == [f"hal{i:02d}" for i in range(1, 17)]

@@ -110,8 +110,11 @@ def texts(svg: str) -> list[str]:
 
 def node_texts(svg: str) -> dict[str, list[str]]:
     """Node id -> the text elements drawn inside that node."""
-    return {g.find(f"{SVG}title").text: ["".join(t.itertext()) for t in g.iter(f"{SVG}text")]
-            for g in ET.fromstring(svg).iter(f"{SVG}g") if g.get("class") == "node"}
+    return {
+        g.find(f"{SVG}title").text: ["".join(t.itertext()) for t in g.iter(f"{SVG}text")]
+        for g in ET.fromstring(svg).iter(f"{SVG}g")
+        if g.get("class") == "node"
+    }
 
 
 def svg_texts(source: str) -> list[str]:
@@ -144,19 +147,42 @@ def test_the_source_is_the_same_for_a_freshly_loaded_model(hal, hal_text):
     assert render(load_text(hal_text, "again.yml").model) == render(hal)
 
 
-@pytest.mark.parametrize("title,lines", [
-    ("hal[01-16]", ["16 x IBM Power System AC922 8335-GTH", "2 x 20-core IBM POWER9 SMT4, 256 GiB",
-                    "4 x NVIDIA Tesla V100-SXM2-16GB (NVLink)", "Mellanox ConnectX-5 dual-port EDR, 2 x 100 Gb/s",
-                    "Slurm partitions: gpu (default)", "mgmt 172.22.1.1-16 | bmc 172.23.1.1-16 | ib 172.24.1.1-16"]),
-    ("hal-dev", ["1 x IBM Power System AC922 8335-GTH", "4 x NVIDIA Tesla V100-SXM2-16GB (NVLink)",
-                 "test and development node"]),
-    ("hal-login", ["1 x IBM Power System LC921", "2 x 16-core IBM POWER9 SMT4, 256 GiB",
-                   "mgmt 172.22.0.10 | bmc 172.23.0.10 | ib 172.24.0.10"]),
-    ("hal-mgmt1", ["1 x IBM Power System LC921", "mgmt 172.22.0.2 | bmc 172.23.0.2"]),
-    ("hal-mgmt2", ["1 x x86 1U server", "2 x 12-core x86_64 CPU SMT2, 192 GiB"]),
-    ("hal-data", ["1 x IBM Power System LC922", "2 x 20-core IBM POWER9 SMT4, 256 GiB"]),
-    ("hal-dtn", ["1 x x86 storage server, 36 drives", "2 x 16-core x86_64 CPU SMT2, 192 GiB"]),
-])
+@pytest.mark.parametrize(
+    "title,lines",
+    [
+        (
+            "hal[01-16]",
+            [
+                "16 x IBM Power System AC922 8335-GTH",
+                "2 x 20-core IBM POWER9 SMT4, 256 GiB",
+                "4 x NVIDIA Tesla V100-SXM2-16GB (NVLink)",
+                "Mellanox ConnectX-5 dual-port EDR, 2 x 100 Gb/s",
+                "Slurm partitions: gpu (default)",
+                "mgmt 172.22.1.1-16 | bmc 172.23.1.1-16 | ib 172.24.1.1-16",
+            ],
+        ),
+        (
+            "hal-dev",
+            [
+                "1 x IBM Power System AC922 8335-GTH",
+                "4 x NVIDIA Tesla V100-SXM2-16GB (NVLink)",
+                "test and development node",
+            ],
+        ),
+        (
+            "hal-login",
+            [
+                "1 x IBM Power System LC921",
+                "2 x 16-core IBM POWER9 SMT4, 256 GiB",
+                "mgmt 172.22.0.10 | bmc 172.23.0.10 | ib 172.24.0.10",
+            ],
+        ),
+        ("hal-mgmt1", ["1 x IBM Power System LC921", "mgmt 172.22.0.2 | bmc 172.23.0.2"]),
+        ("hal-mgmt2", ["1 x x86 1U server", "2 x 12-core x86_64 CPU SMT2, 192 GiB"]),
+        ("hal-data", ["1 x IBM Power System LC922", "2 x 20-core IBM POWER9 SMT4, 256 GiB"]),
+        ("hal-dtn", ["1 x x86 storage server, 36 drives", "2 x 16-core x86_64 CPU SMT2, 192 GiB"]),
+    ],
+)
 def test_every_node_group_is_one_box_with_its_count_and_hardware(hal_dot, title, lines):
     box = hal_dot.lines(hal_dot.titled(title))
     assert [line for line in lines if line not in box] == [], box
@@ -168,49 +194,81 @@ def test_the_sixteen_compute_nodes_are_one_box_not_sixteen(hal, hal_dot):
     assert not any(re.search(r"\bhal(0[1-9]|1[0-6])\b", attrs) for attrs in hal_dot.nodes.values())
 
 
-@pytest.mark.parametrize("row", [
-    ["mgmt (primary)", "Ethernet", "172.22.0.0/16", "22"],
-    ["bmc", "BMC, out-of-band", "172.23.0.0/16", "22"],
-    ["ib", "InfiniBand, IPoIB", "172.24.0.0/16", "20"],
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        ["mgmt (primary)", "Ethernet", "172.22.0.0/16", "22"],
+        ["bmc", "BMC, out-of-band", "172.23.0.0/16", "22"],
+        ["ib", "InfiniBand, IPoIB", "172.24.0.0/16", "20"],
+    ],
+)
 def test_networks_are_listed_with_kind_cidr_and_host_count(hal_dot, row):
     lines = hal_dot.lines(hal_dot.titled("Networks"))
     start = lines.index(row[0])
-    assert lines[start:start + 4] == row
+    assert lines[start : start + 4] == row
 
 
 def test_the_fabric_switch_and_which_groups_are_cabled_to_it(hal_dot):
     switch = hal_dot.titled("ib-sw1")
     assert hal_dot.lines(switch) == ["ib-sw1", "leaf, 36 ports", "Mellanox SB7800"]
     assert hal_dot.lines("fabric") == ["InfiniBand fabric hal-edr", "EDR 100 Gb/s", "IPoIB network ib 172.24.0.0/16"]
-    cables = {title: hal_dot.cable(hal_dot.titled(title), switch)
-              for title in ["hal[01-16]", "hal-login", "hal-data", "hal-dtn", "hal-dev", "hal-mgmt1", "hal-mgmt2"]}
-    assert cables == {"hal[01-16]": "16 x 100 Gb/s", "hal-login": "1 x 100 Gb/s", "hal-data": "1 x 100 Gb/s",
-                      "hal-dtn": "1 x 100 Gb/s", "hal-dev": "1 x 100 Gb/s", "hal-mgmt1": None, "hal-mgmt2": None}
+    cables = {
+        title: hal_dot.cable(hal_dot.titled(title), switch)
+        for title in ["hal[01-16]", "hal-login", "hal-data", "hal-dtn", "hal-dev", "hal-mgmt1", "hal-mgmt2"]
+    }
+    assert cables == {
+        "hal[01-16]": "16 x 100 Gb/s",
+        "hal-login": "1 x 100 Gb/s",
+        "hal-data": "1 x 100 Gb/s",
+        "hal-dtn": "1 x 100 Gb/s",
+        "hal-dev": "1 x 100 Gb/s",
+        "hal-mgmt1": None,
+        "hal-mgmt2": None,
+    }
 
 
 def test_storage_arrays_file_systems_and_where_they_are_mounted(hal_dot):
     halfs = hal_dot.titled("halfs")
     assert hal_dot.lines(halfs) == [
-        "halfs", "GPFS file system (Spectrum Scale 5.0.4)", "mounted at /home, 203.7 TiB",
-        "on hal[01-16],hal-dev,hal-dtn,hal-login", "block size 1M, 2 x metadata, 1 x data"]
+        "halfs",
+        "GPFS file system (Spectrum Scale 5.0.4)",
+        "mounted at /home, 203.7 TiB",
+        "on hal[01-16],hal-dev,hal-dtn,hal-login",
+        "block size 1M, 2 x metadata, 1 x data",
+    ]
     for array in ("ddn1", "ddn2"):
         node = hal_dot.titled(array)
-        assert hal_dot.lines(node) == [array, "DDN GS400NVE", "101.9 TiB usable",
-                                       f"servers: {array}-a (128 GiB), {array}-b (128 GiB)"]
+        assert hal_dot.lines(node) == [
+            array,
+            "DDN GS400NVE",
+            "101.9 TiB usable",
+            f"servers: {array}-a (128 GiB), {array}-b (128 GiB)",
+        ]
         assert hal_dot.cable(halfs, node) == "8 NSDs"
     misc = hal_dot.titled("misc")
-    assert hal_dot.lines(misc) == ["misc", "NFS export", "hal-data:/export/sw", "mounted at /sw",
-                                   "on hal[01-16],hal-login,hal-dev"]
+    assert hal_dot.lines(misc) == [
+        "misc",
+        "NFS export",
+        "hal-data:/export/sw",
+        "mounted at /sw",
+        "on hal[01-16],hal-login,hal-dev",
+    ]
     assert hal_dot.cable(hal_dot.titled("hal-data"), misc) == "exports"
     assert hal_dot.cable(hal_dot.titled("ib-sw1"), halfs) == "GPFS over ib"
 
 
-@pytest.mark.parametrize("service,host", [
-    ("slurmctld", "hal-mgmt1"), ("slurmdbd", "hal-mgmt1"), ("accounting_db (MariaDB)", "hal-mgmt1"),
-    ("monitoring_db (InfluxDB)", "hal-mgmt1"), ("ldap", "hal-mgmt1"), ("grafana", "hal-mgmt1"),
-    ("portal (JupyterHub)", "hal-mgmt2"),
-])
+@pytest.mark.parametrize(
+    "service,host",
+    [
+        ("slurmctld", "hal-mgmt1"),
+        ("slurmdbd", "hal-mgmt1"),
+        ("accounting_db (MariaDB)", "hal-mgmt1"),
+        ("monitoring_db (InfluxDB)", "hal-mgmt1"),
+        ("ldap", "hal-mgmt1"),
+        ("grafana", "hal-mgmt1"),
+        ("portal (JupyterHub)", "hal-mgmt2"),
+    ],
+)
 def test_every_service_is_in_the_box_of_its_host_and_nowhere_else(hal_dot, service, host):
     def runs(node: str) -> bool:
         listed = [line.split(": ", 1)[1].split(", ") for line in hal_dot.lines(node) if line.startswith("services: ")]
@@ -231,11 +289,31 @@ def test_users_reach_login_and_data_transfer_nodes_and_the_portal(hal_dot):
 def test_dot_draws_hal_without_a_warning_and_the_svg_shows_it(hal, hal_dot):
     svg = svg_of(render(hal)[PATH])
     drawn = texts(svg)
-    for text in ["hal[01-16]", "16 x IBM Power System AC922 8335-GTH", "2 x 20-core IBM POWER9 SMT4, 256 GiB",
-                 "4 x NVIDIA Tesla V100-SXM2-16GB (NVLink)", "hal-login", "hal-mgmt1", "hal-data", "hal-dtn",
-                 "172.22.0.0/16", "172.23.0.0/16", "172.24.0.0/16", "ib-sw1", "16 x 100 Gb/s",
-                 "InfiniBand fabric hal-edr", "ddn1", "ddn2", "halfs", "mounted at /home, 203.7 TiB", "misc",
-                 "mounted at /sw", "services: portal (JupyterHub)", "Users", "ssh"]:
+    for text in [
+        "hal[01-16]",
+        "16 x IBM Power System AC922 8335-GTH",
+        "2 x 20-core IBM POWER9 SMT4, 256 GiB",
+        "4 x NVIDIA Tesla V100-SXM2-16GB (NVLink)",
+        "hal-login",
+        "hal-mgmt1",
+        "hal-data",
+        "hal-dtn",
+        "172.22.0.0/16",
+        "172.23.0.0/16",
+        "172.24.0.0/16",
+        "ib-sw1",
+        "16 x 100 Gb/s",
+        "InfiniBand fabric hal-edr",
+        "ddn1",
+        "ddn2",
+        "halfs",
+        "mounted at /home, 203.7 TiB",
+        "misc",
+        "mounted at /sw",
+        "services: portal (JupyterHub)",
+        "Users",
+        "ssh",
+    ]:
         assert text in drawn, text
     mgmt1 = " ".join(node_texts(svg)[hal_dot.titled("hal-mgmt1")])
     for service in ["slurmctld", "slurmdbd", "accounting_db (MariaDB)", "monitoring_db (InfluxDB)", "ldap", "grafana"]:
@@ -245,8 +323,20 @@ def test_dot_draws_hal_without_a_warning_and_the_svg_shows_it(hal, hal_dot):
 @needs_dot
 def test_hal_reads_top_down_users_access_compute_fabric_storage(hal, hal_dot):
     at = plain_positions(render(hal)[PATH])
-    y = {title: at[hal_dot.titled(title)][1] for title in
-         ["hal-login", "hal-dtn", "hal[01-16]", "hal-dev", "ib-sw1", "hal-data", "halfs", "ddn1", "hal-mgmt1"]}
+    y = {
+        title: at[hal_dot.titled(title)][1]
+        for title in [
+            "hal-login",
+            "hal-dtn",
+            "hal[01-16]",
+            "hal-dev",
+            "ib-sw1",
+            "hal-data",
+            "halfs",
+            "ddn1",
+            "hal-mgmt1",
+        ]
+    }
     assert at["users"][1] > y["hal-login"] == y["hal-dtn"] > y["hal[01-16]"] == y["hal-dev"] > y["ib-sw1"]
     assert y["ib-sw1"] > y["hal-data"] and y["ib-sw1"] > y["halfs"] > y["ddn1"]
     # Management is a column beside the others, not a tier of its own below them.
@@ -258,19 +348,28 @@ def test_hal_reads_top_down_users_access_compute_fabric_storage(hal, hal_dot):
 # ---- a second description -------------------------------------------------------------------
 def test_twogen_draws_two_generations_a_leaf_spine_fabric_and_nfs_only(twogen_dot):
     a100, h100 = twogen_dot.titled("tg[01-04]"), twogen_dot.titled("tg[05-08]")
-    assert {"4 x 8-GPU HGX A100 server", "2 x 64-core AMD EPYC 7763 SMT2, 1024 GiB",
-            "8 x NVIDIA A100-SXM4-80GB (NVLink)"} <= set(twogen_dot.lines(a100))
+    assert {
+        "4 x 8-GPU HGX A100 server",
+        "2 x 64-core AMD EPYC 7763 SMT2, 1024 GiB",
+        "8 x NVIDIA A100-SXM4-80GB (NVLink)",
+    } <= set(twogen_dot.lines(a100))
     assert {"4 x 8-GPU HGX H100 server", "Slurm partitions: gpu (default), h100"} <= set(twogen_dot.lines(h100))
     leaf1, leaf2, spine = (twogen_dot.titled(s) for s in ("ib-leaf1", "ib-leaf2", "ib-spine1"))
     assert twogen_dot.cable(a100, leaf1) == twogen_dot.cable(h100, leaf2) == "4 x 200 Gb/s"
     assert twogen_dot.cable(twogen_dot.titled("tg-login"), leaf1) == "1 x 200 Gb/s"
     assert twogen_dot.cable(a100, leaf2) is None
     assert twogen_dot.cable(leaf1, spine) == twogen_dot.cable(leaf2, spine) == "uplink"
-    assert twogen_dot.lines("fabric") == ["InfiniBand fabric twogen-hdr", "HDR 200 Gb/s",
-                                          "IPoIB network ib 10.22.0.0/16"]
+    assert twogen_dot.lines("fabric") == [
+        "InfiniBand fabric twogen-hdr",
+        "HDR 200 Gb/s",
+        "IPoIB network ib 10.22.0.0/16",
+    ]
     assert "services: portal" in twogen_dot.lines(twogen_dot.titled("tg-login"))
-    assert twogen_dot.lines(twogen_dot.titled("sw"))[2:] == ["tg-nfs:/export/sw", "mounted at /sw (read-only)",
-                                                             "on tg[01-08],tg-login"]
+    assert twogen_dot.lines(twogen_dot.titled("sw"))[2:] == [
+        "tg-nfs:/export/sw",
+        "mounted at /sw (read-only)",
+        "on tg[01-08],tg-login",
+    ]
     assert not any("GPFS" in attrs for attrs in twogen_dot.nodes.values())
 
 
@@ -279,8 +378,9 @@ def test_twogen_is_drawn_with_leaves_under_their_nodes_and_the_spine_below(twoge
     source = render(twogen)[PATH]
     assert {"tg[01-04]", "4 x 200 Gb/s", "ib-spine1", "10.20.0.0/16", "mounted at /home"} <= set(svg_texts(source))
     at = plain_positions(source)
-    a100, h100, leaf1, leaf2, spine, nfs = (at[twogen_dot.titled(t)] for t in
-                                            ("tg[01-04]", "tg[05-08]", "ib-leaf1", "ib-leaf2", "ib-spine1", "tg-nfs"))
+    a100, h100, leaf1, leaf2, spine, nfs = (
+        at[twogen_dot.titled(t)] for t in ("tg[01-04]", "tg[05-08]", "ib-leaf1", "ib-leaf2", "ib-spine1", "tg-nfs")
+    )
     assert a100[1] == h100[1] > leaf1[1] == leaf2[1] > spine[1] > nfs[1]
     assert a100[0] < h100[0] and leaf1[0] < leaf2[0]  # cables from the boxes to their leaves do not cross
 
@@ -290,8 +390,10 @@ def _split_compute(text: str) -> str:
     old = "    hosts: hal[01-16]\n    count: 16"
     assert text.count(old) == 1
     text = text.replace(old, "    hosts: hal[01-08]\n    count: 8")
-    new_group = ("  - {name: compute-b, role: compute, hosts: \"hal[09-16]\", count: 8, hardware: ac922,\n"
-                 "     addresses: {mgmt: 172.22.2.1, bmc: 172.23.2.1, ib: 172.24.2.1}}\n\nservices:")
+    new_group = (
+        '  - {name: compute-b, role: compute, hosts: "hal[09-16]", count: 8, hardware: ac922,\n'
+        "     addresses: {mgmt: 172.22.2.1, bmc: 172.23.2.1, ib: 172.24.2.1}}\n\nservices:"
+    )
     assert text.count("\nservices:") == 1
     return text.replace("\nservices:", "\n" + new_group, 1)
 
@@ -359,11 +461,14 @@ def test_command_writes_an_svg_named_after_the_cluster_by_default(tmp_path, monk
 
 
 @needs_dot
-@pytest.mark.parametrize("args,name", [
-    (["-o", "hal.png"], "hal.png"),
-    (["--format", "png", "-o", "picture"], "picture"),
-    (["--format", "PNG"], "hal-diagram.png"),
-])
+@pytest.mark.parametrize(
+    "args,name",
+    [
+        (["-o", "hal.png"], "hal.png"),
+        (["--format", "png", "-o", "picture"], "picture"),
+        (["--format", "PNG"], "hal-diagram.png"),
+    ],
+)
 def test_command_writes_a_png(tmp_path, monkeypatch, args, name):
     monkeypatch.chdir(tmp_path)
     result = invoke(*args)
@@ -400,10 +505,13 @@ def test_without_dot_the_command_names_the_package_and_keeps_the_old_file(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", output]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["-o", "hal.png", "--format", "svg"], "error: --format svg but hal.png ends in .png"),
-    (["-o", "hal.pdf"], "error: cannot tell the format from hal.pdf: name it .svg, .png or .dot, or give --format"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-o", "hal.png", "--format", "svg"], "error: --format svg but hal.png ends in .png"),
+        (["-o", "hal.pdf"], "error: cannot tell the format from hal.pdf: name it .svg, .png or .dot, or give --format"),
+    ],
+)
 def test_command_refuses_an_output_whose_suffix_disagrees(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     result = invoke(*args)
@@ -434,7 +542,8 @@ def test_a_cluster_without_fabric_storage_or_service_nodes_still_draws(twogen):
     dot = Dot.parse(source)
     assert dot.lines(dot.titled("tg-mgmt"))[1:] == [
         "in no node group",
-        "services: slurmctld, slurmdbd, accounting_db (MariaDB), monitoring_db (InfluxDB), ldap, grafana"]
+        "services: slurmctld, slurmdbd, accounting_db (MariaDB), monitoring_db (InfluxDB), ldap, grafana",
+    ]
     assert not any(node.startswith(("switch", "array", "fs-")) or node == "fabric" for node in dot.nodes)
     assert {"tg[01-04]", "tg[05-08]", "Networks"} <= set(svg_texts(source))
 
@@ -464,7 +573,11 @@ def test_the_composable_pool_is_drawn_and_its_attached_gpus_counted():
     assert "4 hosts, 8 GPUs;" in html.unescape(source)
     nodes = {m.group(1).strip('"'): m.group(2) for line in source.splitlines() if (m := NODE.match(line))}
     pool = html.unescape(nodes["pool-chassis1"])
-    assert "GPU pool chassis1" in pool and "8 x NVIDIA Tesla V100-SXM2-16GB" in pool and "layout even: hal[01-02]: 4" in pool
+    assert (
+        "GPU pool chassis1" in pool
+        and "8 x NVIDIA Tesla V100-SXM2-16GB" in pool
+        and "layout even: hal[01-02]: 4" in pool
+    )
     edges = [(m.group(1).strip('"'), m.group(2).strip('"')) for line in source.splitlines() if (m := EDGE.match(line))]
     assert ("pool-chassis1", "group-compute") in edges
     other = validate(COMPOSABLE_FILE).model.with_layout("training")

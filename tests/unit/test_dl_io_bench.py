@@ -67,8 +67,22 @@ def test_run_on_two_directories_compares_them_and_cleans_up(tmp_path):
         assert list(Path(d["path"]).iterdir()) == []  # the tree is removed
     text = dlio.table([doc])
     lines = text.splitlines()
-    assert lines[0].split() == ["node", "dir", "path", "files", "readers", "samples/s", "MB/s", "per", "reader",
-                                "samples/s", "per", "reader", "MB/s", "ratio"]
+    assert lines[0].split() == [
+        "node",
+        "dir",
+        "path",
+        "files",
+        "readers",
+        "samples/s",
+        "MB/s",
+        "per",
+        "reader",
+        "samples/s",
+        "per",
+        "reader",
+        "MB/s",
+        "ratio",
+    ]
     assert set(lines[1]) == {"-", " "}
     shared, local = lines[2].split(), lines[3].split()
     assert shared[1:5] == ["shared", str(tmp_path / "a"), "200", "2"] and shared[-1] == "1.00x"
@@ -97,18 +111,39 @@ def test_keep_leaves_the_tree(tmp_path):
 
 def test_the_table_reads_results_of_several_nodes(tmp_path):
     def node(host, rates):
-        return {"host": host, "files": 100, "readers": 2, "classes": 10, "mean_bytes": 110000, "seed": 0,
-                "warm": False, "dirs": [{"name": n, "path": f"/{n}", "files": 100, "bytes": 11_000_000,
-                                         "seconds": 100 / r, "prepare_seconds": 1.0,
-                                         "per_reader": [{"reader": i, "files": 50, "bytes": 5_500_000,
-                                                         "seconds": 100 / r} for i in range(2)]}
-                                        for n, r in rates.items()]}
+        return {
+            "host": host,
+            "files": 100,
+            "readers": 2,
+            "classes": 10,
+            "mean_bytes": 110000,
+            "seed": 0,
+            "warm": False,
+            "dirs": [
+                {
+                    "name": n,
+                    "path": f"/{n}",
+                    "files": 100,
+                    "bytes": 11_000_000,
+                    "seconds": 100 / r,
+                    "prepare_seconds": 1.0,
+                    "per_reader": [
+                        {"reader": i, "files": 50, "bytes": 5_500_000, "seconds": 100 / r} for i in range(2)
+                    ],
+                }
+                for n, r in rates.items()
+            ],
+        }
+
     for doc in (node("hal02", {"shared": 1000.0, "local": 4000.0}), node("hal01", {"shared": 500.0, "local": 500.0})):
         (tmp_path / f"{doc['host']}.json").write_text(json.dumps(doc))
     rows = [line.split() for line in dlio.table(dlio.load_results(tmp_path)).splitlines()[2:6]]
     assert [(r[0], r[1], r[5], r[6], r[-1]) for r in rows] == [
-        ("hal01", "shared", "500", "55.0", "1.00x"), ("hal01", "local", "500", "55.0", "1.00x"),
-        ("hal02", "shared", "1000", "110.0", "1.00x"), ("hal02", "local", "4000", "440.0", "4.00x")]
+        ("hal01", "shared", "500", "55.0", "1.00x"),
+        ("hal01", "local", "500", "55.0", "1.00x"),
+        ("hal02", "shared", "1000", "110.0", "1.00x"),
+        ("hal02", "local", "4000", "440.0", "4.00x"),
+    ]
     assert rows[3][7:9] == ["2000-2000", "220.0-220.0"]  # each reader: half the files in the whole time
 
 
@@ -126,8 +161,18 @@ def cli(*argv: str) -> subprocess.CompletedProcess:
 
 
 def test_the_program_runs_alone_and_prints_json_for_the_playbook(tmp_path):
-    done = cli("run", "--dir", f"one={tmp_path / 'a'}", "--dir", str(tmp_path / "b"), "--files", "30",
-               "--readers", "2", "--json")
+    done = cli(
+        "run",
+        "--dir",
+        f"one={tmp_path / 'a'}",
+        "--dir",
+        str(tmp_path / "b"),
+        "--files",
+        "30",
+        "--readers",
+        "2",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert [d["name"] for d in doc["dirs"]] == ["one", "b"]
@@ -136,11 +181,14 @@ def test_the_program_runs_alone_and_prints_json_for_the_playbook(tmp_path):
     assert table.returncode == 0 and table.stdout == dlio.table([doc])
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["run", "--dir", "a=/tmp/x", "--dir", "a=/tmp/y", "--files", "5"], "each --dir needs its own name"),
-    (["run", "--dir", "a=/tmp/x", "--files", "0"], "must be at least 1"),
-    (["run", "--dir", "a=/proc/hal-dl-io-bench"], "a: cannot write in /proc/hal-dl-io-bench"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--dir", "a=/tmp/x", "--dir", "a=/tmp/y", "--files", "5"], "each --dir needs its own name"),
+        (["run", "--dir", "a=/tmp/x", "--files", "0"], "must be at least 1"),
+        (["run", "--dir", "a=/proc/hal-dl-io-bench"], "a: cannot write in /proc/hal-dl-io-bench"),
+    ],
+)
 def test_mistakes_are_one_line(argv, message):
     done = cli(*argv)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and message in done.stderr
@@ -149,14 +197,30 @@ def test_mistakes_are_one_line(argv, message):
 
 # ---- `hal-provision storage dlio` ---------------------------------------------------------------
 
+
 def test_the_command_runs_locally_and_prints_the_table(tmp_path):
     from typer.testing import CliRunner
 
     from hal_provision.cli.main import app
 
-    result = CliRunner().invoke(app, ["storage", "dlio", "--local", "--dir", f"shared={tmp_path / 's'}",
-                                      "--dir", f"local={tmp_path / 'l'}", "--files", "40", "--readers", "2",
-                                      "--out", str(tmp_path / "out")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "storage",
+            "dlio",
+            "--local",
+            "--dir",
+            f"shared={tmp_path / 's'}",
+            "--dir",
+            f"local={tmp_path / 'l'}",
+            "--files",
+            "40",
+            "--readers",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     rows = [line.split()[1] for line in result.output.splitlines()[2:4]]
     assert rows == ["shared", "local"] and f"results: {tmp_path / 'out'}" in result.output
@@ -164,11 +228,14 @@ def test_the_command_runs_locally_and_prints_the_table(tmp_path):
     assert [d["files"] for d in doc["dirs"]] == [40, 40]
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--dir", "=x", "--local"], "'=x': give NAME=PATH"),
-    (["--dir", "a=/abs"], "give --inventory"),
-    (["--dir", "a=relative", "--inventory", "/nonexistent"], "each --dir needs an absolute path on the nodes"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--dir", "=x", "--local"], "'=x': give NAME=PATH"),
+        (["--dir", "a=/abs"], "give --inventory"),
+        (["--dir", "a=relative", "--inventory", "/nonexistent"], "each --dir needs an absolute path on the nodes"),
+    ],
+)
 def test_the_commands_mistakes(argv, message):
     from typer.testing import CliRunner
 

@@ -39,8 +39,12 @@ def test_example_is_listed_in_the_readme(path: Path):
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_tree_names_nothing_of_hals(path: Path):
     model = validate(path).model
-    leaks = [f"{rel}: {line.strip()}" for rel, text in render_all(model).items()
-             for line in text.splitlines() if "/opt/hal" in line or re.search(r"\bHAL\b", line)]
+    leaks = [
+        f"{rel}: {line.strip()}"
+        for rel, text in render_all(model).items()
+        for line in text.splitlines()
+        if "/opt/hal" in line or re.search(r"\bHAL\b", line)
+    ]
     assert not leaks, "\n".join(leaks[:20])
 
 

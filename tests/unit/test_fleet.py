@@ -32,32 +32,44 @@ NODES = [f"n{i:02d}" for i in range(1, 7)]
 
 
 def last(version: str, state: str = "changed", **extra) -> str:
-    return json.dumps({"host": "n01", "version": version, "previous": None, "state": state, "changed": 1,
-                       "failed_task": None, "drained": False, **extra})
+    return json.dumps(
+        {
+            "host": "n01",
+            "version": version,
+            "previous": None,
+            "state": state,
+            "changed": 1,
+            "failed_task": None,
+            "drained": False,
+            **extra,
+        }
+    )
 
 
 # last.json text (None: no answer; '': none), published version -> version, state, drift
-@pytest.mark.parametrize(("text", "published", "expected"), [
-    (last(V1), V1, (V1, "changed", None)),
-    (last(V1, "current"), V1, (V1, "current", None)),
-    (last(V1), V2, (V1, "changed", "behind")),
-    (last(V2, "failed", failed_task="Install slurmd"), V2, (V2, "failed", "failed")),
-    (last(V2, "waiting"), V2, (V2, "waiting", "waiting")),
-    (last(V1, "unreachable-source"), V2, (V1, "unreachable-source", "unreachable-source")),
-    (last(V1, "refused", failed_task="release refused: not a signed release"), V2, (V1, "refused", "refused")),
-    (last(V1), None, (V1, "changed", "unpublished")),
-    (None, V1, ("?", "unreachable", "unreachable")),
-    ("", V1, ("-", "never-ran", "never-ran")),
-    ("\n", V1, ("-", "never-ran", "never-ran")),
-    ("{not json", V1, ("?", "unreadable", "unreadable")),
-    (json.dumps({"version": V1}), V1, ("?", "unreadable", "unreadable")),
-    (last(V1, "exploded"), V1, (V1, "exploded", "unreadable")),
-])
+@pytest.mark.parametrize(
+    ("text", "published", "expected"),
+    [
+        (last(V1), V1, (V1, "changed", None)),
+        (last(V1, "current"), V1, (V1, "current", None)),
+        (last(V1), V2, (V1, "changed", "behind")),
+        (last(V2, "failed", failed_task="Install slurmd"), V2, (V2, "failed", "failed")),
+        (last(V2, "waiting"), V2, (V2, "waiting", "waiting")),
+        (last(V1, "unreachable-source"), V2, (V1, "unreachable-source", "unreachable-source")),
+        (last(V1, "refused", failed_task="release refused: not a signed release"), V2, (V1, "refused", "refused")),
+        (last(V1), None, (V1, "changed", "unpublished")),
+        (None, V1, ("?", "unreachable", "unreachable")),
+        ("", V1, ("-", "never-ran", "never-ran")),
+        ("\n", V1, ("-", "never-ran", "never-ran")),
+        ("{not json", V1, ("?", "unreadable", "unreadable")),
+        (json.dumps({"version": V1}), V1, ("?", "unreadable", "unreadable")),
+        (last(V1, "exploded"), V1, (V1, "exploded", "unreadable")),
+    ],
+)
 def test_a_node_s_drift(text, published, expected):
     result = lib.classify("n01", text, published)
     assert (result.version, result.state, result.drift) == expected
-    assert (result.last is not None) == (text is not None and text.strip().startswith("{\"host\""))
-
+    assert (result.last is not None) == (text is not None and text.strip().startswith('{"host"'))
 
 
 @pytest.mark.parametrize("state", converge.STATES)
@@ -71,8 +83,15 @@ def test_every_state_hal_converge_records_is_read_as_itself(state):
 
 
 def test_results_fold_into_hostlists_by_version_state_and_drift_current_first():
-    texts = {"n01": last(V2), "n02": last(V2), "n03": last(V2, "current"), "n04": last(V1), "n05": None,
-             "n06": last(V1), "m1": ""}
+    texts = {
+        "n01": last(V2),
+        "n02": last(V2),
+        "n03": last(V2, "current"),
+        "n04": last(V1),
+        "n05": None,
+        "n06": last(V1),
+        "m1": "",
+    }
     results = [lib.classify(h, t, V2) for h, t in texts.items()]
     assert [(r.version, r.state, r.drift, r.nodes, r.count) for r in lib.rows(results)] == [
         (V2, "changed", None, "n[01-02]", 2),
@@ -85,22 +104,43 @@ def test_results_fold_into_hostlists_by_version_state_and_drift_current_first():
 
 
 def test_each_row_says_when_its_nodes_last_ran():
-    texts = {"n01": last(V2, finished="2026-11-26T10:00:00Z"), "n02": last(V2, finished="2026-11-26T10:05:00Z"),
-             "n03": last(V2, "current", finished="2026-11-26T10:01:00Z"), "n04": None}
+    texts = {
+        "n01": last(V2, finished="2026-11-26T10:00:00Z"),
+        "n02": last(V2, finished="2026-11-26T10:05:00Z"),
+        "n03": last(V2, "current", finished="2026-11-26T10:01:00Z"),
+        "n04": None,
+    }
     rows = lib.rows([lib.classify(h, t, V2) for h, t in texts.items()])
     assert [(r.nodes, r.last_run) for r in rows] == [
-        ("n[01-02]", "2026-11-26T10:00:00Z .. 2026-11-26T10:05:00Z"), ("n03", "2026-11-26T10:01:00Z"), ("n04", "-")]
+        ("n[01-02]", "2026-11-26T10:00:00Z .. 2026-11-26T10:05:00Z"),
+        ("n03", "2026-11-26T10:01:00Z"),
+        ("n04", "-"),
+    ]
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({"mode": "push"}, "deploy.mode is 'push'"),
-    ({}, "deploy.mode is 'push'"),
-    ({"mode": "pull", "points": [], "nodes": {}}, "missing or malformed field 'version_file'"),
-    ({"mode": "pull", "version_file": "/x", "points": [], "nodes": {}, "bundle_root": "/b"},
-     "missing or malformed field 'cluster'"),
-    ({"mode": "pull", "version_file": "/x", "cluster": "c", "bundle_root": "/b", "points": [{"host": "p", "url": "http://a/"}],
-      "nodes": {"n01": "http://b/"}}, "nodes.n01: http://b/ is no point's url"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"mode": "push"}, "deploy.mode is 'push'"),
+        ({}, "deploy.mode is 'push'"),
+        ({"mode": "pull", "points": [], "nodes": {}}, "missing or malformed field 'version_file'"),
+        (
+            {"mode": "pull", "version_file": "/x", "points": [], "nodes": {}, "bundle_root": "/b"},
+            "missing or malformed field 'cluster'",
+        ),
+        (
+            {
+                "mode": "pull",
+                "version_file": "/x",
+                "cluster": "c",
+                "bundle_root": "/b",
+                "points": [{"host": "p", "url": "http://a/"}],
+                "nodes": {"n01": "http://b/"},
+            },
+            "nodes.n01: http://b/ is no point's url",
+        ),
+    ],
+)
 def test_deploy_json_that_fleet_cannot_use_is_named(data, message):
     with pytest.raises(lib.FleetError, match="deploy.json: ") as caught:
         lib.parse_deploy(json.dumps(data))
@@ -110,18 +150,21 @@ def test_deploy_json_that_fleet_cannot_use_is_named(data, message):
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="no ssh client")
 def test_ssh_config_is_what_ssh_itself_resolves(tmp_path):
     hostvars = {
-        "n01": {"ansible_host": "10.0.0.11", "ansible_port": 2222, "ansible_user": "root",
-                "ansible_ssh_private_key_file": "/keys/id ed25519",
-                "ansible_ssh_common_args": "-o UserKnownHostsFile=/keys/known_hosts -o StrictHostKeyChecking=yes "
-                                           "-oConnectionAttempts=3 -J admin@gateway"},
+        "n01": {
+            "ansible_host": "10.0.0.11",
+            "ansible_port": 2222,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": "/keys/id ed25519",
+            "ansible_ssh_common_args": "-o UserKnownHostsFile=/keys/known_hosts -o StrictHostKeyChecking=yes "
+            "-oConnectionAttempts=3 -J admin@gateway",
+        },
         "n02": {},
     }
     config = tmp_path / "ssh_config"
     config.write_text(lib.ssh_config(hostvars))
 
     def resolved(host: str) -> dict[str, str]:
-        text = subprocess.run(["ssh", "-G", "-F", str(config), host], capture_output=True, text=True,
-                              check=True).stdout
+        text = subprocess.run(["ssh", "-G", "-F", str(config), host], capture_output=True, text=True, check=True).stdout
         return dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
 
     n01 = resolved("n01")
@@ -133,11 +176,14 @@ def test_ssh_config_is_what_ssh_itself_resolves(tmp_path):
     assert (resolved("n02")["hostname"], resolved("n02")["port"]) == ("n02", "22")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ("-v", "'-v' has no ssh_config form"),
-    ("-o", "-o without a value"),
-    ("-o Compression", "-o 'Compression' is not Keyword=value"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ("-v", "'-v' has no ssh_config form"),
+        ("-o", "-o without a value"),
+        ("-o Compression", "-o 'Compression' is not Keyword=value"),
+    ],
+)
 def test_common_args_without_an_ssh_config_form_are_named(args, message):
     with pytest.raises(lib.FleetError, match="n01: ansible_ssh_common_args: ") as caught:
         lib.ssh_config({"n01": {"ansible_ssh_common_args": args}})
@@ -154,8 +200,9 @@ def signed_release(version: str, keys: Path, key_of: str = "fl") -> str:
     """current.json publishing `version`, signed with `key_of`'s key in `keys`."""
     current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": "0" * 64, "size": 1}
     release.ensure_key(key_of, keys)
-    text = release.sign(release.release_document("fl", current, release.next_serial(key_of, keys)),
-                        release.key_paths(key_of, keys)[0])
+    text = release.sign(
+        release.release_document("fl", current, release.next_serial(key_of, keys)), release.key_paths(key_of, keys)[0]
+    )
     return text.decode()
 
 
@@ -185,17 +232,28 @@ def write_tree(root: Path, url: str, mode: str = "pull", nodes: list[str] = NODE
     """A rendered tree's inventory (the deploy groups, SSH settings) and deploy.json."""
     inventory = root / "inventory"
     inventory.mkdir(parents=True)
-    lines = ["all:\n  vars:\n    ansible_user: root\n  children:\n    deploy_points:\n      hosts:\n",
-             "        mgmt: {ansible_host: 127.0.0.1}\n    deploy_pull:\n      hosts:\n"]
+    lines = [
+        "all:\n  vars:\n    ansible_user: root\n  children:\n    deploy_points:\n      hosts:\n",
+        "        mgmt: {ansible_host: 127.0.0.1}\n    deploy_pull:\n      hosts:\n",
+    ]
     lines += [f"        {n}: {{ansible_host: 127.0.0.1, ansible_port: {port}}}\n" for n in nodes]
     (inventory / "hosts.yml").write_text("".join(lines))
     deploy = root / "files" / lib.DEPLOY_JSON
     deploy.parent.mkdir(parents=True)
-    deploy.write_text(json.dumps({
-        "mode": mode, "cluster": "fl", "version_file": "/var/lib/hal-provision/converge/last.json", "port": 8181,
-        "drain_wait_s": 3600, "bundle_root": "/srv/hal-provision/bundles",
-        "points": [{"host": "mgmt", "address": "127.0.0.1", "url": url, "serves": nodes}],
-        "nodes": {n: url for n in nodes}}))
+    deploy.write_text(
+        json.dumps(
+            {
+                "mode": mode,
+                "cluster": "fl",
+                "version_file": "/var/lib/hal-provision/converge/last.json",
+                "port": 8181,
+                "drain_wait_s": 3600,
+                "bundle_root": "/srv/hal-provision/bundles",
+                "points": [{"host": "mgmt", "address": "127.0.0.1", "url": url, "serves": nodes}],
+                "nodes": {n: url for n in nodes},
+            }
+        )
+    )
     return inventory
 
 
@@ -228,15 +286,25 @@ def test_status_exit_0_when_every_node_runs_the_published_version(tmp_path, publ
     result = run("status", str(inventory))
     assert result.exit_code == 0, result.output
     assert calls == [NODES]
-    assert any(line.startswith(f"mgmt {published} {V2} verified, serial ") for line in table(result.output)), result.output
+    assert any(line.startswith(f"mgmt {published} {V2} verified, serial ") for line in table(result.output)), (
+        result.output
+    )
     assert f"{V2} changed - - 6 n[01-06]" in table(result.output)
     assert "6 of 6 nodes current" in result.output
 
 
 def test_status_exit_1_on_drift_and_json_lists_rows_and_nodes(tmp_path, published, monkeypatch):
     inventory = write_tree(tmp_path, published)
-    fake_last(monkeypatch, {"n01": last(V2), "n02": last(V2), "n03": last(V1),
-                            "n04": last(V2, "failed", failed_task="Install slurmd"), "n05": ""})
+    fake_last(
+        monkeypatch,
+        {
+            "n01": last(V2),
+            "n02": last(V2),
+            "n03": last(V1),
+            "n04": last(V2, "failed", failed_task="Install slurmd"),
+            "n05": "",
+        },
+    )
     result = run("status", str(inventory))
     assert result.exit_code == 1, result.output
     assert "2 of 6 nodes current, 4 drifted" in result.output
@@ -247,15 +315,29 @@ def test_status_exit_1_on_drift_and_json_lists_rows_and_nodes(tmp_path, publishe
     assert result.exit_code == 1
     report = json.loads(result.output)
     [point] = report["points"]
-    assert {k: point[k] for k in ("host", "url", "version", "error")} == {"host": "mgmt", "url": published,
-                                                                         "version": V2, "error": None}
+    assert {k: point[k] for k in ("host", "url", "version", "error")} == {
+        "host": "mgmt",
+        "url": published,
+        "version": V2,
+        "error": None,
+    }
     assert point["signature"].startswith("verified, serial "), point
     assert [(r["nodes"], r["drift"]) for r in report["rows"]] == [
-        ("n[01-02]", None), ("n06", "unreachable"), ("n05", "never-ran"), ("n04", "failed"), ("n03", "behind")]
+        ("n[01-02]", None),
+        ("n06", "unreachable"),
+        ("n05", "never-ran"),
+        ("n04", "failed"),
+        ("n03", "behind"),
+    ]
     assert report["drift"] == 4
     assert report["nodes"]["n04"]["last"]["failed_task"] == "Install slurmd"
-    assert report["nodes"]["n03"] == {"version": V1, "state": "changed", "published": V2, "drift": "behind",
-                                      "last": json.loads(last(V1))}
+    assert report["nodes"]["n03"] == {
+        "version": V1,
+        "state": "changed",
+        "published": V2,
+        "drift": "behind",
+        "last": json.loads(last(V1)),
+    }
 
 
 def test_status_with_its_point_down_reports_the_nodes_unpublished(tmp_path, monkeypatch):
@@ -353,7 +435,9 @@ def test_converge_starts_the_unit_on_the_chosen_pull_nodes(tmp_path, published, 
 
 def test_converge_wait_runs_the_unit_then_reports_the_status(tmp_path, published, monkeypatch):
     inventory = write_tree(tmp_path, published)
-    monkeypatch.setattr(cli, "fan_out", lambda fleet, hosts, command, timeout, command_timeout=0: {h: "" for h in hosts})
+    monkeypatch.setattr(
+        cli, "fan_out", lambda fleet, hosts, command, timeout, command_timeout=0: {h: "" for h in hosts}
+    )
     fake_last(monkeypatch, {"n01": last(V2), "n02": last(V1, "failed")})
     result = run("converge", "n[01-02]", "--wait", "-i", str(inventory))
     assert result.exit_code == 1, result.output
@@ -402,14 +486,17 @@ def test_publish_runs_on_the_points_and_replaces_current_json_after_the_bundle()
     names = [task["name"] for task in play["tasks"]]
     copies = [task for task in play["tasks"] if "ansible.builtin.copy" in task]
     assert [c["ansible.builtin.copy"]["dest"] for c in copies] == [
-        "{{ __publish_root }}/{{ item }}", "{{ __publish_root }}/current.json"]
+        "{{ __publish_root }}/{{ item }}",
+        "{{ __publish_root }}/current.json",
+    ]
     # current.json goes last of the copies, and only after the bundle was checked against it.
     assert names.index("Check the bundle and its manifest against current.json") < names.index(copies[0]["name"])
     assert all(c["ansible.builtin.copy"]["mode"] == "0644" for c in copies)
     assert "publish_keep | default(3)" in play["vars"]["__publish_keep"]
     assert "/etc/hal-provision/deploy.json" in play["vars"]["__publish_deploy"]  # bundle_root from the rendered tree
-    assert "publish.yml" not in [e["ansible.builtin.import_playbook"] for e in yaml.safe_load(
-        (REPO / "playbooks" / "site.yml").read_text())]
+    assert "publish.yml" not in [
+        e["ansible.builtin.import_playbook"] for e in yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    ]
 
 
 @pytest.mark.skipif(not Path(ANSIBLE_PLAYBOOK).exists(), reason="ansible-playbook is not installed")
@@ -424,20 +511,33 @@ def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing
     (tmp_path / "inventory" / "hosts.yml").write_text(
         "all:\n  children:\n    deploy_points:\n      hosts:\n        point:\n"
         f"          ansible_connection: local\n          ansible_python_interpreter: {sys.executable}\n"
-        "          hal_rendered_dir: '{{ inventory_dir }}/../files'\n")
+        "          hal_rendered_dir: '{{ inventory_dir }}/../files'\n"
+    )
 
     def publish(version: str | None = None) -> str:
         if version:
             data = f"bundle {version}\n".encode()
             (bundles / f"{version}.tar.gz").write_bytes(data)
             (bundles / f"{version}.json").write_text(json.dumps({"version": version}))
-            current = {"version": version, "bundle": f"{version}.tar.gz", "sha256": hashlib.sha256(data).hexdigest(),
-                       "size": len(data)}
-            (bundles / "current.json").write_bytes(release.sign_outputs(
-                {"current.json": json.dumps(current).encode()}, "fl", directory=tmp_path / "keys")["current.json"])
-        done = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory"), str(PUBLISH),
-                               "-e", f"bundle_dir={bundles}"], capture_output=True, text=True, cwd=REPO,
-                              env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}, timeout=120)
+            current = {
+                "version": version,
+                "bundle": f"{version}.tar.gz",
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+            }
+            (bundles / "current.json").write_bytes(
+                release.sign_outputs({"current.json": json.dumps(current).encode()}, "fl", directory=tmp_path / "keys")[
+                    "current.json"
+                ]
+            )
+        done = subprocess.run(
+            [ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory"), str(PUBLISH), "-e", f"bundle_dir={bundles}"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return re.search(r"changed=(\d+)", done.stdout).group(1)
 
@@ -451,9 +551,14 @@ def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing
     assert publish("7777aaaa8888bbbb") != "0"
     assert publish() == "0"
     assert sorted(p.name for p in root.iterdir()) == sorted(
-        ["current.json", *(f"{v}{ext}" for v in (V2, "5555eeee6666ffff", "7777aaaa8888bbbb")
-                           for ext in (".tar.gz", ".json"))])
-    assert release.verify((root / "current.json").read_text(), tmp_path / "keys/fl.pub")["version"] == "7777aaaa8888bbbb"
+        [
+            "current.json",
+            *(f"{v}{ext}" for v in (V2, "5555eeee6666ffff", "7777aaaa8888bbbb") for ext in (".tar.gz", ".json")),
+        ]
+    )
+    assert (
+        release.verify((root / "current.json").read_text(), tmp_path / "keys/fl.pub")["version"] == "7777aaaa8888bbbb"
+    )
 
     # A bundle that is not what current.json says is never published.
     (bundles / "7777aaaa8888bbbb.tar.gz").write_bytes(b"tampered")
@@ -466,8 +571,16 @@ def test_publish_keeps_the_three_newest_bundles_and_a_second_run_changes_nothing
     data = b"bundle unsigned\n"
     (bundles / "9999aaaa0000bbbb.tar.gz").write_bytes(data)
     (bundles / "9999aaaa0000bbbb.json").write_text("{}")
-    (bundles / "current.json").write_text(json.dumps({"version": "9999aaaa0000bbbb", "bundle": "9999aaaa0000bbbb.tar.gz",
-                                                      "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}))
+    (bundles / "current.json").write_text(
+        json.dumps(
+            {
+                "version": "9999aaaa0000bbbb",
+                "bundle": "9999aaaa0000bbbb.tar.gz",
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+            }
+        )
+    )
     with pytest.raises(AssertionError, match="is not a signed release"):
         publish()
     assert not (root / "current.json").exists()

@@ -44,14 +44,17 @@ def test_site_runs_fleet_after_every_tier_and_before_the_record():
 def test_fleet_plays_target_only_the_pull_groups():
     plays = _yaml(PLAYBOOKS / "fleet.yml")
     assert [(p["hosts"], [r["role"] for r in p["roles"]]) for p in plays] == [
-        ("deploy_points", ["bundle_server"]), ("deploy_pull", ["fleet_node"])]
+        ("deploy_points", ["bundle_server"]),
+        ("deploy_pull", ["fleet_node"]),
+    ]
 
 
 def test_pull_imports_every_tier_that_reaches_a_compute_node_in_site_order_with_hal_pull():
     site = [e["ansible.builtin.import_playbook"] for e in _imports("site.yml")]
     pull = _imports("pull.yml")
     assert [e["ansible.builtin.import_playbook"] for e in pull] == [
-        p for p in site if p not in CONTROL_PLANE_ONLY | CONTROLLER_ONLY]
+        p for p in site if p not in CONTROL_PLANE_ONLY | CONTROLLER_ONLY
+    ]
     assert all(e["vars"]["hal_pull"] is True for e in pull)
     # The node installs the hal-converge of the bundle it runs (bundle/hal_provision/node/converge.py).
     assert pull[-1]["vars"]["fleet_node_program_src"] == "{{ playbook_dir }}/../hal_provision/node/converge.py"
@@ -61,8 +64,10 @@ def test_pull_imports_every_tier_that_reaches_a_compute_node_in_site_order_with_
 def test_the_tiers_left_out_of_pull_never_target_a_compute_node(playbook):
     for play in _yaml(PLAYBOOKS / playbook):
         hosts = play["hosts"]
-        assert not {"all", "slurm_nodes", "role_compute", "deploy_pull"} & set(hosts.replace(":", " ").split()) \
-            or ":!slurm_nodes" in hosts, (playbook, hosts)
+        assert (
+            not {"all", "slurm_nodes", "role_compute", "deploy_pull"} & set(hosts.replace(":", " ").split())
+            or ":!slurm_nodes" in hosts
+        ), (playbook, hosts)
 
 
 @pytest.mark.parametrize("role", ["fleet_node", "bundle_server"])
@@ -77,12 +82,26 @@ def test_readme_names_every_variable_and_says_what_is_exercised(role):
 @pytest.mark.parametrize("playbook", ["site.yml", "fleet.yml", "pull.yml"])
 def test_playbook_syntax(tmp_path, playbook):
     inventory = tmp_path / "hosts.json"
-    inventory.write_text(json.dumps({"all": {"children": {
-        "deploy_points": {"hosts": {"hal-mgmt": {}}}, "deploy_pull": {"hosts": {"hal01": {}}},
-        "slurm_nodes": {"hosts": {"hal01": {}}}}}}))
-    done = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), "--syntax-check", str(PLAYBOOKS / playbook)],
-                          capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")})
+    inventory.write_text(
+        json.dumps(
+            {
+                "all": {
+                    "children": {
+                        "deploy_points": {"hosts": {"hal-mgmt": {}}},
+                        "deploy_pull": {"hosts": {"hal01": {}}},
+                        "slurm_nodes": {"hosts": {"hal01": {}}},
+                    }
+                }
+            }
+        )
+    )
+    done = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-i", str(inventory), "--syntax-check", str(PLAYBOOKS / playbook)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -112,21 +131,32 @@ def test_munge_in_pull_mode_never_asks_the_key_host_and_needs_the_key_on_the_nod
     playbook = tmp_path / "munge-pull.yml"
     playbook.write_text(MUNGE_PULL)
     inventory = tmp_path / "hosts.json"
-    inventory.write_text(json.dumps({"all": {"hosts": {"hal01": {
-        "key_path": str(key), "ansible_python_interpreter": sys.executable}}}}))
-    done = subprocess.run([ANSIBLE_PLAYBOOK, "-c", "local", "-i", str(inventory), str(playbook)],
-                          capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-                               "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"})
-    result = json.JSONDecoder().raw_decode(done.stdout)[0]   # the timer callback prints after it
+    inventory.write_text(
+        json.dumps({"all": {"hosts": {"hal01": {"key_path": str(key), "ansible_python_interpreter": sys.executable}}}})
+    )
+    done = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-c", "local", "-i", str(inventory), str(playbook)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        },
+    )
+    result = json.JSONDecoder().raw_decode(done.stdout)[0]  # the timer callback prints after it
     tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"]["hal01"] for p in result["plays"] for t in p["tasks"]}
     stats = result["stats"]["hal01"]
     if key_there:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr
         assert stats["changed"] == 0 and stats["failures"] == 0
         assert key.read_bytes() == b"k" * 32
-        for name in ("Generate the cluster key once on the key host", "Read the cluster key from the key host",
-                     "Install the cluster key"):
+        for name in (
+            "Generate the cluster key once on the key host",
+            "Read the cluster key from the key host",
+            "Install the cluster key",
+        ):
             assert tasks[name].get("skipped") is True, name
     else:
         assert done.returncode != 0

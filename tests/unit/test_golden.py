@@ -28,7 +28,10 @@ CLUSTERS = TESTS / "data" / "clusters"
 EXAMPLES = TESTS.parent / "examples"
 GOLDEN = TESTS / "golden"
 UPDATE = os.environ.get("HAL_UPDATE_GOLDEN") == "1"
-NOT_RENDER_CASES = {"plan", "bundle"}  # tests/golden/plan/: `hal-provision plan` outputs (tests/unit/test_plan.py); bundle/: manifests (test_bundle.py)
+NOT_RENDER_CASES = {
+    "plan",
+    "bundle",
+}  # tests/golden/plan/: `hal-provision plan` outputs (tests/unit/test_plan.py); bundle/: manifests (test_bundle.py)
 REGENERATE = "HAL_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_golden.py"
 DIFF_LINES = 200  # per file; a longer diff is cut, the first lines tell the story
 
@@ -37,7 +40,9 @@ def cases() -> dict[str, Path | None]:
     """Case name -> cluster file (None: the embedded HAL description)."""
     found = {"hal": None}
     for path in [*sorted(CLUSTERS.glob("*.yml")), *sorted(EXAMPLES.glob("*.yml"))]:
-        assert path.stem not in found and path.stem not in NOT_RENDER_CASES, f"{path} clashes with the case {path.stem!r}"
+        assert path.stem not in found and path.stem not in NOT_RENDER_CASES, (
+            f"{path} clashes with the case {path.stem!r}"
+        )
         found[path.stem] = path
     return found
 
@@ -103,15 +108,21 @@ def test_rendered_tree_matches_golden(case: str) -> None:
     problems = mismatches(golden_tree(case_dir), actual)
     if problems:
         pytest.fail(
-            f"case {case!r} does not match {case_dir}:\n\n" + "\n".join(problems)
+            f"case {case!r} does not match {case_dir}:\n\n"
+            + "\n".join(problems)
             + f"\nIf the change is intended, regenerate with: {REGENERATE}",
             pytrace=False,
         )
 
 
 def test_no_golden_dir_without_a_case() -> None:
-    stale = sorted(p.name for p in GOLDEN.iterdir()
-                   if p.is_dir() and p.name not in CASES and p.name not in NOT_RENDER_CASES) if GOLDEN.is_dir() else []
+    stale = (
+        sorted(
+            p.name for p in GOLDEN.iterdir() if p.is_dir() and p.name not in CASES and p.name not in NOT_RENDER_CASES
+        )
+        if GOLDEN.is_dir()
+        else []
+    )
     if UPDATE:
         for name in stale:
             shutil.rmtree(GOLDEN / name)

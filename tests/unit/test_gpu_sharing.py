@@ -29,41 +29,64 @@ MPS = sharing("{mps_per_gpu: 100}")
 MIG = sharing("{mig: [{profile: 3g.40gb, count: 1}, {profile: 1g.10gb, count: 4}]}")
 
 ROWS = [
-    ("sharing-without-gpus", [sharing("{shards_per_gpu: 2}", DTN)], E, "nodes[4].gpu_sharing",
-     "node group 'dtn' is not compute"),
+    (
+        "sharing-without-gpus",
+        [sharing("{shards_per_gpu: 2}", DTN)],
+        E,
+        "nodes[4].gpu_sharing",
+        "node group 'dtn' is not compute",
+    ),
     ("mig-without-nvml", [MIG], E, "nodes[6].gpu_sharing.mig", "slurmd is built without NVML"),
-    ("mig-mode-without-instances", [sharing("{mig: []}")], W, "nodes[6].gpu_sharing.mig",
-     "MIG mode is on with no instances"),
-    ("mps-without-gpus", [sharing("{mps_per_gpu: 100}", DTN)], E, "nodes[4].gpu_sharing",
-     "node group 'dtn' is not compute"),
-    ("mps-count-not-a-percentage", [sharing("{mps_per_gpu: 150}")], W, "nodes[6].gpu_sharing.mps_per_gpu",
-     "offers 150 mps per GPU, not a multiple of 100"),
+    (
+        "mig-mode-without-instances",
+        [sharing("{mig: []}")],
+        W,
+        "nodes[6].gpu_sharing.mig",
+        "MIG mode is on with no instances",
+    ),
+    (
+        "mps-without-gpus",
+        [sharing("{mps_per_gpu: 100}", DTN)],
+        E,
+        "nodes[4].gpu_sharing",
+        "node group 'dtn' is not compute",
+    ),
+    (
+        "mps-count-not-a-percentage",
+        [sharing("{mps_per_gpu: 150}")],
+        W,
+        "nodes[6].gpu_sharing.mps_per_gpu",
+        "offers 150 mps per GPU, not a multiple of 100",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("mutation", "level", "path", "message"),
-                         [pytest.param(r[1], *r[2:], id=r[0]) for r in ROWS])
+@pytest.mark.parametrize(("mutation", "level", "path", "message"), [pytest.param(r[1], *r[2:], id=r[0]) for r in ROWS])
 def test_sharing_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("{shards_per_gpu: 0}", "greater than or equal to 1"),
-    ("{mig: [{profile: 1g.10GB, count: 7}]}", "should match pattern"),
-    ("{mig: [{profile: mig-1g, count: 7}]}", "should match pattern"),
-    ("{mig: [{profile: 4g.40gb, count: 2}]}", "take 8 compute slices of each GPU, which has 7"),
-    ("{mig: [{profile: 1g.10gb, count: 1}, {profile: 1g.10gb, count: 2}]}", "more than once"),
-    ("{shards_per_gpu: 4, mig: [{profile: 1g.10gb, count: 1}]}", "exclude each other"),
-    ("{mps_per_gpu: 0}", "greater than or equal to 1"),
-    ("{shards_per_gpu: 4, mps_per_gpu: 100}", "shards_per_gpu and mps_per_gpu exclude each other"),
-    ("{mps_per_gpu: 100, mig: [{profile: 1g.10gb, count: 1}]}", "mps_per_gpu and mig exclude each other"),
-    ("{}", "shards_per_gpu, mps_per_gpu or mig"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("{shards_per_gpu: 0}", "greater than or equal to 1"),
+        ("{mig: [{profile: 1g.10GB, count: 7}]}", "should match pattern"),
+        ("{mig: [{profile: mig-1g, count: 7}]}", "should match pattern"),
+        ("{mig: [{profile: 4g.40gb, count: 2}]}", "take 8 compute slices of each GPU, which has 7"),
+        ("{mig: [{profile: 1g.10gb, count: 1}, {profile: 1g.10gb, count: 2}]}", "more than once"),
+        ("{shards_per_gpu: 4, mig: [{profile: 1g.10gb, count: 1}]}", "exclude each other"),
+        ("{mps_per_gpu: 0}", "greater than or equal to 1"),
+        ("{shards_per_gpu: 4, mps_per_gpu: 100}", "shards_per_gpu and mps_per_gpu exclude each other"),
+        ("{mps_per_gpu: 100, mig: [{profile: 1g.10gb, count: 1}]}", "mps_per_gpu and mig exclude each other"),
+        ("{}", "shards_per_gpu, mps_per_gpu or mig"),
+    ],
+)
 def test_model_refuses(value, message):
     loaded = load_text(_apply(HAL_TEXT, [sharing(value)]), "c.yml")
     assert loaded.model is None
-    assert any(message in f.message and f.dotted.startswith("nodes[6].gpu_sharing") for f in loaded.findings), \
+    assert any(message in f.message and f.dotted.startswith("nodes[6].gpu_sharing") for f in loaded.findings), (
         "\n".join(f.format() for f in loaded.findings)
+    )
 
 
 def _model(*steps):
@@ -80,7 +103,9 @@ def _lines(text: str, *starts: str) -> list[str]:
 def test_shards_in_slurm_conf():
     conf = slurm_conf(_model(SHARDS))
     assert _lines(conf, "GresTypes=", "AccountingStorageTRES=") == [
-        "GresTypes=gpu,shard", "AccountingStorageTRES=gres/gpu,gres/shard"]
+        "GresTypes=gpu,shard",
+        "AccountingStorageTRES=gres/gpu,gres/shard",
+    ]
     node = _lines(conf, "NodeName=hal[01-16]")[0]
     assert " Gres=gpu:v100:4,shard:32 " in node, node
 
@@ -97,11 +122,14 @@ def test_mps_in_slurm_conf():
     """GresTypes and accounting name mps; every node runs hal-mps as Prolog, Epilog and TaskProlog."""
     conf = slurm_conf(_model(MPS))
     assert _lines(conf, "GresTypes=", "AccountingStorageTRES=") == [
-        "GresTypes=gpu,mps", "AccountingStorageTRES=gres/gpu,gres/mps"]
+        "GresTypes=gpu,mps",
+        "AccountingStorageTRES=gres/gpu,gres/mps",
+    ]
     node = _lines(conf, "NodeName=hal[01-16]")[0]
     assert " Gres=gpu:v100:4,mps:400 " in node, node
     assert _lines(conf, "Prolog=", "Epilog=", "TaskProlog=") == [
-        f"{key}={MPS_PROGRAM}" for key in ("Prolog", "Epilog", "TaskProlog")]
+        f"{key}={MPS_PROGRAM}" for key in ("Prolog", "Epilog", "TaskProlog")
+    ]
 
 
 def test_mps_in_gres_conf():
@@ -117,9 +145,9 @@ def test_mps_program_is_installed_where_slurm_conf_names_it():
 
     def slurm_nodes(model):
         text = next(iter(inventory(model).values()))
-        return text[text.index("    slurm_nodes:\n"):].split("      children:\n")[0]
+        return text[text.index("    slurm_nodes:\n") :].split("      children:\n")[0]
 
-    assert f"hal_slurm_mps_program: \"{MPS_PROGRAM}\"" in slurm_nodes(_model(MPS))
+    assert f'hal_slurm_mps_program: "{MPS_PROGRAM}"' in slurm_nodes(_model(MPS))
     assert slurm_nodes(_model()) == "    slurm_nodes:\n"
     assert not _lines(slurm_conf(_model(SHARDS)), "Prolog=", "Epilog=", "TaskProlog=")
 
@@ -138,9 +166,12 @@ def test_mig_instances_are_gpu_types():
 def test_groups_sharing_differently_get_lines_of_their_own():
     """Same hardware, one group sharded: two node lines, shards only on the sharded group's."""
     split = ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-08]\n    count: 8 ")
-    second = (COMPUTE, COMPUTE + "    gpu_sharing: {shards_per_gpu: 2}\n"
-              "  - name: compute2\n    role: compute\n    hosts: hal[09-16]\n    hardware: ac922\n"
-              "    addresses: {mgmt: 172.22.1.9, bmc: 172.23.1.9, ib: 172.24.1.9}\n")
+    second = (
+        COMPUTE,
+        COMPUTE + "    gpu_sharing: {shards_per_gpu: 2}\n"
+        "  - name: compute2\n    role: compute\n    hosts: hal[09-16]\n    hardware: ac922\n"
+        "    addresses: {mgmt: 172.22.1.9, bmc: 172.23.1.9, ib: 172.24.1.9}\n",
+    )
     model = load_text(_apply(HAL_TEXT, [split, second]), "c.yml").model
     assert model is not None
     nodes = _lines(slurm_conf(model), "NodeName=")
@@ -169,8 +200,17 @@ def test_a_shard_virtual_partition_asks_for_its_shards_with_their_cpus():
     assert tab["virtual_partitions"]["shardx1"]["shards"] == 1
     assert tab["virtual_partitions"]["shardx1"]["node"]["shards_per_gpu"] == 4
     args = resolve(tab, Request("shardx1"))
-    assert args == ["--partition=gpu", "--time=01:00:00", "--nodes=1", "--ntasks-per-node=4", "--sockets-per-node=1",
-                    "--cores-per-socket=4", "--threads-per-core=1", "--mem-per-cpu=7168", "--gres=shard:1"]
+    assert args == [
+        "--partition=gpu",
+        "--time=01:00:00",
+        "--nodes=1",
+        "--ntasks-per-node=4",
+        "--sockets-per-node=1",
+        "--cores-per-socket=4",
+        "--threads-per-core=1",
+        "--mem-per-cpu=7168",
+        "--gres=shard:1",
+    ]
     assert "--gres=gpu" not in " ".join(args)
 
 
@@ -198,15 +238,19 @@ def test_a_portal_app_offers_a_shard_partition():
 
     text = HAL_TEXT.replace(
         "    hardware: ac922\n    addresses: {mgmt: 172.22.1.1,",
-        "    hardware: ac922\n    gpu_sharing: {shards_per_gpu: 4}\n    addresses: {mgmt: 172.22.1.1,")
+        "    hardware: ac922\n    gpu_sharing: {shards_per_gpu: 4}\n    addresses: {mgmt: 172.22.1.1,",
+    )
     text = text.replace(
         "    - {name: cpun4, kind: cpu, partition: gpu, nodes: 4, mem_per_cpu_mib: 1200, max_time_hours: 24}\n",
         "    - {name: cpun4, kind: cpu, partition: gpu, nodes: 4, mem_per_cpu_mib: 1200, max_time_hours: 24}\n"
-        "    - {name: shardx1, kind: shard, partition: gpu, shards: 1, mem_per_cpu_mib: 1200, max_time_hours: 24}\n")
-    text = text.replace("kind: jupyterlab, title: JupyterLab, modules: [jupyter],\n"
-                        "       virtual_partitions: [gpux1, gpux2, gpux4, cpun1]",
-                        "kind: jupyterlab, title: JupyterLab, modules: [jupyter],\n"
-                        "       virtual_partitions: [gpux1, gpux2, gpux4, cpun1, shardx1]")
+        "    - {name: shardx1, kind: shard, partition: gpu, shards: 1, mem_per_cpu_mib: 1200, max_time_hours: 24}\n",
+    )
+    text = text.replace(
+        "kind: jupyterlab, title: JupyterLab, modules: [jupyter],\n"
+        "       virtual_partitions: [gpux1, gpux2, gpux4, cpun1]",
+        "kind: jupyterlab, title: JupyterLab, modules: [jupyter],\n"
+        "       virtual_partitions: [gpux1, gpux2, gpux4, cpun1, shardx1]",
+    )
     loaded = load_text(text, "hal-shards.yml")
     assert loaded.model is not None, loaded.findings
     assert not [f for f in loaded.findings if f.level == Level.error]

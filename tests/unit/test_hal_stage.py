@@ -28,8 +28,11 @@ def data_set(root: Path, classes: int = 3, per_class: int = 5) -> Path:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.startswith(".hal-stage")}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith(".hal-stage")
+    }
 
 
 def test_staging_copies_the_tree_byte_for_byte_to_the_jobs_tmp(tmp_path):
@@ -54,12 +57,18 @@ def test_a_second_call_finds_the_copy_and_copies_nothing(tmp_path, capsys):
     first = hal_stage.stage(source, dest)
     (source / "n00000000" / "img_0.JPEG").write_bytes(b"changed")  # not copied again
     second = hal_stage.stage(source, dest)
-    assert (second.copied, second.files, second.bytes, second.seconds) == (False, first.files, first.bytes,
-                                                                           first.seconds)
+    assert (second.copied, second.files, second.bytes, second.seconds) == (
+        False,
+        first.files,
+        first.bytes,
+        first.seconds,
+    )
     assert (dest / "n00000000" / "img_0.JPEG").read_bytes() != b"changed"
     assert hal_stage.main(["--dest", str(dest), str(source)]) == 0
-    assert capsys.readouterr().out == (f"hal-stage: {dest} is already staged (15 files, {first.bytes / 1e6:.1f} MB, "
-                                       f"copied in {first.seconds:.2f} s); nothing copied\n")
+    assert capsys.readouterr().out == (
+        f"hal-stage: {dest} is already staged (15 files, {first.bytes / 1e6:.1f} MB, "
+        f"copied in {first.seconds:.2f} s); nothing copied\n"
+    )
 
 
 def test_the_summary_names_files_bytes_seconds_rate_and_path(tmp_path, capsys):
@@ -84,12 +93,26 @@ def test_concurrent_tasks_copy_once_and_all_find_the_copy(tmp_path):
     shutil.copy(hal_stage.__file__, installed / "hal_stage.py")
     source = data_set(tmp_path / "shared" / "ds", classes=20, per_class=50)
     env = {**os.environ, "TMPDIR": str(tmp_path / "job")}
-    tasks = [subprocess.Popen([sys.executable, str(installed / "hal_stage.py"), str(source)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    tasks = [
+        subprocess.Popen(
+            [sys.executable, str(installed / "hal_stage.py"), str(source)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
     outputs = [(t.communicate(timeout=60), t.returncode) for t in tasks]
     assert [rc for _, rc in outputs] == [0] * 6, outputs
-    said = collections.Counter("copied" if out.startswith("hal-stage: copied 1000 files") else
-                               "found" if "is already staged (1000 files" in out else out for (out, _), _ in outputs)
+    said = collections.Counter(
+        "copied"
+        if out.startswith("hal-stage: copied 1000 files")
+        else "found"
+        if "is already staged (1000 files" in out
+        else out
+        for (out, _), _ in outputs
+    )
     assert said == {"copied": 1, "found": 5}
     assert tree(tmp_path / "job" / "hal-stage" / "ds") == tree(source)
 
@@ -121,15 +144,24 @@ def test_not_enough_space_is_one_line_and_copies_nothing(tmp_path, capsys, monke
     assert not (tmp_path / "local" / "ds").exists()
 
 
-@pytest.mark.parametrize(("make", "argv", "message"), [
-    (lambda t: None, ["{t}/missing"], "{t}/missing: no such directory"),
-    (lambda t: (t / "file").write_text("x"), ["{t}/file"], "{t}/file: not a directory"),
-    (lambda t: data_set(t / "ds"), ["--dest", "{t}/ds/copy", "{t}/ds"], "overlap"),
-    (lambda t: (data_set(t / "ds"), (t / "mine").mkdir(), (t / "mine" / "keep").write_text("x")),
-     ["--dest", "{t}/mine", "{t}/ds"], "{t}/mine exists and is not a copy hal-stage made"),
-    (lambda t: (data_set(t / "ds"), (t / "f").write_text("x")), ["--dest", "{t}/f/sub", "{t}/ds"],
-     "cannot use {t}/f"),
-])
+@pytest.mark.parametrize(
+    ("make", "argv", "message"),
+    [
+        (lambda t: None, ["{t}/missing"], "{t}/missing: no such directory"),
+        (lambda t: (t / "file").write_text("x"), ["{t}/file"], "{t}/file: not a directory"),
+        (lambda t: data_set(t / "ds"), ["--dest", "{t}/ds/copy", "{t}/ds"], "overlap"),
+        (
+            lambda t: (data_set(t / "ds"), (t / "mine").mkdir(), (t / "mine" / "keep").write_text("x")),
+            ["--dest", "{t}/mine", "{t}/ds"],
+            "{t}/mine exists and is not a copy hal-stage made",
+        ),
+        (
+            lambda t: (data_set(t / "ds"), (t / "f").write_text("x")),
+            ["--dest", "{t}/f/sub", "{t}/ds"],
+            "cannot use {t}/f",
+        ),
+    ],
+)
 def test_mistakes_are_one_line_and_exit_1(tmp_path, capsys, make, argv, message):
     make(tmp_path)
     code, err = run_main(capsys, *(a.format(t=tmp_path) for a in argv))

@@ -22,23 +22,45 @@ from hal_provision.render import health, render_all
 from hal_provision.sandbox.derive import SANDBOX_HEALTH_INTERVAL_SECONDS, derive_sandbox
 
 PROGRAM = Path(hc.__file__)
-E, W, I = Level.error, Level.warning, Level.info
+E, W, I = Level.error, Level.warning, Level.info  # noqa: E741 - the table's three columns
 CHECKS_LINE = "  memory_tolerance_pct: 5 "
 
 
 # ---- checks on the model ----------------------------------------------------------------------
 
 ROWS = [
-    ("check-twice", [(CHECKS_LINE, "  checks: [gpus, mounts, gpus]\n" + CHECKS_LINE)],
-     E, "health.checks[2]", "'gpus' is listed twice (first at [0])"),
-    ("nhc-gpu-model", [("  program: hal ", "  program: nhc ")],
-     W, "health.checks[3]", "LBNL NHC has no stock GPU model check"),
-    ("long-interval", [("  interval_s: 300 ", "  interval_s: 900 ")],
-     I, "health.interval_s", "longer than SlurmdTimeout (300 s)"),
-    ("infiniband-without-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):],
-                                   lambda t: t.replace(", infiniband", ""),
-                                   (CHECKS_LINE, "  checks: [gpus, infiniband]\n" + CHECKS_LINE)],
-     I, "health.checks[1]", "'infiniband' has nothing to check: there is no fabric"),
+    (
+        "check-twice",
+        [(CHECKS_LINE, "  checks: [gpus, mounts, gpus]\n" + CHECKS_LINE)],
+        E,
+        "health.checks[2]",
+        "'gpus' is listed twice (first at [0])",
+    ),
+    (
+        "nhc-gpu-model",
+        [("  program: hal ", "  program: nhc ")],
+        W,
+        "health.checks[3]",
+        "LBNL NHC has no stock GPU model check",
+    ),
+    (
+        "long-interval",
+        [("  interval_s: 300 ", "  interval_s: 900 ")],
+        I,
+        "health.interval_s",
+        "longer than SlurmdTimeout (300 s)",
+    ),
+    (
+        "infiniband-without-fabric",
+        [
+            lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n") :],
+            lambda t: t.replace(", infiniband", ""),
+            (CHECKS_LINE, "  checks: [gpus, infiniband]\n" + CHECKS_LINE),
+        ],
+        I,
+        "health.checks[1]",
+        "'infiniband' has nothing to check: there is no fabric",
+    ),
 ]
 
 
@@ -47,18 +69,22 @@ def test_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
-@pytest.mark.parametrize(("old", "new", "dotted"), [
-    pytest.param("  interval_s: 300 ", "  interval_s: 1 ", "health.interval_s", id="interval-too-short"),
-    pytest.param("  program: hal ", "  program: nagios ", "health.program", id="unknown-program"),
-    pytest.param("  node_state: [any]", "  node_state: [busy]", "health.node_state[0]", id="unknown-state"),
-    pytest.param(CHECKS_LINE, "  checks: [gpus, disks]\n" + CHECKS_LINE, "health.checks[1]", id="unknown-check"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "dotted"),
+    [
+        pytest.param("  interval_s: 300 ", "  interval_s: 1 ", "health.interval_s", id="interval-too-short"),
+        pytest.param("  program: hal ", "  program: nagios ", "health.program", id="unknown-program"),
+        pytest.param("  node_state: [any]", "  node_state: [busy]", "health.node_state[0]", id="unknown-state"),
+        pytest.param(CHECKS_LINE, "  checks: [gpus, disks]\n" + CHECKS_LINE, "health.checks[1]", id="unknown-check"),
+    ],
+)
 def test_structural_mistakes_are_refused_by_render(render_rejects, hal_text, old, new, dotted):
     assert old in hal_text
     render_rejects(hal_text.replace(old, new), dotted)
 
 
 # ---- rendering ----------------------------------------------------------------------------------
+
 
 def test_hal_compute_expectation_is_the_ac922(files):
     exp = json.loads(files["files/etc/hal-provision/health/compute.json"])
@@ -83,8 +109,9 @@ def test_only_slurm_nodes_get_an_expectation(files):
 
 def test_slurm_conf_names_the_program_at_the_model_interval(files):
     conf = files["files/etc/slurm/slurm.conf"]
-    assert ("HealthCheckProgram=/usr/local/sbin/hal-healthcheck\nHealthCheckInterval=300\n"
-            "HealthCheckNodeState=ANY\n") in conf
+    assert (
+        "HealthCheckProgram=/usr/local/sbin/hal-healthcheck\nHealthCheckInterval=300\nHealthCheckNodeState=ANY\n"
+    ) in conf
 
 
 def test_without_health_nothing_is_rendered(hal_text):
@@ -97,16 +124,27 @@ def test_without_health_nothing_is_rendered(hal_text):
 def test_nhc_conf_has_the_same_expectations(files):
     conf = files["files/etc/nhc/nhc.conf"]
     m = "{hal[01-16]} || "
-    for line in ("check_hw_cpuinfo 2 40 160", "check_hw_physmem 256GB 256GB 5%", "check_file_test -c -r -w /dev/nvidia3",
-                 "check_fs_mount_rw -f /home", "check_fs_mount_rw -f /sw", "check_ps_service -u munge munged",
-                 "check_ps_service -u root sssd", "check_hw_ib 100 mlx5_0"):
+    for line in (
+        "check_hw_cpuinfo 2 40 160",
+        "check_hw_physmem 256GB 256GB 5%",
+        "check_file_test -c -r -w /dev/nvidia3",
+        "check_fs_mount_rw -f /home",
+        "check_fs_mount_rw -f /sw",
+        "check_ps_service -u munge munged",
+        "check_ps_service -u root sssd",
+        "check_hw_ib 100 mlx5_0",
+    ):
         assert f"\n{m}{line}\n" in conf, line
     assert "nvidia-smi" not in conf  # gpu_model has no stock NHC check (a warning says so with program nhc)
 
 
 def test_sandbox_keeps_the_checks_a_container_can_pass(hal):
     sb = derive_sandbox(hal)
-    assert sb.health.interval_s == SANDBOX_HEALTH_INTERVAL_SECONDS == 10 and sb.health.checks == ["gpus", "mounts", "services"]
+    assert sb.health.interval_s == SANDBOX_HEALTH_INTERVAL_SECONDS == 10 and sb.health.checks == [
+        "gpus",
+        "mounts",
+        "services",
+    ]
     exp = json.loads(health.render(sb)["files/etc/hal-provision/health/compute.json"])
     assert exp["hosts"] == "hal[01-02]" and sorted(exp["checks"]) == ["gpus", "mounts", "services"]
     # The sandbox's stand-in scratch (derive.SCRATCH_STANDIN) is the one mount the model renders.
@@ -125,6 +163,7 @@ def test_sandbox_overlay_lists_the_bound_mounts(hal, tmp_path):
 
 
 # ---- hal-healthcheck on fake trees ----------------------------------------------------------------
+
 
 def fake_cpus(root: Path, sockets: int, cores: int, threads: int) -> None:
     cpu = 0
@@ -162,7 +201,8 @@ def node(tmp_path, monkeypatch):
     (root / "proc/self").mkdir(parents=True)
     (root / "proc/meminfo").write_text("MemTotal:       262144000 kB\nMemFree:        1000 kB\n")
     (root / "proc/self/mounts").write_text(
-        "/dev/sda2 / ext4 rw 0 0\nhome /home gpfs rw 0 0\nhal-data:/export/misc /sw nfs4 rw 0 0\n")
+        "/dev/sda2 / ext4 rw 0 0\nhome /home gpfs rw 0 0\nhal-data:/export/misc /sw nfs4 rw 0 0\n"
+    )
     for i in range(4):
         gpu_device(root, i)
     port = root / "sys/class/infiniband/mlx5_0/ports/1"
@@ -189,16 +229,25 @@ def test_healthy_node_passes_every_check(node):
     assert hc.drain_reason("hal-health", results) is None
 
 
-@pytest.mark.parametrize(("breakage", "check", "problem"), [
-    ("rm -r sys/devices/system/cpu/cpu159 sys/devices/system/cpu/cpu158", "cpus", "cpus 158, expected 160"),
-    ("sed -i s/262144000/131072000/ proc/meminfo", "memory", "125.0 GiB, expected 256 GiB (at least 243.2 GiB"),
-    ("rm dev/nvidia2", "gpus", "/dev/nvidia2 missing"),
-    ("sed -i /sw/d proc/self/mounts", "mounts", "/sw not mounted"),
-    ("echo '1: DOWN' > sys/class/infiniband/mlx5_0/ports/1/state", "infiniband",
-     "mlx5_0 port 1 DOWN at 100 Gb/sec, expected ACTIVE at 100 Gb/s"),
-    ("echo '25 Gb/sec (1X EDR)' > sys/class/infiniband/mlx5_0/ports/1/rate", "infiniband",
-     "mlx5_0 port 1 ACTIVE at 25 Gb/sec, expected ACTIVE at 100 Gb/s"),
-])
+@pytest.mark.parametrize(
+    ("breakage", "check", "problem"),
+    [
+        ("rm -r sys/devices/system/cpu/cpu159 sys/devices/system/cpu/cpu158", "cpus", "cpus 158, expected 160"),
+        ("sed -i s/262144000/131072000/ proc/meminfo", "memory", "125.0 GiB, expected 256 GiB (at least 243.2 GiB"),
+        ("rm dev/nvidia2", "gpus", "/dev/nvidia2 missing"),
+        ("sed -i /sw/d proc/self/mounts", "mounts", "/sw not mounted"),
+        (
+            "echo '1: DOWN' > sys/class/infiniband/mlx5_0/ports/1/state",
+            "infiniband",
+            "mlx5_0 port 1 DOWN at 100 Gb/sec, expected ACTIVE at 100 Gb/s",
+        ),
+        (
+            "echo '25 Gb/sec (1X EDR)' > sys/class/infiniband/mlx5_0/ports/1/rate",
+            "infiniband",
+            "mlx5_0 port 1 ACTIVE at 25 Gb/sec, expected ACTIVE at 100 Gb/s",
+        ),
+    ],
+)
 def test_broken_node_fails_the_check_that_names_it(node, breakage, check, problem):
     root, exp, _ = node
     subprocess.run(["sh", "-ec", breakage], cwd=root, check=True)
@@ -215,13 +264,25 @@ def test_device_of_another_driver_is_not_a_gpu(node):
     assert hc.run_checks(exp, str(root))["gpus"] == ["/dev/nvidia1 is not an NVIDIA character device (major 195)"]
 
 
-@pytest.mark.parametrize(("script", "problems"), [
-    ("echo 'Tesla V100-SXM2-16GB, 16160'", ["1 GPUs, expected 4"]),
-    ("for i in 0 1 2 3; do echo 'NVIDIA H100 80GB HBM3, 81559'; done",
-     ["GPU 0 is NVIDIA H100 80GB HBM3, expected NVIDIA Tesla V100-SXM2-16GB", "GPU 0 has 79.6 GiB, expected 16 GiB"]),
-    ("echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver' >&2; exit 9",
-     ["nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver"]),
-])
+@pytest.mark.parametrize(
+    ("script", "problems"),
+    [
+        ("echo 'Tesla V100-SXM2-16GB, 16160'", ["1 GPUs, expected 4"]),
+        (
+            "for i in 0 1 2 3; do echo 'NVIDIA H100 80GB HBM3, 81559'; done",
+            [
+                "GPU 0 is NVIDIA H100 80GB HBM3, expected NVIDIA Tesla V100-SXM2-16GB",
+                "GPU 0 has 79.6 GiB, expected 16 GiB",
+            ],
+        ),
+        (
+            "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver' >&2; exit 9",
+            [
+                "nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver"
+            ],
+        ),
+    ],
+)
 def test_gpu_model_from_nvidia_smi(node, script, problems):
     root, exp, bin_dir = node
     fake_command(bin_dir, "nvidia-smi", script + "\n")
@@ -242,19 +303,37 @@ def test_first_failed_check_names_the_reason_and_counts_the_rest():
 
 # ---- what it does in Slurm -----------------------------------------------------------------------
 
-@pytest.mark.parametrize(("state", "reason", "wanted", "action"), [
-    ("idle", "", "hal-health: gpus: x", ("drain", "hal-health: gpus: x")),
-    ("mixed", "", "hal-health: gpus: x", ("drain", "hal-health: gpus: x")),
-    ("drained", "hal-health: mounts: /sw", "hal-health: gpus: x", ("drain", "hal-health: gpus: x")),
-    ("drained", "hal-health: gpus: x", "hal-health: gpus: x", ("none", "already drained for this")),
-    ("drained", "hal-health: gpus: x", None, ("resume", "")),
-    ("draining", "hal-health: gpus: x", None, ("resume", "")),
-    ("drained", "disk swap Tuesday", "hal-health: gpus: x",
-     ("none", "drained by somebody else (disk swap Tuesday): left as it is")),
-    ("drained", "disk swap Tuesday", None, ("none", "healthy, but drained by somebody else (disk swap Tuesday): not resumed")),
-    ("drained", "hal-healthy admin note", None, ("none", "healthy, but drained by somebody else (hal-healthy admin note): not resumed")),
-    ("idle", "", None, ("none", "healthy")),
-])
+
+@pytest.mark.parametrize(
+    ("state", "reason", "wanted", "action"),
+    [
+        ("idle", "", "hal-health: gpus: x", ("drain", "hal-health: gpus: x")),
+        ("mixed", "", "hal-health: gpus: x", ("drain", "hal-health: gpus: x")),
+        ("drained", "hal-health: mounts: /sw", "hal-health: gpus: x", ("drain", "hal-health: gpus: x")),
+        ("drained", "hal-health: gpus: x", "hal-health: gpus: x", ("none", "already drained for this")),
+        ("drained", "hal-health: gpus: x", None, ("resume", "")),
+        ("draining", "hal-health: gpus: x", None, ("resume", "")),
+        (
+            "drained",
+            "disk swap Tuesday",
+            "hal-health: gpus: x",
+            ("none", "drained by somebody else (disk swap Tuesday): left as it is"),
+        ),
+        (
+            "drained",
+            "disk swap Tuesday",
+            None,
+            ("none", "healthy, but drained by somebody else (disk swap Tuesday): not resumed"),
+        ),
+        (
+            "drained",
+            "hal-healthy admin note",
+            None,
+            ("none", "healthy, but drained by somebody else (hal-healthy admin note): not resumed"),
+        ),
+        ("idle", "", None, ("none", "healthy")),
+    ],
+)
 def test_decision(state, reason, wanted, action):
     assert hc.decide(state, reason, wanted, "hal-health") == action
 
@@ -275,10 +354,24 @@ def slurm(tmp_path, monkeypatch):
 def run_program(exp: dict, root: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     path = tmp_path / "expectation.json"
     path.write_text(json.dumps(exp))
-    return subprocess.run([sys.executable, "-c", "import sys; from hal_provision.node.health import healthcheck as h; "
-                           f"h.STATE_DIR = {str(tmp_path / 'run')!r}; sys.exit(h.main(sys.argv[1:]))",
-                           "--expectation", str(path), "--root", str(root), "--host", "hal16", *extra],
-                          capture_output=True, text=True, env=os.environ)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from hal_provision.node.health import healthcheck as h; "
+            f"h.STATE_DIR = {str(tmp_path / 'run')!r}; sys.exit(h.main(sys.argv[1:]))",
+            "--expectation",
+            str(path),
+            "--root",
+            str(root),
+            "--host",
+            "hal16",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
 
 
 def test_program_drains_a_broken_node_naming_the_check(node, slurm, tmp_path):
@@ -326,8 +419,20 @@ def installed(tmp_path: Path) -> Path:
 
 def test_unreadable_expectation_is_a_one_line_error(tmp_path):
     # -E -s: the standard library and the program's own directory only, as slurmd runs it
-    p = subprocess.run([sys.executable, "-E", "-s", str(installed(tmp_path)), "--expectation",
-                        str(tmp_path / "none.json"), "--no-slurm"], capture_output=True, text=True, cwd=tmp_path)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-E",
+            "-s",
+            str(installed(tmp_path)),
+            "--expectation",
+            str(tmp_path / "none.json"),
+            "--no-slurm",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert p.returncode == 2 and p.stderr.startswith("hal-healthcheck: cannot read") and "Traceback" not in p.stderr
 
 
@@ -344,6 +449,10 @@ def test_program_uses_the_standard_library_only(path):
 
 def test_default_checks_with_nothing_to_compare_are_not_reported(check_file, edited):
     """Every check is the default; one with nothing to compare (no fabric) simply does nothing."""
-    _file, loaded = check_file(edited(lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):],
-                                      lambda t: t.replace(", infiniband", "")))
+    _file, loaded = check_file(
+        edited(
+            lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n") :],
+            lambda t: t.replace(", infiniband", ""),
+        )
+    )
     assert not [f for f in loaded.findings if f.dotted.startswith("health")], [f.format() for f in loaded.findings]

@@ -43,7 +43,8 @@ def infiniband(exp: dict, root: Path) -> list[str]:
 
 def test_the_expectation_names_each_adapter(gpu_expectation):
     assert gpu_expectation["checks"]["infiniband"]["ports"] == [
-        {"device": f"mlx5_{i}", "port": 1, "rate_gbps": 400} for i in range(8)]
+        {"device": f"mlx5_{i}", "port": 1, "rate_gbps": 400} for i in range(8)
+    ]
 
 
 def test_eight_active_adapters_pass(gpu_expectation, tmp_path):
@@ -51,11 +52,18 @@ def test_eight_active_adapters_pass(gpu_expectation, tmp_path):
     assert infiniband(gpu_expectation, tmp_path) == []
 
 
-@pytest.mark.parametrize(("device", "state", "problem"), [
-    ("mlx5_5", ("1: DOWN", "10 Gb/sec (4X SDR)"), "mlx5_5 port 1 DOWN at 10 Gb/sec, expected ACTIVE at 400 Gb/s"),
-    ("mlx5_2", ("4: ACTIVE", "200 Gb/sec (2X NDR)"), "mlx5_2 port 1 ACTIVE at 200 Gb/sec, expected ACTIVE at 400 Gb/s"),
-    ("mlx5_7", None, "mlx5_7 port 1 missing (no /sys/class/infiniband/mlx5_7/ports/1)"),
-])
+@pytest.mark.parametrize(
+    ("device", "state", "problem"),
+    [
+        ("mlx5_5", ("1: DOWN", "10 Gb/sec (4X SDR)"), "mlx5_5 port 1 DOWN at 10 Gb/sec, expected ACTIVE at 400 Gb/s"),
+        (
+            "mlx5_2",
+            ("4: ACTIVE", "200 Gb/sec (2X NDR)"),
+            "mlx5_2 port 1 ACTIVE at 200 Gb/sec, expected ACTIVE at 400 Gb/s",
+        ),
+        ("mlx5_7", None, "mlx5_7 port 1 missing (no /sys/class/infiniband/mlx5_7/ports/1)"),
+    ],
+)
 def test_the_one_adapter_down_slow_or_gone_is_named(gpu_expectation, tmp_path, device, state, problem):
     ports = dict(HEALTHY)
     if state is None:
@@ -81,8 +89,9 @@ def test_an_expectation_of_port_numbers_alone_still_checks(tmp_path):
     """An expectation written before devices were named (a node not yet converged): port N on any device."""
     sysfs(tmp_path, {"mlx5_3": ("4: ACTIVE", "100 Gb/sec (4X EDR)")})
     assert hc.check_infiniband({"ports": [1], "rate_gbps": 100}, str(tmp_path)) == []
-    assert hc.check_infiniband({"ports": [2], "rate_gbps": 100}, str(tmp_path)) == \
-        ["no port 2 ACTIVE at 100 Gb/s (no InfiniBand adapter)"]
+    assert hc.check_infiniband({"ports": [2], "rate_gbps": 100}, str(tmp_path)) == [
+        "no port 2 ACTIVE at 100 Gb/s (no InfiniBand adapter)"
+    ]
 
 
 def test_nhc_checks_each_device(gpu_expectation):

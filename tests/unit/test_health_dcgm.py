@@ -42,8 +42,9 @@ def dcgmi(tmp_path, monkeypatch):
             'case "$*" in\n'
             f'  "health --set a") echo a > {marker}; echo "Health monitor systems set successfully.";;\n'
             f'  "health --check --json") if [ -s {marker} ]; then cat {check}; else '
-            f'cat {DATA / "health-watches-off.txt"}; exit 255; fi;;\n'
-            '  *) echo "no fixture for $*" >&2; exit 2;;\nesac\n')
+            f"cat {DATA / 'health-watches-off.txt'}; exit 255; fi;;\n"
+            '  *) echo "no fixture for $*" >&2; exit 2;;\nesac\n'
+        )
         script.chmod(0o755)
         return log
 
@@ -70,7 +71,8 @@ def test_a_warning_is_reported_and_a_failure_drains(dcgmi, capsys):
     output, the node stays in service; the memory failure drains it."""
     dcgmi(DATA / "health-pcie-warning-memory-failure.json")
     assert hc.run_checks({"checks": {"dcgm": dict(WANT, warnings="report")}}, "/")["dcgm"] == [
-        "GPU 1 Memory system: Failure: Detected 1 volatile double-bit ECC error(s) in GPU 1."]
+        "GPU 1 Memory system: Failure: Detected 1 volatile double-bit ECC error(s) in GPU 1."
+    ]
     assert "note dcgm: GPU 0 PCIe system: Warning: Detected more than 8 PCIe replays" in capsys.readouterr().out
 
 
@@ -95,12 +97,15 @@ def test_watches_off_are_set_then_checked(dcgmi):
 
 
 def test_dcgmi_without_hostengine_is_a_problem(tmp_path, monkeypatch):
-    (tmp_path / "dcgmi").write_text("#!/bin/sh\necho 'Error: unable to establish a connection to the specified "
-                                    "host: localhost'\nexit 255\n")
+    (tmp_path / "dcgmi").write_text(
+        "#!/bin/sh\necho 'Error: unable to establish a connection to the specified host: localhost'\nexit 255\n"
+    )
     (tmp_path / "dcgmi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    assert dcgm_problems() == ["dcgmi health --check failed (exit 255): Error: unable to establish a connection to "
-                               "the specified host: localhost"]
+    assert dcgm_problems() == [
+        "dcgmi health --check failed (exit 255): Error: unable to establish a connection to "
+        "the specified host: localhost"
+    ]
 
 
 def test_dcgm_is_a_default_check_after_gpu_faults_for_gpu_groups(hal):
@@ -122,6 +127,7 @@ def test_no_gpus_no_dcgm_entry(hal_text):
 
 # ---- health deep: the diag parser -----------------------------------------------------------------
 
+
 def test_diag_r2_all_pass():
     results = deep.parse_diag((DATA / "diag-r2-pass.json").read_text())
     assert {r.status for r in results} == {"Pass"}
@@ -136,35 +142,64 @@ def test_diag_r3_one_failed_test_on_one_gpu():
     assert len([r for r in results if r.status == "Pass"]) == len(results) - 1
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "not the JSON of dcgmi diag: no output"),
-    ("Error: unable to establish a connection", "not the JSON of dcgmi diag: Error: unable to establish"),
-    ('{"DCGM Diagnostic": {"runtime_error": "No GPUs found", "version": "4.2.3"}}', "dcgmi diag: No GPUs found"),
-    ('{"something": {}}', "no test_categories"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "not the JSON of dcgmi diag: no output"),
+        ("Error: unable to establish a connection", "not the JSON of dcgmi diag: Error: unable to establish"),
+        ('{"DCGM Diagnostic": {"runtime_error": "No GPUs found", "version": "4.2.3"}}', "dcgmi diag: No GPUs found"),
+        ('{"something": {}}', "no test_categories"),
+    ],
+)
 def test_diag_without_results_is_an_error(text, message):
     with pytest.raises(deep.DeepError, match=message):
         deep.parse_diag(text)
 
 
 def test_dcgm3_gpu_ids_and_a_summary_only_failure():
-    doc = {"DCGM GPU Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
-        {"name": "Diagnostic", "results": [{"gpu_ids": "0,1", "status": "Pass"}]},
-        {"name": "PCIe", "results": [], "test_summary": {"status": "Fail", "warnings": [{"warning": "bus gone"}]}}]}]}}
+    doc = {
+        "DCGM GPU Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Hardware",
+                    "tests": [
+                        {"name": "Diagnostic", "results": [{"gpu_ids": "0,1", "status": "Pass"}]},
+                        {
+                            "name": "PCIe",
+                            "results": [],
+                            "test_summary": {"status": "Fail", "warnings": [{"warning": "bus gone"}]},
+                        },
+                    ],
+                }
+            ]
+        }
+    }
     results = deep.parse_diag(json.dumps(doc))
-    assert results == [deep.DiagResult("Diagnostic", 0, "Pass", ""), deep.DiagResult("Diagnostic", 1, "Pass", ""),
-                       deep.DiagResult("PCIe", None, "Fail", "bus gone")]
+    assert results == [
+        deep.DiagResult("Diagnostic", 0, "Pass", ""),
+        deep.DiagResult("Diagnostic", 1, "Pass", ""),
+        deep.DiagResult("PCIe", None, "Fail", "bus gone"),
+    ]
     assert deep.drain_reason(2, deep.failures(results)) == "hal-deep: dcgm diag -r 2: PCIe failed on the node: bus gone"
 
 
 # ---- health deep: the Slurm commands ---------------------------------------------------------------
 
+
 def test_reservation_command():
     name = deep.reservation_name(datetime(2026, 11, 28, 14, 5, 9))
     assert name == "hal-deep-20261128T140509"
     assert deep.reservation_command(name, ["gpu02", "gpu01", "gpu03"], 80) == [
-        "scontrol", "create", "reservation", "ReservationName=hal-deep-20261128T140509", "Nodes=gpu[01-03]",
-        "StartTime=now", "Duration=80", "Users=root", "Flags=MAINT,IGNORE_JOBS"]
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=hal-deep-20261128T140509",
+        "Nodes=gpu[01-03]",
+        "StartTime=now",
+        "Duration=80",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+    ]
     assert deep.delete_command(name) == ["scontrol", "delete", "ReservationName=hal-deep-20261128T140509"]
 
 
@@ -182,20 +217,39 @@ def test_drain_reason_and_command():
 def test_wait_shows_the_jobs_until_none(monkeypatch):
     answers = iter(["17|alice|gpu01|1:00:00\n18|bob|gpu[01-02]|5:00\n", "18|bob|gpu[01-02]|4:30\n", ""])
     commands, shown, slept = [], [], []
-    deep.wait_for_idle(lambda argv: (commands.append(argv), next(answers))[1], ["gpu01", "gpu02"], shown.append,
-                       max_wait_s=0, poll_s=30, sleep=slept.append)
-    assert commands[0] == ["squeue", "--noheader", "--nodelist=gpu[01-02]",
-                           "--states=RUNNING,SUSPENDED,COMPLETING,CONFIGURING", "--format=%i|%u|%N|%L"]
-    assert shown == ["waiting for 2 jobs to end: 17 (alice) on gpu01, 1:00:00 left; 18 (bob) on gpu[01-02], 5:00 left",
-                     "waiting for 1 job to end: 18 (bob) on gpu[01-02], 4:30 left"]
+    deep.wait_for_idle(
+        lambda argv: (commands.append(argv), next(answers))[1],
+        ["gpu01", "gpu02"],
+        shown.append,
+        max_wait_s=0,
+        poll_s=30,
+        sleep=slept.append,
+    )
+    assert commands[0] == [
+        "squeue",
+        "--noheader",
+        "--nodelist=gpu[01-02]",
+        "--states=RUNNING,SUSPENDED,COMPLETING,CONFIGURING",
+        "--format=%i|%u|%N|%L",
+    ]
+    assert shown == [
+        "waiting for 2 jobs to end: 17 (alice) on gpu01, 1:00:00 left; 18 (bob) on gpu[01-02], 5:00 left",
+        "waiting for 1 job to end: 18 (bob) on gpu[01-02], 4:30 left",
+    ]
     assert slept == [30, 30]
 
 
 def test_wait_gives_up_after_max_wait():
     clock = iter([0.0, 100.0])
     with pytest.raises(deep.DeepError, match="jobs still running on gpu01 after 2 min: 17"):
-        deep.wait_for_idle(lambda argv: "17|alice|gpu01|1:00:00\n", ["gpu01"], print, max_wait_s=90,
-                           sleep=lambda s: None, clock=lambda: next(clock))
+        deep.wait_for_idle(
+            lambda argv: "17|alice|gpu01|1:00:00\n",
+            ["gpu01"],
+            print,
+            max_wait_s=90,
+            sleep=lambda s: None,
+            clock=lambda: next(clock),
+        )
 
 
 class FakeSlurm:
@@ -215,19 +269,33 @@ class FakeSlurm:
 
 def test_run_deep_drains_only_the_failed_node_and_deletes_the_reservation():
     slurm = FakeSlurm()
-    texts = {"gpu01": (DATA / "diag-r3-one-failed.json").read_text(), "gpu02": (DATA / "diag-r2-pass.json").read_text(),
-             "gpu03": None}
-    report = deep.run_deep(slurm, lambda argv, hosts: {h: texts[h] for h in hosts}, ["gpu01", "gpu02", "gpu03"], 3,
-                           lambda line: None, now=datetime(2026, 1, 2, 3, 4, 5), sleep=lambda s: None)
+    texts = {
+        "gpu01": (DATA / "diag-r3-one-failed.json").read_text(),
+        "gpu02": (DATA / "diag-r2-pass.json").read_text(),
+        "gpu03": None,
+    }
+    report = deep.run_deep(
+        slurm,
+        lambda argv, hosts: {h: texts[h] for h in hosts},
+        ["gpu01", "gpu02", "gpu03"],
+        3,
+        lambda line: None,
+        now=datetime(2026, 1, 2, 3, 4, 5),
+        sleep=lambda s: None,
+    )
     assert slurm.commands == [
         "scontrol create reservation ReservationName=hal-deep-20260102T030405 'Nodes=gpu[01-03]' StartTime=now "
         "Duration=60 Users=root Flags=MAINT,IGNORE_JOBS",
         "squeue --noheader '--nodelist=gpu[01-03]' --states=RUNNING,SUSPENDED,COMPLETING,CONFIGURING '--format=%i|%u|%N|%L'",
         "scontrol update NodeName=gpu01 State=DRAIN 'Reason=hal-deep: dcgm diag -r 3: memory failed on GPU 1: Found 2 "
         "faulty memory elements on GPU 1'",
-        "scontrol delete ReservationName=hal-deep-20260102T030405"]
+        "scontrol delete ReservationName=hal-deep-20260102T030405",
+    ]
     assert [(n.host, n.passed, n.error) for n in report.nodes] == [
-        ("gpu01", False, None), ("gpu02", True, None), ("gpu03", False, "no answer (dcgmi missing or the node unreachable)")]
+        ("gpu01", False, None),
+        ("gpu02", True, None),
+        ("gpu03", False, "no answer (dcgmi missing or the node unreachable)"),
+    ]
     assert not report.passed
 
 
@@ -244,6 +312,7 @@ def test_reservation_deleted_on_error_and_ctrl_c(stop):
 
 
 # ---- health deep: the command ----------------------------------------------------------------------
+
 
 @pytest.fixture
 def inventory(tmp_path):

@@ -21,9 +21,14 @@ FAULTS = DATA / "h100-x1-faults"
 BUS = "00000000:00:06.0"  # the recorded GPU
 
 # What the model renders for one H100 with NVLink, PCIe gen 5 x16 (see test_rendered_...).
-WANT = {"count": 1, "max_uncorrectable_ecc": 0, "xids": list(DEFAULT_XIDS),
-        "throttle_reasons": ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"],
-        "pcie_generation": 5, "pcie_width": 16}
+WANT = {
+    "count": 1,
+    "max_uncorrectable_ecc": 0,
+    "xids": list(DEFAULT_XIDS),
+    "throttle_reasons": ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"],
+    "pcie_generation": 5,
+    "pcie_width": 16,
+}
 
 
 @pytest.fixture
@@ -34,13 +39,19 @@ def gpu_node(tmp_path, monkeypatch):
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
 
-    def point(xml: Path | str = HEALTHY, nvlink: Path | str = FAULTS / "nvlink-status.txt",
-              journal: str = "", xml_script: str | None = None) -> None:
+    def point(
+        xml: Path | str = HEALTHY,
+        nvlink: Path | str = FAULTS / "nvlink-status.txt",
+        journal: str = "",
+        xml_script: str | None = None,
+    ) -> None:
         smi = bin_dir / "nvidia-smi"
-        smi.write_text("#!/bin/sh\n" + 'case "$*" in\n'
-                       f'  "-q -x") {xml_script or f"cat {xml}"};;\n'
-                       f'  "nvlink --status") cat {nvlink};;\n'
-                       '  *) echo "no recording for $*" >&2; exit 2;;\nesac\n')
+        smi.write_text(
+            "#!/bin/sh\n" + 'case "$*" in\n'
+            f'  "-q -x") {xml_script or f"cat {xml}"};;\n'
+            f'  "nvlink --status") cat {nvlink};;\n'
+            '  *) echo "no recording for $*" >&2; exit 2;;\nesac\n'
+        )
         log = tmp_path / "kernel.log"
         log.write_text(journal)
         (bin_dir / "journalctl").write_text(f'#!/bin/sh\n[ "$*" = "-k -b --no-pager -o cat" ] || exit 2\ncat {log}\n')
@@ -68,17 +79,20 @@ def test_healthy_h200_record_passes(gpu_node):
     assert faults(dict(WANT, pcie_width=32)) == [f"GPU 0 ({BUS}) PCIe link is x16 (at most x16), expected x32"]
 
 
-@pytest.mark.parametrize(("fixture", "problem"), [
-    ("ecc-uncorrectable.xml", f"GPU 0 ({BUS}) has 2 volatile uncorrectable ECC errors (at most 0)"),
-    ("row-remap-pending.xml", f"GPU 0 ({BUS}) has a row remap pending (a GPU reset applies it)"),
-    ("row-remap-failure.xml", f"GPU 0 ({BUS}) failed to remap a row"),
-    ("retirement-pending.xml", f"GPU 0 ({BUS}) has pages pending retirement (a GPU reset retires them)"),
-    ("pcie-gen3.xml", f"GPU 0 ({BUS}) PCIe link reaches gen 3, expected gen 5"),
-    ("pcie-x8.xml", f"GPU 0 ({BUS}) PCIe link is x8 (at most x16), expected x16"),
-    ("hw-slowdown.xml", f"GPU 0 ({BUS}) clocks slowed down: hw_slowdown active"),
-    ("hw-thermal-slowdown.xml", f"GPU 0 ({BUS}) clocks slowed down: hw_thermal_slowdown active"),
-    ("hw-power-brake.xml", f"GPU 0 ({BUS}) clocks slowed down: hw_power_brake_slowdown active"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "problem"),
+    [
+        ("ecc-uncorrectable.xml", f"GPU 0 ({BUS}) has 2 volatile uncorrectable ECC errors (at most 0)"),
+        ("row-remap-pending.xml", f"GPU 0 ({BUS}) has a row remap pending (a GPU reset applies it)"),
+        ("row-remap-failure.xml", f"GPU 0 ({BUS}) failed to remap a row"),
+        ("retirement-pending.xml", f"GPU 0 ({BUS}) has pages pending retirement (a GPU reset retires them)"),
+        ("pcie-gen3.xml", f"GPU 0 ({BUS}) PCIe link reaches gen 3, expected gen 5"),
+        ("pcie-x8.xml", f"GPU 0 ({BUS}) PCIe link is x8 (at most x16), expected x16"),
+        ("hw-slowdown.xml", f"GPU 0 ({BUS}) clocks slowed down: hw_slowdown active"),
+        ("hw-thermal-slowdown.xml", f"GPU 0 ({BUS}) clocks slowed down: hw_thermal_slowdown active"),
+        ("hw-power-brake.xml", f"GPU 0 ({BUS}) clocks slowed down: hw_power_brake_slowdown active"),
+    ],
+)
 def test_each_fault_is_one_line(gpu_node, fixture, problem):
     gpu_node(FAULTS / fixture)
     assert faults() == [problem]
@@ -114,8 +128,10 @@ def test_lost_gpu_and_missing_gpus(gpu_node):
     gpu_node(xml_script=f"cat {FAULTS / 'nvidia-smi-gpu-lost.txt'} >&2; exit 15")
     assert faults() == ["GPU lost: Unable to determine the device handle for GPU0000:9A:00.0: Unknown Error"]
     gpu_node(xml_script="echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver'; exit 9")
-    assert faults() == ["nvidia-smi -q -x failed (exit 9): NVIDIA-SMI has failed because it could not communicate "
-                        "with the NVIDIA driver"]
+    assert faults() == [
+        "nvidia-smi -q -x failed (exit 9): NVIDIA-SMI has failed because it could not communicate "
+        "with the NVIDIA driver"
+    ]
     gpu_node(HEALTHY)
     assert faults(dict(WANT, count=2)) == ["1 GPUs answer nvidia-smi, expected 2"]
 
@@ -123,15 +139,18 @@ def test_lost_gpu_and_missing_gpus(gpu_node):
 def test_inactive_nvlink_links_are_named(gpu_node):
     gpu_node(nvlink=FAULTS / "nvlink-status-inactive.txt")
     assert faults(dict(WANT, nvlink_links=[4])) == [
-        f"GPU 0 ({BUS}) has 2 NVLink links active, expected 4 (inactive: link 1, 3)"]
+        f"GPU 0 ({BUS}) has 2 NVLink links active, expected 4 (inactive: link 1, 3)"
+    ]
     assert faults(dict(WANT, nvlink_links=[2])) == []  # links the profile does not count may be down
     assert faults() == []  # no NVLink in the profile: nvlink --status is not asked
 
 
 def test_xids_since_boot_name_the_gpu_by_bus_id(gpu_node):
     gpu_node(journal=(FAULTS / "journal-xid.txt").read_text())
-    assert faults() == [f"GPU 0 ({BUS}) had Xid 63 (row remap or page retirement recorded) 2 times since boot",
-                        "GPU at PCI 0000:9a:00 had Xid 79 (fallen off the bus) 1 time since boot"]
+    assert faults() == [
+        f"GPU 0 ({BUS}) had Xid 63 (row remap or page retirement recorded) 2 times since boot",
+        "GPU at PCI 0000:9a:00 had Xid 79 (fallen off the bus) 1 time since boot",
+    ]
     assert faults(dict(WANT, xids=[13])) == [f"GPU 0 ({BUS}) had Xid 13 1 time since boot"]
     assert faults(dict(WANT, xids=[])) == []  # no XIDs listed: the kernel log is not read
 
@@ -152,34 +171,52 @@ def test_kernel_log_from_dmesg_without_journalctl(gpu_node, tmp_path, monkeypatc
     dmesg.chmod(0o755)
     assert faults(dict(WANT, xids=[79])) == ["GPU at PCI 0000:9a:00 had Xid 79 (fallen off the bus) 1 time since boot"]
     dmesg.write_text("#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2; exit 1\n")
-    assert faults() == ["kernel log unreadable (dmesg exit 1): dmesg: read kernel buffer failed: Operation not permitted"]
+    assert faults() == [
+        "kernel log unreadable (dmesg exit 1): dmesg: read kernel buffer failed: Operation not permitted"
+    ]
 
 
 # ---- the expectation the model renders --------------------------------------------------------------
 
+
 def _with_gpus(hal_text: str, gpus_extra: str = "", faults_yaml: str = "") -> str:
-    text = hal_text.replace("      memory_gib: 16\n      devices:",
-                            f"      memory_gib: 16\n{gpus_extra}      devices:", 1)
+    text = hal_text.replace(
+        "      memory_gib: 16\n      devices:", f"      memory_gib: 16\n{gpus_extra}      devices:", 1
+    )
     return text.replace("  memory_tolerance_pct: 5 ", faults_yaml + "  memory_tolerance_pct: 5 ", 1)
 
 
 def test_rendered_expectation_has_the_thresholds(hal_text):
-    text = _with_gpus(hal_text, "      pcie_generation: 3\n      pcie_width: 16\n",
-                      "  gpu_faults: {max_uncorrectable_ecc: 1, xids: [79, 48], throttle_reasons: [hw_slowdown]}\n")
+    text = _with_gpus(
+        hal_text,
+        "      pcie_generation: 3\n      pcie_width: 16\n",
+        "  gpu_faults: {max_uncorrectable_ecc: 1, xids: [79, 48], throttle_reasons: [hw_slowdown]}\n",
+    )
     exp = health.expectation(model := load_text(text, "hal.yml").model, model.nodes[-1])
-    assert exp["checks"]["gpu_faults"] == {"count": 4, "max_uncorrectable_ecc": 1, "xids": [48, 79],
-                                           "throttle_reasons": ["hw_slowdown"], "nvlink_links": [3, 3, 3, 3],
-                                           "pcie_generation": 3, "pcie_width": 16}
+    assert exp["checks"]["gpu_faults"] == {
+        "count": 4,
+        "max_uncorrectable_ecc": 1,
+        "xids": [48, 79],
+        "throttle_reasons": ["hw_slowdown"],
+        "nvlink_links": [3, 3, 3, 3],
+        "pcie_generation": 3,
+        "pcie_width": 16,
+    }
     assert list(exp["checks"]).index("gpu_faults") == list(exp["checks"]).index("gpu_model") + 1
 
 
 def test_default_thresholds_without_pcie(hal_text):
-    model = load_text(_with_gpus(hal_text, "      pcie_generation: 3\n", "  gpu_faults: {check_pcie: false}\n"),
-                      "hal.yml").model
+    model = load_text(
+        _with_gpus(hal_text, "      pcie_generation: 3\n", "  gpu_faults: {check_pcie: false}\n"), "hal.yml"
+    ).model
     want = health.expectation(model, model.nodes[-1])["checks"]["gpu_faults"]
-    assert want == {"count": 4, "max_uncorrectable_ecc": 0, "xids": sorted(DEFAULT_XIDS),
-                    "throttle_reasons": ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"],
-                    "nvlink_links": [3, 3, 3, 3]}
+    assert want == {
+        "count": 4,
+        "max_uncorrectable_ecc": 0,
+        "xids": sorted(DEFAULT_XIDS),
+        "throttle_reasons": ["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"],
+        "nvlink_links": [3, 3, 3, 3],
+    }
 
 
 def test_no_gpus_no_gpu_faults_entry(hal_text):
@@ -213,8 +250,10 @@ def test_sandbox_fake_nvidia_smi_is_healthy(hal, gpu_node, tmp_path):
         f"#!{__import__('sys').executable}\nimport glob\n"
         "glob.glob = lambda pattern: [f'/dev/nvidia{i}' for i in range(4)]\n"
         f"src = open({str(fake)!r}).read().replace('/usr/local/share/hal-sandbox/nvidia-smi', {str(HEALTHY.parent)!r})\n"
-        f"exec(compile(src, {str(fake)!r}, 'exec'), {{'__name__': '__main__'}})\n")
+        f"exec(compile(src, {str(fake)!r}, 'exec'), {{'__name__': '__main__'}})\n"
+    )
     assert hc.run_checks({"checks": {"gpu_faults": want}}, "/")["gpu_faults"] == []
     assert faults(dict(want, count=5)) == ["4 GPUs answer nvidia-smi, expected 5"]
     assert faults(dict(want, nvlink_links=[18, 18, 18, 19])) == [
-        "GPU 3 (00000000:09:00.0) has 18 NVLink links active, expected 19"]  # renumbered: minor 3, bus 09
+        "GPU 3 (00000000:09:00.0) has 18 NVLink links active, expected 19"
+    ]  # renumbered: minor 3, bus 09

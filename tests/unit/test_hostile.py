@@ -27,12 +27,16 @@ REPO = Path(__file__).resolve().parents[2]
 CPU_SECONDS = 5
 MEMORY = 1 << 30
 
-LAUGHS = "".join(f"{a}: &{a} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n"
-                 for a, p in zip("abcdefghi", [None, *"abcdefgh"]))
+LAUGHS = "".join(
+    f"{a}: &{a} [{', '.join([f'*{p}'] * 9 if p else ['lol'] * 9)}]\n" for a, p in zip("abcdefghi", [None, *"abcdefgh"])
+)
 HOSTILE = {
     "flow-sequence-200000-deep": ("[" * 200_000 + "]" * 200_000 + "\n", "nested deeper than 64 levels", 1),
-    "mapping-3000-deep": ("".join("  " * i + "k:\n" for i in range(3000)) + "  " * 3000 + "x: 1\n",
-                          "nested deeper than 64 levels", 65),
+    "mapping-3000-deep": (
+        "".join("  " * i + "k:\n" for i in range(3000)) + "  " * 3000 + "x: 1\n",
+        "nested deeper than 64 levels",
+        65,
+    ),
     "billion-laughs": (LAUGHS, "once its aliases (*name) are expanded", 7),
 }
 
@@ -51,9 +55,24 @@ def _render_bounded(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProc
     (tmp_path / "cluster.yml").write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "HAL_PROVISION_CACHE"))}
     env.update(HOME=str(work / "home"), TMPDIR=str(work / "tmp"))
-    proc = subprocess.run([sys.executable, "-m", "hal_provision.cli", "render", str(tmp_path / "cluster.yml"),
-                           "-o", str(work / "cwd" / "out")], cwd=work / "cwd", env=env, preexec_fn=_limited,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hal_provision.cli",
+            "render",
+            str(tmp_path / "cluster.yml"),
+            "-o",
+            str(work / "cwd" / "out"),
+        ],
+        cwd=work / "cwd",
+        env=env,
+        preexec_fn=_limited,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     return proc, work
 
 
@@ -76,12 +95,14 @@ def test_a_hundred_million_hosts_are_refused_at_their_line(tmp_path):
     text = (REPO / "inventory/hal/cluster.yml").read_text()
     assert text.count("    hosts: hal[01-16]") == 1
     text = text.replace("    hosts: hal[01-16]", '    hosts: "n[0-99999999]"')
-    line = text[:text.index("n[0-99999999]")].count("\n") + 1
+    line = text[: text.index("n[0-99999999]")].count("\n") + 1
     proc, work = _render_bounded(tmp_path, text)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "Traceback" not in output, output[-2000:]
-    assert f"cluster.yml:{line}:5: error: nodes[6].hosts: hostlist expression 'n[0-99999999]' names 100,000,000 " \
-           "hosts, more than the 1,000,000 a description may" in output
+    assert (
+        f"cluster.yml:{line}:5: error: nodes[6].hosts: hostlist expression 'n[0-99999999]' names 100,000,000 "
+        "hosts, more than the 1,000,000 a description may" in output
+    )
     assert _nothing_written(work) == []
 
 
@@ -96,6 +117,7 @@ def test_many_groups_together_are_refused_before_any_is_built():
 
 
 # ---- '.' and '..' in every path field ---------------------------------------------------------
+
 
 def _is_path(annotation) -> bool:
     if typing.get_origin(annotation) is typing.Annotated:
@@ -119,8 +141,9 @@ def _path_fields(cls=Cluster, seen=None) -> set[tuple[str, str]]:
     seen.add(cls)
     out = set()
     for name, info in cls.model_fields.items():
-        if _is_path(info.annotation) or any(isinstance(m, AfterValidator) and m.func is no_dot_segments
-                                            for m in info.metadata):
+        if _is_path(info.annotation) or any(
+            isinstance(m, AfterValidator) and m.func is no_dot_segments for m in info.metadata
+        ):
             out.add((cls.__name__, name))
         for model in _models(info.annotation):
             out |= _path_fields(model, seen)
@@ -128,8 +151,14 @@ def _path_fields(cls=Cluster, seen=None) -> set[tuple[str, str]]:
 
 
 PATH_FIELDS = sorted(_path_fields())
-DESCRIPTIONS = sorted([REPO / "inventory/hal/cluster.yml", *(REPO / "examples").glob("*.yml"),
-                       *(REPO / "tests/data/clusters").glob("*.yml"), *(REPO / "molecule").glob("*/cluster.yml")])
+DESCRIPTIONS = sorted(
+    [
+        REPO / "inventory/hal/cluster.yml",
+        *(REPO / "examples").glob("*.yml"),
+        *(REPO / "tests/data/clusters").glob("*.yml"),
+        *(REPO / "molecule").glob("*/cluster.yml"),
+    ]
+)
 
 
 def _places(data, cls, path=()):
@@ -142,18 +171,25 @@ def _places(data, cls, path=()):
         models = _models(info.annotation) if info else []
         if not models:
             continue
-        items = (value.items() if isinstance(value, dict) and not set(value) <= set(models[0].model_fields)
-                 else [(None, value)])
+        items = (
+            value.items()
+            if isinstance(value, dict) and not set(value) <= set(models[0].model_fields)
+            else [(None, value)]
+        )
         for index, item in items:
             here = (*path, key) if index is None else (*path, key, index)
-            for i, element in (enumerate(item) if isinstance(item, list) else [(None, item)]):
+            for i, element in enumerate(item) if isinstance(item, list) else [(None, item)]:
                 target = [m for m in models if isinstance(element, dict) and set(element) <= set(m.model_fields)]
                 if target:
                     yield from _places(element, target[0], here if i is None else (*here, i))
     for key, info in cls.model_fields.items():  # a section the description leaves out, added
         models = _models(info.annotation)
-        if key not in data and len(models) == 1 and "list[" not in repr(info.annotation) \
-                and "dict[" not in repr(info.annotation):
+        if (
+            key not in data
+            and len(models) == 1
+            and "list[" not in repr(info.annotation)
+            and "dict[" not in repr(info.annotation)
+        ):
             data[key] = {}
             yield from _places(data[key], models[0], (*path, key))
             del data[key]
@@ -181,8 +217,14 @@ def _a_place_for(model: str, field: str):
 def test_the_schema_has_the_path_fields_it_should():
     """Every field this sweep knows as a path holds the segment check (a new path field is found here)."""
     assert len(PATH_FIELDS) >= 30
-    assert {("Software", "modulefiles_root"), ("Recipes", "prefix"), ("GpuDevice", "file"), ("Module", "paths"),
-            ("GpuPool", "driver"), ("PortalApp", "tensorboard_logdir")} <= set(PATH_FIELDS)
+    assert {
+        ("Software", "modulefiles_root"),
+        ("Recipes", "prefix"),
+        ("GpuDevice", "file"),
+        ("Module", "paths"),
+        ("GpuPool", "driver"),
+        ("PortalApp", "tensorboard_logdir"),
+    } <= set(PATH_FIELDS)
 
 
 @pytest.mark.parametrize(("model", "field"), PATH_FIELDS, ids=[f"{m}.{f}" for m, f in PATH_FIELDS])
@@ -209,4 +251,3 @@ def test_the_writer_refuses_a_path_outside_its_directory_and_writes_nothing(tmp_
     with pytest.raises(WriteError, match="refusing to write"):
         write_tree({"etc/ok.conf": "ok\n", rel: "x\n"}, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
-

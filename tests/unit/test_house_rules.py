@@ -18,8 +18,13 @@ def _files():
     for top in SOURCE:
         for path in sorted((ROOT / top).rglob("*")):
             rel = path.relative_to(ROOT)
-            if path.is_file() and "golden" not in rel.parts and "__pycache__" not in rel.parts \
-                    and path.suffix not in (".pyc", ".png", ".gz", ".xml") and path != Path(__file__).resolve():
+            if (
+                path.is_file()
+                and "golden" not in rel.parts
+                and "__pycache__" not in rel.parts
+                and path.suffix not in (".pyc", ".png", ".gz", ".xml")
+                and path != Path(__file__).resolve()
+            ):
                 yield rel, path
 
 
@@ -30,7 +35,9 @@ def test_no_issue_numbers_in_source():
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
             continue
-        found += [f"{rel}:{n}: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), 1) if ISSUE.search(line)]
+        found += [
+            f"{rel}:{n}: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), 1) if ISSUE.search(line)
+        ]
     assert found == []
 
 

@@ -128,12 +128,15 @@ def test_from_discover_one_host(tmp_path):
     assert [g.hosts for g in model.groups_with_role(Role.compute)] == ["gpu7"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--compute", "a[1-3"), "--compute: not a valid hostlist expression"),
-    (("--login", "lab01", "--compute", "lab[01-02]"), "already in node group 'login'"),
-    (("--from-discover", "nowhere"), "is not a directory"),
-    (("--from-discover", ".", "--compute", "x1"), "give one"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--compute", "a[1-3"), "--compute: not a valid hostlist expression"),
+        (("--login", "lab01", "--compute", "lab[01-02]"), "already in node group 'login'"),
+        (("--from-discover", "nowhere"), "is not a directory"),
+        (("--from-discover", ".", "--compute", "x1"), "give one"),
+    ],
+)
 def test_bad_options_write_nothing(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     result = init(tmp_path, "lab", *args, "-o", "c.yml")

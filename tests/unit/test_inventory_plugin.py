@@ -29,14 +29,20 @@ BIN = Path(sys.executable).parent
 TWOGEN = REPO / "tests" / "data" / "clusters" / "x86-twogen.yml"
 CASES = {"hal": default_path(), "x86-twogen": TWOGEN}
 
-pytestmark = pytest.mark.skipif(not (BIN / "ansible-inventory").is_file(),
-                                reason="Ansible is not installed beside this Python (pip install .[sandbox])")
+pytestmark = pytest.mark.skipif(
+    not (BIN / "ansible-inventory").is_file(),
+    reason="Ansible is not installed beside this Python (pip install .[sandbox])",
+)
 
 
 def ansible(tool: str, *args: str, check: bool = True, **extra_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "HAL_INVENTORY_"))}
-    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1", **extra_env)
+    env.update(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1",
+        **extra_env,
+    )
     proc = subprocess.run([str(BIN / tool), *args], capture_output=True, text=True, env=env, cwd=REPO, check=False)
     if check and proc.returncode != 0:
         pytest.fail(f"{tool} {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
@@ -49,8 +55,12 @@ def listed(source: Path, *extra: str) -> str:
 
 def source_file(path: Path, cluster: Path, **options: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = ["plugin: hal.provision.cluster", f"cluster_file: {cluster}",
-             f"model_cache_dir: {path.parent / 'cache'}", *(f"{k}: {v}" for k, v in options.items())]
+    lines = [
+        "plugin: hal.provision.cluster",
+        f"cluster_file: {cluster}",
+        f"model_cache_dir: {path.parent / 'cache'}",
+        *(f"{k}: {v}" for k, v in options.items()),
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -104,10 +114,14 @@ def test_the_repository_source_is_hal_with_its_rendered_tree(rendered_trees, tmp
     render inventory/hal/cluster.yml -o rendered/hal`."""
     rendered = rendered_trees["hal"]
     source = REPO / "inventory" / "hal.yml"
-    by_plugin = json.loads(ansible("ansible-inventory", "-i", str(source), "--list",
-                                   HAL_INVENTORY_CACHE_DIR=str(tmp_path)).stdout)
+    by_plugin = json.loads(
+        ansible("ansible-inventory", "-i", str(source), "--list", HAL_INVENTORY_CACHE_DIR=str(tmp_path)).stdout
+    )
     by_files = json.loads(listed(rendered / "inventory"))
-    for listing, expected in ((by_plugin, str(REPO / "rendered" / "hal" / "files")), (by_files, "{{ inventory_dir }}/../files")):
+    for listing, expected in (
+        (by_plugin, str(REPO / "rendered" / "hal" / "files")),
+        (by_files, "{{ inventory_dir }}/../files"),
+    ):
         assert {v.pop("hal_rendered_dir") for v in listing["_meta"]["hostvars"].values()} == {expected}
     assert by_plugin == by_files
 
@@ -121,17 +135,31 @@ def test_plugin_documentation_is_valid():
 def test_default_rendered_dir_is_beside_the_source_as_beside_hosts_yml(tmp_path):
     """The template is trusted and evaluated: inventory_dir is the source file's directory."""
     source = source_file(tmp_path / "out" / "inventory" / "cluster.hal.yml", TWOGEN)
-    proc = ansible("ansible", "-i", str(source), "tg01", "-c", "local", "-m", "ansible.builtin.debug",
-                   "-a", "msg={{ hal_rendered_dir }}")
+    proc = ansible(
+        "ansible",
+        "-i",
+        str(source),
+        "tg01",
+        "-c",
+        "local",
+        "-m",
+        "ansible.builtin.debug",
+        "-a",
+        "msg={{ hal_rendered_dir }}",
+    )
     result = json.loads(proc.stdout.split("=>", 1)[1])
     assert result["msg"] == f"{tmp_path / 'out' / 'inventory'}/../files"
 
 
-@pytest.mark.parametrize("edit, where", [
-    (("  domain: twogen", "  colour: blue\n  domain: twogen"), "cluster.colour: unknown key 'colour'"),
-    (("nodes: tg[01-08]", "nodes: tg[01-09]"), "slurm.partitions[0].nodes: partition 'gpu' names tg09"),
-    (("cluster:\n", "cluster:\n  name: [oops\n"), "YAML syntax"),
-], ids=["schema", "check", "yaml"])
+@pytest.mark.parametrize(
+    "edit, where",
+    [
+        (("  domain: twogen", "  colour: blue\n  domain: twogen"), "cluster.colour: unknown key 'colour'"),
+        (("nodes: tg[01-08]", "nodes: tg[01-09]"), "slurm.partitions[0].nodes: partition 'gpu' names tg09"),
+        (("cluster:\n", "cluster:\n  name: [oops\n"), "YAML syntax"),
+    ],
+    ids=["schema", "check", "yaml"],
+)
 def test_errors_are_ansible_errors_with_file_line_column(tmp_path, edit, where):
     text = TWOGEN.read_text()
     assert edit[0] in text

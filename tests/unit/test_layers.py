@@ -48,10 +48,15 @@ def _under(names: set[str], prefix: str) -> set[str]:
     return {n for n in names if n == prefix or n.startswith(prefix + ".")}
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if p not in (PKG / "cli" / "main.py", PKG / "cli" / "__main__.py")],
-                         ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize(
+    "path",
+    [p for p in FILES if p not in (PKG / "cli" / "main.py", PKG / "cli" / "__main__.py")],
+    ids=lambda p: str(p.relative_to(PKG)),
+)
 def test_nothing_imports_the_cli_entry_point(path):
-    assert not _under(_imports(path), "hal_provision.cli.main"), f"{path.name} imports hal_provision.cli.main: use cli.common"
+    assert not _under(_imports(path), "hal_provision.cli.main"), (
+        f"{path.name} imports hal_provision.cli.main: use cli.common"
+    )
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "checks").rglob("*.py")), ids=lambda p: p.name)
@@ -75,6 +80,7 @@ def test_the_plan_never_imports_the_cli_or_the_sandbox(path):
 
 
 # ---- the rules of the reshaped house --------------------------------------------------------
+
 
 def _room(name: str) -> str | None:
     """The room of an imported name: the package or module directly under hal_provision."""
@@ -101,17 +107,36 @@ def test_renderers_never_import_checks(path):
     assert not _under(_imports(path), "hal_provision.checks")
 
 
-BELOW_THE_CLI = ("model", "checks", "render", "plan", "sandbox", "discovery", "node", "compose", "hostlist",
-                 "findings", "loader", "tools", "update_policy", "inventory", "pull", "files", "release",
-                 "health_deep", "ansible_collections")
+BELOW_THE_CLI = (
+    "model",
+    "checks",
+    "render",
+    "plan",
+    "sandbox",
+    "discovery",
+    "node",
+    "compose",
+    "hostlist",
+    "findings",
+    "loader",
+    "tools",
+    "update_policy",
+    "inventory",
+    "pull",
+    "files",
+    "release",
+    "health_deep",
+    "ansible_collections",
+)
 
 
 def _imports_the_cli(names: set[str]) -> set[str]:
     return _under(names, "hal_provision.cli")
 
 
-@pytest.mark.parametrize("path", [p for p in FILES if _room_of(p) in BELOW_THE_CLI],
-                         ids=lambda p: str(p.relative_to(PKG)))
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if _room_of(p) in BELOW_THE_CLI], ids=lambda p: str(p.relative_to(PKG))
+)
 def test_nothing_below_the_cli_imports_it(path):
     assert not _imports_the_cli(_imports(path))
 
@@ -122,13 +147,17 @@ def test_every_room_is_under_a_rule():
     assert rooms <= set(BELOW_THE_CLI), sorted(rooms - set(BELOW_THE_CLI))
 
 
-@pytest.mark.parametrize("text", [
-    "from ..cli import common\n",
-    "from ..cli.common import checked\n",
-    "import hal_provision.cli.runner\n",
-    "from hal_provision.cli import fleet\n",
-    "def later():\n    from ...cli.common import console\n",
-], ids=["relative", "relative-module", "absolute", "absolute-from", "inside-a-function"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "from ..cli import common\n",
+        "from ..cli.common import checked\n",
+        "import hal_provision.cli.runner\n",
+        "from hal_provision.cli import fleet\n",
+        "def later():\n    from ...cli.common import console\n",
+    ],
+    ids=["relative", "relative-module", "absolute", "absolute-from", "inside-a-function"],
+)
 @pytest.mark.parametrize("module", ["hal_provision.inventory.source", "hal_provision.pull.bundle"])
 def test_the_rule_catches_an_import_of_the_cli(module, text):
     """A module of inventory/ or pull/ that imported the CLI, in any of the ways Python allows,
@@ -156,7 +185,7 @@ def test_no_import_cycle_between_rooms():
     def visit(room: str, trail: list[str]) -> None:
         state[room] = "open"
         for nxt in sorted(edges.get(room, ())):
-            assert state.get(nxt) != "open", "import cycle: " + " -> ".join([*trail[trail.index(nxt):], nxt])
+            assert state.get(nxt) != "open", "import cycle: " + " -> ".join([*trail[trail.index(nxt) :], nxt])
             if nxt not in state:
                 visit(nxt, [*trail, nxt])
         state[room] = "done"

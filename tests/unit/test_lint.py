@@ -19,8 +19,11 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / argv[0]), *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("argv", [("ruff", "check", "--no-cache", "."), ("ruff", "format", "--check", "--no-cache", ".")],
-                         ids=["ruff-check", "ruff-format"])
+@pytest.mark.parametrize(
+    "argv",
+    [("ruff", "check", "--no-cache", "."), ("ruff", "format", "--check", "--no-cache", ".")],
+    ids=["ruff-check", "ruff-format"],
+)
 def test_ruff(argv):
     result = _run(*argv)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]

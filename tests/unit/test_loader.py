@@ -22,28 +22,67 @@ def test_embedded_default_loads(hal_text):
 
 # (edit, dotted path, message piece, line marker, column marker): each yields one located error.
 STRUCTURE = [
-    pytest.param(("    count: 16 ", "    cuont: 16 "), "nodes[6].cuont", "unknown key 'cuont'; did you mean 'count'?",
-                 "cuont: 16", "cuont", id="unknown-key-in-list-item"),
-    pytest.param(("fabric:\n", "fabrik:\n"), "fabrik", "unknown key 'fabrik'; did you mean 'fabric'?", "fabrik:",
-                 "fabrik", id="unknown-top-level-key"),
-    pytest.param(("    count: 16 ", "    count: sixteen "), "nodes[6].count", "valid integer", "count: sixteen",
-                 "count", id="wrong-type-scalar"),
-    pytest.param(("  sockets: 2                                # [paper] 2x 20-core", "  sockets: [2]   #"),
-                 "hardware.ac922.sockets", "valid integer", "sockets: [2]", "sockets", id="wrong-type-list-for-int"),
-    pytest.param(("cidr: 172.22.0.0/16", "cidr: 172.22.0.1/16"), "networks.mgmt.cidr", "not a valid IPv4 network",
-                 "cidr: 172.22.0.1/16", "cidr", id="wrong-type-cidr-with-host-bits"),
-    pytest.param(("{mgmt: 172.22.1.1,", "{mgmt: 172.22.1.300,"), "nodes[6].addresses.mgmt",
-                 "not a valid IPv4 address", "172.22.1.300", "mgmt: 172.22.1.300",
-                 id="wrong-type-address-in-flow-mapping"),
-    pytest.param(("      nodes: hal[01-16]\n", "      nodes: hal[01-16\n"), "slurm.partitions[0].nodes",
-                 "not a valid hostlist expression: 'hal[01-16'", "nodes: hal[01-16", "nodes", id="bad-hostlist"),
+    pytest.param(
+        ("    count: 16 ", "    cuont: 16 "),
+        "nodes[6].cuont",
+        "unknown key 'cuont'; did you mean 'count'?",
+        "cuont: 16",
+        "cuont",
+        id="unknown-key-in-list-item",
+    ),
+    pytest.param(
+        ("fabric:\n", "fabrik:\n"),
+        "fabrik",
+        "unknown key 'fabrik'; did you mean 'fabric'?",
+        "fabrik:",
+        "fabrik",
+        id="unknown-top-level-key",
+    ),
+    pytest.param(
+        ("    count: 16 ", "    count: sixteen "),
+        "nodes[6].count",
+        "valid integer",
+        "count: sixteen",
+        "count",
+        id="wrong-type-scalar",
+    ),
+    pytest.param(
+        ("  sockets: 2                                # [paper] 2x 20-core", "  sockets: [2]   #"),
+        "hardware.ac922.sockets",
+        "valid integer",
+        "sockets: [2]",
+        "sockets",
+        id="wrong-type-list-for-int",
+    ),
+    pytest.param(
+        ("cidr: 172.22.0.0/16", "cidr: 172.22.0.1/16"),
+        "networks.mgmt.cidr",
+        "not a valid IPv4 network",
+        "cidr: 172.22.0.1/16",
+        "cidr",
+        id="wrong-type-cidr-with-host-bits",
+    ),
+    pytest.param(
+        ("{mgmt: 172.22.1.1,", "{mgmt: 172.22.1.300,"),
+        "nodes[6].addresses.mgmt",
+        "not a valid IPv4 address",
+        "172.22.1.300",
+        "mgmt: 172.22.1.300",
+        id="wrong-type-address-in-flow-mapping",
+    ),
+    pytest.param(
+        ("      nodes: hal[01-16]\n", "      nodes: hal[01-16\n"),
+        "slurm.partitions[0].nodes",
+        "not a valid hostlist expression: 'hal[01-16'",
+        "nodes: hal[01-16",
+        "nodes",
+        id="bad-hostlist",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("replacement", "path", "message", "line_marker", "column_marker"), STRUCTURE)
-def test_schema_error_is_located(
-    tmp_path, edited, position, replacement, path, message, line_marker, column_marker
-):
+def test_schema_error_is_located(tmp_path, edited, position, replacement, path, message, line_marker, column_marker):
     text = edited(replacement)
     file, loaded = _load(tmp_path, text)
     assert loaded.model is None
@@ -77,11 +116,21 @@ def test_renamed_key_reports_both_the_unknown_and_the_missing_key(edited, positi
 
 # (edit, message piece, line marker, column): YAML the parser rejects.
 SYNTAX = [
-    pytest.param(("    role: compute\n", "   role: compute\n"), "expected <block end>", "   role: compute", 4,
-                 id="bad-indentation"),
+    pytest.param(
+        ("    role: compute\n", "   role: compute\n"),
+        "expected <block end>",
+        "   role: compute",
+        4,
+        id="bad-indentation",
+    ),
     pytest.param(("    count: 16 ", "\tcount: 16 "), "'\\t' that cannot start any token", "\tcount: 16", 1, id="tab"),
-    pytest.param(("    count: 16 ", "    count: 16\n    count: 17 "), 'found duplicate key "count" with value "17"',
-                 "count: 17", 5, id="duplicate-key"),
+    pytest.param(
+        ("    count: 16 ", "    count: 16\n    count: 17 "),
+        'found duplicate key "count" with value "17"',
+        "count: 17",
+        5,
+        id="duplicate-key",
+    ),
 ]
 
 
@@ -99,21 +148,42 @@ def test_yaml_syntax_error_is_located(tmp_path, edited, position, replacement, m
 # (text, the one-line explanation, line, column): the usual hand-editing mistakes, each explained
 # before the parser's own words.
 EXPLAINED = [
-    pytest.param("cluster:\n  name: x\n   domain: a\n", "a ':' this line cannot have: it is indented deeper than "
-                 "the key before it, or a plain value holds ': ' (quote such a value)", 3, 10, id="deeper-key"),
+    pytest.param(
+        "cluster:\n  name: x\n   domain: a\n",
+        "a ':' this line cannot have: it is indented deeper than "
+        "the key before it, or a plain value holds ': ' (quote such a value)",
+        3,
+        10,
+        id="deeper-key",
+    ),
     pytest.param("cluster:\n  description: GPUs: many\n", "a plain value holds ': '", 2, 20, id="colon-in-value"),
-    pytest.param("cluster:\n  domain: [a, b\nnodes: 3\n", "the '[' opened at line 2, column 11 is not closed before "
-                 "this", 3, 6, id="open-bracket"),
-    pytest.param("cluster: {name: x\nnodes: 3\n", "the '{' opened at line 1, column 10 is not closed", 2, 6,
-                 id="open-brace"),
+    pytest.param(
+        "cluster:\n  domain: [a, b\nnodes: 3\n",
+        "the '[' opened at line 2, column 11 is not closed before this",
+        3,
+        6,
+        id="open-bracket",
+    ),
+    pytest.param(
+        "cluster: {name: x\nnodes: 3\n", "the '{' opened at line 1, column 10 is not closed", 2, 6, id="open-brace"
+    ),
     pytest.param("a: 1\n\tb: 2\n", "a tab: YAML indents with spaces only", 2, 1, id="tab"),
-    pytest.param('cluster:\n  name: "x\nnodes: 3\n', "the quoted value opened at line 2, column 9 is never closed",
-                 4, 1, id="open-quote"),
-    pytest.param("a:\n    b: 1\n  c: 2\n", "this line's indentation matches no level above it", 3, 3,
-                 id="indentation"),
+    pytest.param(
+        'cluster:\n  name: "x\nnodes: 3\n',
+        "the quoted value opened at line 2, column 9 is never closed",
+        4,
+        1,
+        id="open-quote",
+    ),
+    pytest.param("a:\n    b: 1\n  c: 2\n", "this line's indentation matches no level above it", 3, 3, id="indentation"),
     pytest.param("a: *foo\n", "an alias ('foo') with no anchor (&name) before it", 1, 4, id="alias"),
-    pytest.param("a: 1\na: 2\n", "key a is given twice in the mapping that starts at line 1, column 1: keep one", 2, 1,
-                 id="duplicate-key"),
+    pytest.param(
+        "a: 1\na: 2\n",
+        "key a is given twice in the mapping that starts at line 1, column 1: keep one",
+        2,
+        1,
+        id="duplicate-key",
+    ),
 ]
 
 
@@ -127,8 +197,13 @@ def test_yaml_syntax_error_is_explained_in_one_line(tmp_path, text, explanation,
 
 
 @pytest.mark.parametrize(
-    "text", [pytest.param("- a\n- list\n", id="list"), pytest.param("just a string\n", id="scalar"),
-             pytest.param("", id="empty"), pytest.param("# only a comment\n", id="comment-only")]
+    "text",
+    [
+        pytest.param("- a\n- list\n", id="list"),
+        pytest.param("just a string\n", id="scalar"),
+        pytest.param("", id="empty"),
+        pytest.param("# only a comment\n", id="comment-only"),
+    ],
 )
 def test_document_that_is_not_a_mapping(tmp_path, text):
     file, loaded = _load(tmp_path, text)
@@ -199,7 +274,13 @@ def test_lazy_locator_finds_what_the_round_trip_tree_finds(hal_text):
 
     def paths(node, prefix=()):
         yield prefix
-        items = node.items() if isinstance(node, CommentedMap) else enumerate(node) if isinstance(node, CommentedSeq) else ()
+        items = (
+            node.items()
+            if isinstance(node, CommentedMap)
+            else enumerate(node)
+            if isinstance(node, CommentedSeq)
+            else ()
+        )
         for key, value in items:
             yield from paths(value, (*prefix, key))
 

@@ -52,7 +52,7 @@ def test_every_listed_scenario_exists_and_is_listed_once():
 def test_no_two_scenarios_share_a_host_network_subnet_or_workdir():
     names = [n for scenarios in lanes().values() for n in scenarios]
     for i, scenario in enumerate(names):
-        for other in names[i + 1:]:
+        for other in names[i + 1 :]:
             assert not resources(scenario) & resources(other), (scenario, other, resources(scenario) & resources(other))
 
 

@@ -28,57 +28,157 @@ INTERVAL = "  interval_seconds: 60 "
 GRAFANA = "  grafana:                                    # [paper] status, utilization and admin dashboards\n"
 
 ROWS = [
-    ("unknown-input", [(COMPUTE, COMPUTE.replace("processes,", "processes, ipmi,"))],
-     E, "monitoring.inputs.compute[6]", "unknown input 'ipmi'"),
-    ("unknown-input-suggests", [(LOGIN, LOGIN.replace("storage_responsiveness", "storage_responsivenes"))],
-     E, "monitoring.inputs.login[7]", "did you mean 'storage_responsiveness'?"),
-    ("input-twice", [(COMPUTE, COMPUTE.replace("bmc]", "bmc, cpu]"))],
-     E, "monitoring.inputs.compute[10]", "input 'cpu' is listed twice"),
-    ("gpu-input-in-a-group-without-gpus", [(GRAFANA, "  inputs_by_group: {login: [cpu, nvidia_smi]}\n" + GRAFANA)],
-     E, "monitoring.inputs_by_group.login[1]", "nvidia_smi reads GPUs, but the nodes of group login have none"),
-    ("gpu-collector-in-a-group-without-gpus", [(GRAFANA, "  inputs_by_group: {data: [cpu, gpu]}\n" + GRAFANA)],
-     E, "monitoring.inputs_by_group.data[1]", "gpu reads GPUs, but the nodes of group data have none"),
-    ("inputs-of-an-unknown-group", [(GRAFANA, "  inputs_by_group: {compte: [cpu]}\n" + GRAFANA)],
-     E, "monitoring.inputs_by_group.compte", "no node group is named 'compte'; did you mean 'compute'?"),
-    ("input-twice-in-a-group", [(GRAFANA, "  inputs_by_group: {dtn: [cpu, mem, cpu]}\n" + GRAFANA)],
-     E, "monitoring.inputs_by_group.dtn[2]", "input 'cpu' is listed twice"),
-    ("slurm-collector-in-another-group", [(GRAFANA, "  inputs_by_group: {mgmt-aux: [cpu, slurm]}\n" + GRAFANA)],
-     E, "monitoring.inputs_by_group.mgmt-aux[1]", "the slurm collector runs on the slurmctld host (hal-mgmt1), "
-                                                  "which is not in group mgmt-aux"),
-    ("infiniband-without-fabric", [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n"):]],
-     E, "monitoring.inputs.compute[8]", "infiniband reads InfiniBand port counters, but the description has no fabric"),
-    ("slurm-collector-off-the-controller", [(MGMT, MGMT.replace(" slurm,", "")),
-                                            (LOGIN, LOGIN.replace("processes,", "processes, slurm,"))],
-     E, "monitoring.inputs.login[6]", "the slurm collector runs on the slurmctld host (hal-mgmt1), which is not a "
-                                      "login node"),
-    ("backup-collector-listed", [(MGMT, MGMT.replace("bmc]", "bmc, backup]"))],
-     E, "monitoring.inputs.management[8]", "the backup collector is not listed: it runs on every host with backup "
-                                           "jobs whenever the description has a backup section"),
-    ("interval-shorter-than-a-collector", [(INTERVAL, "  interval_seconds: 20 ")],
-     E, "monitoring.interval_seconds", "interval 20 s is shorter than the bmc input needs for one run (30 s)"),
-    ("panel-without-an-input", [(COMPUTE, COMPUTE.replace(" nvidia_smi,", "")),
-                                ("    development: [cpu, mem, system, disk, net, processes, nvidia_smi,",
-                                 "    development: [cpu, mem, system, disk, net, processes,")],
-     E, "monitoring.grafana.dashboards[1]", "reads nvidia_smi.utilization_gpu, which no configured input writes: "
-                                            "add nvidia_smi"),
-    ("admin-dashboard-without-bmc", [(COMPUTE, COMPUTE.replace(", bmc]", "]")),
-                                     (MGMT, MGMT.replace(", bmc]", "]")),
-                                     ("    storage: [cpu, mem, system, disk, net, processes, infiniband, bmc]",
-                                      "    storage: [cpu, mem, system, disk, net, processes, infiniband]"),
-                                     ("nvidia_smi, gpu, infiniband, bmc]\n  grafana",
-                                      "nvidia_smi, gpu, infiniband]\n  grafana")],
-     E, "monitoring.grafana.dashboards[2]", "reads bmc.value, which no configured input writes: add bmc"),
-    ("grafana-host-unknown", [("    host: hal-mgmt1                           # [assumed] beside",
-                               "    host: hal-mgmt9                           # [assumed] beside")],
-     E, "monitoring.grafana.host", "hal-mgmt9 is in no node group"),
-    ("grafana-on-compute", [("    host: hal-mgmt1                           # [assumed] beside",
-                             "    host: hal01                               # [assumed] beside")],
-     W, "monitoring.grafana.host", "hal01 is a compute node; Grafana usually runs on a management node"),
-    ("grafana-without-database", [("  monitoring_db: hal-mgmt1\n", "")],
-     E, "services.monitoring_db", "Grafana reads InfluxDB, but services.monitoring_db names no host"),
-    ("influxdb-https-without-a-ca", [("  ldap: hal-mgmt1\n", "")],
-     E, "monitoring.influxdb.tls", "InfluxDB over HTTPS needs the cluster CA, which lives on the directory host, "
-                                   "but services.ldap names no host"),
+    (
+        "unknown-input",
+        [(COMPUTE, COMPUTE.replace("processes,", "processes, ipmi,"))],
+        E,
+        "monitoring.inputs.compute[6]",
+        "unknown input 'ipmi'",
+    ),
+    (
+        "unknown-input-suggests",
+        [(LOGIN, LOGIN.replace("storage_responsiveness", "storage_responsivenes"))],
+        E,
+        "monitoring.inputs.login[7]",
+        "did you mean 'storage_responsiveness'?",
+    ),
+    (
+        "input-twice",
+        [(COMPUTE, COMPUTE.replace("bmc]", "bmc, cpu]"))],
+        E,
+        "monitoring.inputs.compute[10]",
+        "input 'cpu' is listed twice",
+    ),
+    (
+        "gpu-input-in-a-group-without-gpus",
+        [(GRAFANA, "  inputs_by_group: {login: [cpu, nvidia_smi]}\n" + GRAFANA)],
+        E,
+        "monitoring.inputs_by_group.login[1]",
+        "nvidia_smi reads GPUs, but the nodes of group login have none",
+    ),
+    (
+        "gpu-collector-in-a-group-without-gpus",
+        [(GRAFANA, "  inputs_by_group: {data: [cpu, gpu]}\n" + GRAFANA)],
+        E,
+        "monitoring.inputs_by_group.data[1]",
+        "gpu reads GPUs, but the nodes of group data have none",
+    ),
+    (
+        "inputs-of-an-unknown-group",
+        [(GRAFANA, "  inputs_by_group: {compte: [cpu]}\n" + GRAFANA)],
+        E,
+        "monitoring.inputs_by_group.compte",
+        "no node group is named 'compte'; did you mean 'compute'?",
+    ),
+    (
+        "input-twice-in-a-group",
+        [(GRAFANA, "  inputs_by_group: {dtn: [cpu, mem, cpu]}\n" + GRAFANA)],
+        E,
+        "monitoring.inputs_by_group.dtn[2]",
+        "input 'cpu' is listed twice",
+    ),
+    (
+        "slurm-collector-in-another-group",
+        [(GRAFANA, "  inputs_by_group: {mgmt-aux: [cpu, slurm]}\n" + GRAFANA)],
+        E,
+        "monitoring.inputs_by_group.mgmt-aux[1]",
+        "the slurm collector runs on the slurmctld host (hal-mgmt1), which is not in group mgmt-aux",
+    ),
+    (
+        "infiniband-without-fabric",
+        [lambda t: t[: t.index("\nfabric:\n")] + t[t.index("\nhardware:\n") :]],
+        E,
+        "monitoring.inputs.compute[8]",
+        "infiniband reads InfiniBand port counters, but the description has no fabric",
+    ),
+    (
+        "slurm-collector-off-the-controller",
+        [(MGMT, MGMT.replace(" slurm,", "")), (LOGIN, LOGIN.replace("processes,", "processes, slurm,"))],
+        E,
+        "monitoring.inputs.login[6]",
+        "the slurm collector runs on the slurmctld host (hal-mgmt1), which is not a login node",
+    ),
+    (
+        "backup-collector-listed",
+        [(MGMT, MGMT.replace("bmc]", "bmc, backup]"))],
+        E,
+        "monitoring.inputs.management[8]",
+        "the backup collector is not listed: it runs on every host with backup "
+        "jobs whenever the description has a backup section",
+    ),
+    (
+        "interval-shorter-than-a-collector",
+        [(INTERVAL, "  interval_seconds: 20 ")],
+        E,
+        "monitoring.interval_seconds",
+        "interval 20 s is shorter than the bmc input needs for one run (30 s)",
+    ),
+    (
+        "panel-without-an-input",
+        [
+            (COMPUTE, COMPUTE.replace(" nvidia_smi,", "")),
+            (
+                "    development: [cpu, mem, system, disk, net, processes, nvidia_smi,",
+                "    development: [cpu, mem, system, disk, net, processes,",
+            ),
+        ],
+        E,
+        "monitoring.grafana.dashboards[1]",
+        "reads nvidia_smi.utilization_gpu, which no configured input writes: add nvidia_smi",
+    ),
+    (
+        "admin-dashboard-without-bmc",
+        [
+            (COMPUTE, COMPUTE.replace(", bmc]", "]")),
+            (MGMT, MGMT.replace(", bmc]", "]")),
+            (
+                "    storage: [cpu, mem, system, disk, net, processes, infiniband, bmc]",
+                "    storage: [cpu, mem, system, disk, net, processes, infiniband]",
+            ),
+            ("nvidia_smi, gpu, infiniband, bmc]\n  grafana", "nvidia_smi, gpu, infiniband]\n  grafana"),
+        ],
+        E,
+        "monitoring.grafana.dashboards[2]",
+        "reads bmc.value, which no configured input writes: add bmc",
+    ),
+    (
+        "grafana-host-unknown",
+        [
+            (
+                "    host: hal-mgmt1                           # [assumed] beside",
+                "    host: hal-mgmt9                           # [assumed] beside",
+            )
+        ],
+        E,
+        "monitoring.grafana.host",
+        "hal-mgmt9 is in no node group",
+    ),
+    (
+        "grafana-on-compute",
+        [
+            (
+                "    host: hal-mgmt1                           # [assumed] beside",
+                "    host: hal01                               # [assumed] beside",
+            )
+        ],
+        W,
+        "monitoring.grafana.host",
+        "hal01 is a compute node; Grafana usually runs on a management node",
+    ),
+    (
+        "grafana-without-database",
+        [("  monitoring_db: hal-mgmt1\n", "")],
+        E,
+        "services.monitoring_db",
+        "Grafana reads InfluxDB, but services.monitoring_db names no host",
+    ),
+    (
+        "influxdb-https-without-a-ca",
+        [("  ldap: hal-mgmt1\n", "")],
+        E,
+        "monitoring.influxdb.tls",
+        "InfluxDB over HTTPS needs the cluster CA, which lives on the directory host, but services.ldap names no host",
+    ),
 ]
 
 
@@ -87,13 +187,22 @@ def test_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
-@pytest.mark.parametrize(("old", "new", "dotted"), [
-    pytest.param("retention: 90d,", "retention: 3 months,", "monitoring.influxdb.retention", id="retention-not-a-duration"),
-    pytest.param(INTERVAL, "  interval_seconds: 0 ", "monitoring.interval_seconds", id="interval-zero"),
-    pytest.param("    login: [cpu,", "    gateway: [cpu,", "monitoring.inputs", id="unknown-role"),
-    pytest.param(GRAFANA, "  inputs_by_group: {login: []}\n" + GRAFANA, "monitoring.inputs_by_group.login",
-                 id="empty-group-list"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "dotted"),
+    [
+        pytest.param(
+            "retention: 90d,", "retention: 3 months,", "monitoring.influxdb.retention", id="retention-not-a-duration"
+        ),
+        pytest.param(INTERVAL, "  interval_seconds: 0 ", "monitoring.interval_seconds", id="interval-zero"),
+        pytest.param("    login: [cpu,", "    gateway: [cpu,", "monitoring.inputs", id="unknown-role"),
+        pytest.param(
+            GRAFANA,
+            "  inputs_by_group: {login: []}\n" + GRAFANA,
+            "monitoring.inputs_by_group.login",
+            id="empty-group-list",
+        ),
+    ],
+)
 def test_structural_mistakes_are_refused_by_render(render_rejects, hal_text, old, new, dotted):
     assert old in hal_text
     render_rejects(hal_text.replace(old, new), dotted)
@@ -101,9 +210,11 @@ def test_structural_mistakes_are_refused_by_render(render_rejects, hal_text, old
 
 # ---- the rendered telegraf.conf --------------------------------------------------------------
 
+
 def _inputs(conf: dict) -> list[str]:
     return sorted(name for name in conf["inputs"] if name != "exec") + sorted(
-        cmd.split()[1] for e in conf["inputs"].get("exec", []) for cmd in e["commands"])
+        cmd.split()[1] for e in conf["inputs"].get("exec", []) for cmd in e["commands"]
+    )
 
 
 def test_one_telegraf_conf_per_role_with_its_inputs(hal, files):
@@ -134,8 +245,11 @@ TELEGRAF_VARS = Path(__file__).resolve().parents[2] / "roles" / "telegraf" / "va
 def _host_files(files: dict[str, str], name: str) -> dict[str, str]:
     """host -> text of files/etc/telegraf/hosts/<host>/<name>."""
     prefix = "files/etc/telegraf/hosts/"
-    return {p[len(prefix):].split("/")[0]: text for p, text in files.items()
-            if p.startswith(prefix) and p.endswith(f"/{name}")}
+    return {
+        p[len(prefix) :].split("/")[0]: text
+        for p, text in files.items()
+        if p.startswith(prefix) and p.endswith(f"/{name}")
+    }
 
 
 def test_backup_collector_runs_on_exactly_the_hosts_of_backup_jobs(hal, files):
@@ -224,8 +338,12 @@ def test_agents_and_grafana_reach_influxdb_over_https_verified_by_the_cluster_ca
         assert out["urls"] == ["https://hal-mgmt1:8086"] and out["tls_ca"] == ca, path
         assert out["insecure_skip_verify"] is False, path
     facts = json.loads(files["files/etc/hal-provision/monitoring.json"])
-    assert (facts["tls"], facts["ca_file"], facts["ca_host"], facts["url"]) == (True, ca, "hal-mgmt1",
-                                                                                 "https://hal-mgmt1:8086")
+    assert (facts["tls"], facts["ca_file"], facts["ca_host"], facts["url"]) == (
+        True,
+        ca,
+        "hal-mgmt1",
+        "https://hal-mgmt1:8086",
+    )
     (source,) = yaml.safe_load(files["files/etc/grafana/provisioning/datasources/hal.yaml"])["datasources"]
     assert source["url"] == "https://hal-mgmt1:8086"
     assert source["jsonData"]["tlsAuthWithCACert"] is True and source["jsonData"]["tlsSkipVerify"] is False
@@ -236,7 +354,9 @@ def test_agents_and_grafana_reach_influxdb_over_https_verified_by_the_cluster_ca
 
 def test_plain_http_only_when_the_model_says_so(hal):
     m = hal.monitoring
-    plain = hal.model_copy(update={"monitoring": m.model_copy(update={"influxdb": m.influxdb.model_copy(update={"tls": False})})})
+    plain = hal.model_copy(
+        update={"monitoring": m.model_copy(update={"influxdb": m.influxdb.model_copy(update={"tls": False})})}
+    )
     files = render_all(plain)
     (out,) = tomllib.loads(files["files/etc/telegraf/roles/compute.conf"])["outputs"]["influxdb"]
     assert out["urls"] == ["http://hal-mgmt1:8086"] and "tls_ca" not in out
@@ -256,6 +376,7 @@ def test_no_monitoring_renders_nothing(hal):
 
 
 # ---- the sandbox's narrowing -------------------------------------------------------------------
+
 
 def test_sandbox_keeps_the_stack_on_the_management_host(hal):
     from hal_provision.checks import run_all
@@ -279,8 +400,15 @@ def _twogen(**monitoring) -> dict:
     the BMC collector on the compute role, and `monitoring` merged into its monitoring section."""
     data = yaml.safe_load(TWOGEN.read_text())
     data["hardware"]["epyc"] = {k: v for k, v in data["hardware"]["hgx-a100"].items() if k not in ("gpus", "features")}
-    data["nodes"].append({"name": "cpu", "role": "compute", "hosts": "tg[09-10]", "hardware": "epyc",
-                          "addresses": {"mgmt": "10.20.1.9", "bmc": "10.21.1.9"}})
+    data["nodes"].append(
+        {
+            "name": "cpu",
+            "role": "compute",
+            "hosts": "tg[09-10]",
+            "hardware": "epyc",
+            "addresses": {"mgmt": "10.20.1.9", "bmc": "10.21.1.9"},
+        }
+    )
     data["slurm"]["partitions"][0]["nodes"] = "tg[01-10]"
     data["monitoring"]["inputs"]["compute"] += ["gpu", "bmc"]
     data["monitoring"].update(monitoring)

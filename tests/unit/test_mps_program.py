@@ -43,8 +43,12 @@ def node(tmp_path, monkeypatch):
     return run, recorded, root
 
 
-MPS_JOB = {"SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "CUDA_VISIBLE_DEVICES": "0,1",
-           "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}
+MPS_JOB = {
+    "SLURM_JOB_ID": "42",
+    "SLURM_JOB_UID": "1000",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+}
 
 
 def test_a_job_with_mps_starts_and_stops_a_daemon_per_gpu(node):
@@ -52,11 +56,13 @@ def test_a_job_with_mps_starts_and_stops_a_daemon_per_gpu(node):
     assert run("prolog_slurmd", **MPS_JOB) == 0
     assert recorded() == [
         {"args": "-d", "gpus": gpu, "pipe": f"{root}/gpu{gpu}/pipe", "log": f"{root}/gpu{gpu}/log", "stdin": ""}
-        for gpu in ("0", "1")]
+        for gpu in ("0", "1")
+    ]
     assert run("epilog_slurmd", SLURM_JOB_ID="42") == 0
     assert recorded()[2:] == [
         {"args": "", "gpus": gpu, "pipe": f"{root}/gpu{gpu}/pipe", "log": f"{root}/gpu{gpu}/log", "stdin": "quit"}
-        for gpu in ("0", "1")]
+        for gpu in ("0", "1")
+    ]
     assert not list((root / "gpu0" / "jobs").iterdir())
 
 
@@ -87,7 +93,9 @@ def test_the_task_prolog_points_the_job_at_its_gpus_daemon(node, capsys):
     capsys.readouterr()
     assert run("prolog_task", SLURM_JOB_ID="42", CUDA_VISIBLE_DEVICES="0") == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"export CUDA_MPS_PIPE_DIRECTORY={root}/gpu3/pipe", f"export CUDA_MPS_LOG_DIRECTORY={root}/gpu3/log"]
+        f"export CUDA_MPS_PIPE_DIRECTORY={root}/gpu3/pipe",
+        f"export CUDA_MPS_LOG_DIRECTORY={root}/gpu3/log",
+    ]
     assert run("prolog_task", SLURM_JOB_ID="99") == 0
     assert capsys.readouterr().out == ""
 
@@ -107,6 +115,7 @@ def test_without_the_control_program_the_prolog_says_so(tmp_path, capsys):
 
 def test_as_a_program_it_does_nothing_outside_slurms_scripts():
     """Run as slurmd runs it (a file, no arguments); here with no Slurm context, so no /run."""
-    done = subprocess.run([sys.executable, str(Path(mps.__file__))], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, str(Path(mps.__file__))], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

@@ -56,9 +56,18 @@ def _model(text: str):
 def test_one_portal_file_one_cluster_file_and_seven_files_per_app(files):
     expected = {ood.PORTAL_CONFIG, f"{ood.OOD_CONFIG}/clusters.d/hal.yml"}
     for app in APPS:
-        expected |= {f"{ood.OOD_APPS}/{app}/{name}" for name in (
-            "manifest.yml", "form.yml", "submit.yml.erb", "view.html.erb",
-            "template/before.sh.erb", "template/script.sh.erb", "template/after.sh.erb")}
+        expected |= {
+            f"{ood.OOD_APPS}/{app}/{name}"
+            for name in (
+                "manifest.yml",
+                "form.yml",
+                "submit.yml.erb",
+                "view.html.erb",
+                "template/before.sh.erb",
+                "template/script.sh.erb",
+                "template/after.sh.erb",
+            )
+        }
     assert set(files) == expected
     assert list(files) == sorted(files)
 
@@ -79,10 +88,13 @@ def test_every_file_starts_with_the_generated_by_header(files):
             assert text.startswith(expected), rel
 
 
-@pytest.mark.parametrize("edit", [
-    pytest.param(lambda t: t[: t.index("\nportal:")] + t[t.index("\nmonitoring:"):], id="no-portal-section"),
-    pytest.param(lambda t: t.replace("  portal: hal-mgmt2\n", ""), id="no-portal-host"),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda t: t[: t.index("\nportal:")] + t[t.index("\nmonitoring:") :], id="no-portal-section"),
+        pytest.param(lambda t: t.replace("  portal: hal-mgmt2\n", ""), id="no-portal-host"),
+    ],
+)
 def test_nothing_is_rendered_without_a_portal(edited, edit):
     assert ood.render(_model(edited(edit))) == {}
 
@@ -100,8 +112,10 @@ def test_portal_serves_the_catalogue_server_name_over_tls(files, cat):
     config = yaml.safe_load(files[ood.PORTAL_CONFIG])
     assert config["servername"] == cat["server_name"] == "hal-mgmt2.ncsa.illinois.edu"
     assert config["port"] == 443 and "listen_addr_port" not in config
-    assert config["ssl"] == [f'SSLCertificateFile "{portal.CA_SIGNED_CERT}"',
-                             f'SSLCertificateKeyFile "{portal.CA_SIGNED_KEY}"']
+    assert config["ssl"] == [
+        f'SSLCertificateFile "{portal.CA_SIGNED_CERT}"',
+        f'SSLCertificateKeyFile "{portal.CA_SIGNED_KEY}"',
+    ]
 
 
 def test_users_log_in_against_the_directory_over_ldaps(files):
@@ -111,8 +125,12 @@ def test_users_log_in_against_the_directory_over_ldaps(files):
     assert url == "ldaps://hal-mgmt1.ncsa.illinois.edu:636/ou=People,dc=ncsa,dc=illinois,dc=edu?uid"
     assert auth[0] == "AuthType Basic"
     assert auth[1].startswith('AuthName "')
-    assert auth[2:] == ["AuthBasicProvider ldap", f'AuthLDAPURL "{url}"', "RequestHeader unset Authorization",
-                        "Require valid-user"]
+    assert auth[2:] == [
+        "AuthBasicProvider ldap",
+        f'AuthLDAPURL "{url}"',
+        "RequestHeader unset Authorization",
+        "Require valid-user",
+    ]
     assert acc.CA_CERT in files[ood.PORTAL_CONFIG]  # the comment tells where mod_ldap's trust comes from
 
 
@@ -127,8 +145,15 @@ def test_sessions_are_proxied_to_compute_nodes_only(files):
 
 
 def test_site_certificate_and_port(edited):
-    model = _model(edited(("  start_timeout_seconds: 300", "  port: 8443\n  tls: {certificate: /etc/pki/portal.crt, "
-                           "key: /etc/pki/portal.key}\n  start_timeout_seconds: 300")))
+    model = _model(
+        edited(
+            (
+                "  start_timeout_seconds: 300",
+                "  port: 8443\n  tls: {certificate: /etc/pki/portal.crt, "
+                "key: /etc/pki/portal.key}\n  start_timeout_seconds: 300",
+            )
+        )
+    )
     config = yaml.safe_load(ood.render(model)[ood.PORTAL_CONFIG])
     assert config["port"] == config["listen_addr_port"] == 8443
     assert config["ssl"] == ['SSLCertificateFile "/etc/pki/portal.crt"', 'SSLCertificateKeyFile "/etc/pki/portal.key"']
@@ -220,11 +245,15 @@ def test_script_runs_jupyter_through_the_apps_launch_script(files, cat, name):
 def test_before_script_configures_the_server_behind_the_node_proxy(files, cat, name):
     app = _catalogue_app(cat, name)
     before = _app_file(files, name, "template/before.sh.erb")
-    for line in ('port=$(find_port "${host}")', "password=$(create_passwd 32)",
-                 'export CONFIG_FILE="${PWD}/jupyter_server_config.py"',
-                 "c.ServerApp.port = ${port}", 'c.ServerApp.base_url = "/node/${host}/${port}/"',
-                 f'c.ServerApp.default_url = "{app["default_url"]}"',
-                 'c.PasswordIdentityProvider.hashed_password = "sha256:${salt}:${password_hash}"'):
+    for line in (
+        'port=$(find_port "${host}")',
+        "password=$(create_passwd 32)",
+        'export CONFIG_FILE="${PWD}/jupyter_server_config.py"',
+        "c.ServerApp.port = ${port}",
+        'c.ServerApp.base_url = "/node/${host}/${port}/"',
+        f'c.ServerApp.default_url = "{app["default_url"]}"',
+        'c.PasswordIdentityProvider.hashed_password = "sha256:${salt}:${password_hash}"',
+    ):
         assert f"\n{line}" in before, line
     assert "wait_until_port_used" in _app_file(files, name, "template/after.sh.erb")
     view = _app_file(files, name, "view.html.erb")
@@ -271,8 +300,12 @@ puts ERB.new(File.read(ARGV[0]), trim_mode: "-").result(binding)
 def _submit(text: str, tmp_path, vp: str, hours: int) -> subprocess.CompletedProcess:
     path = tmp_path / "submit.yml.erb"
     path.write_text(text)
-    return subprocess.run(["ruby", "-e", EVALUATE, str(path)], capture_output=True, text=True,
-                          env={**os.environ, "VP": vp, "HOURS": str(hours)})
+    return subprocess.run(
+        ["ruby", "-e", EVALUATE, str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "VP": vp, "HOURS": str(hours)},
+    )
 
 
 @pytest.mark.skipif(not RUBY, reason="erb and ruby are not installed (apt-get install ruby)")

@@ -20,8 +20,10 @@ H100 = Path(__file__).resolve().parents[2] / "tests" / "data" / "hardware" / "h1
 
 # The login node and the NFS data node lose their profiles; lc922 is then used by no group.
 WITHOUT_PROFILES = (
-    ("    count: 1                                  # [paper] one login node\n    hardware: lc921\n",
-     "    count: 1                                  # [paper] one login node\n"),
+    (
+        "    count: 1                                  # [paper] one login node\n    hardware: lc921\n",
+        "    count: 1                                  # [paper] one login node\n",
+    ),
     ("    hosts: hal-data\n    hardware: lc922\n", "    hosts: hal-data\n"),
 )
 
@@ -46,9 +48,12 @@ def test_unused_profile_left_by_them_is_only_info(check_file, edited):
 
 
 def test_compute_group_without_profile_is_an_error_naming_the_field(check_file, edited, position):
-    text = edited(("    count: 16                                 # [paper] 16 AC922 compute nodes\n"
-                   "    hardware: ac922\n",
-                   "    count: 16                                 # [paper] 16 AC922 compute nodes\n"))
+    text = edited(
+        (
+            "    count: 16                                 # [paper] 16 AC922 compute nodes\n    hardware: ac922\n",
+            "    count: 16                                 # [paper] 16 AC922 compute nodes\n",
+        )
+    )
     _file, loaded = check_file(text)
     assert loaded.model is None
     [finding] = loaded.findings
@@ -59,16 +64,22 @@ def test_compute_group_without_profile_is_an_error_naming_the_field(check_file, 
 
 
 def test_development_group_without_profile_is_an_error(check_file, edited):
-    _file, loaded = check_file(edited(("    hardware: ac922                           # [assumed] same build as the "
-                                       "compute nodes\n", "")))
+    _file, loaded = check_file(
+        edited(("    hardware: ac922                           # [assumed] same build as the compute nodes\n", ""))
+    )
     [finding] = loaded.findings
     assert finding.dotted == "nodes[5]" and "development nodes need a profile" in finding.message
 
 
 def test_login_group_that_also_computes_needs_a_profile(check_file, edited):
-    _file, loaded = check_file(edited(
-        ("    count: 1                                  # [paper] one login node\n    hardware: lc921\n",
-         "    count: 1                                  # [paper] one login node\n    also: [compute]\n")))
+    _file, loaded = check_file(
+        edited(
+            (
+                "    count: 1                                  # [paper] one login node\n    hardware: lc921\n",
+                "    count: 1                                  # [paper] one login node\n    also: [compute]\n",
+            )
+        )
+    )
     [finding] = [f for f in loaded.findings if f.dotted == "nodes[0]"]
     assert "compute nodes need a profile" in finding.message
 

@@ -133,17 +133,20 @@ def test_scale_out_with_hostlists_warns_of_the_missing_homes(twogen_text):
     _loaded, findings = checked(edit(twogen_text, *SCALE_OUT))
     assert [(f.level, f.dotted, f.line) for f in findings] == [
         (Level.error, "nodes[4].hosts", line_of(twogen_text, "    hosts: tg[05-08]")),
-        (Level.warning, "storage.nfs.mounts[0].clients", line_of(twogen_text, "- {export: home, mount_point: /home"))]
+        (Level.warning, "storage.nfs.mounts[0].clients", line_of(twogen_text, "- {export: home, mount_point: /home")),
+    ]
     assert "no Slurm partition includes compute nodes tg[09-12]" in findings[0].message
-    assert findings[1].message.startswith("tg[09-12] (4 hosts) of node group 'h100' (compute) mount no file "
-                                          "system at /home (the default home path)")
+    assert findings[1].message.startswith(
+        "tg[09-12] (4 hosts) of node group 'h100' (compute) mount no file system at /home (the default home path)"
+    )
 
 
 def test_unknown_group_is_one_located_error_with_the_nearest_name(referenced):
     loaded, findings = checked(edit(referenced, ('"@login,@role:compute"}', '"@logn,@role:compute"}')))
     assert loaded.model is None
     assert [(f.dotted, f.line, f.column) for f in findings] == [
-        ("storage.nfs.mounts[0].clients", line_of(referenced, "- {export: home, mount_point: /home"), 44)]
+        ("storage.nfs.mounts[0].clients", line_of(referenced, "- {export: home, mount_point: /home"), 44)
+    ]
     assert findings[0].message.startswith("unknown node group '@logn'; did you mean '@login'?")
 
 
@@ -157,7 +160,8 @@ def test_unknown_role_names_the_roles(referenced):
 def test_role_without_groups_is_an_error(referenced):
     _loaded, findings = checked(edit(referenced, ('  portal: "@login"\n', '  portal: "@role:development"\n')))
     assert [(f.dotted, f.message) for f in findings] == [
-        ("services.portal", "'@role:development' names no host: no node group plays role 'development'")]
+        ("services.portal", "'@role:development' names no host: no node group plays role 'development'")
+    ]
 
 
 def test_reference_to_a_broken_group_adds_no_error(referenced):
@@ -173,12 +177,24 @@ MISSPELT = [
     ("portal", "  portal: tg-login\n", "  portal: tg-logn\n", "services.portal"),
     ("partition", "      nodes: tg[05-08]\n", '      nodes: "tg[05-08],tg-logn"\n', "slurm.partitions[1].nodes"),
     ("nfs-server", "{host: tg-nfs, volumes", "{host: tg-nsf, volumes", "storage.nfs.servers[0].host"),
-    ("export-server", "        server: tg-nfs\n        path: /export/home\n",
-     "        server: tg-nsf\n        path: /export/home\n", "storage.nfs.exports[0].server"),
-    ("export-clients", '        clients: "tg[01-08],tg-login"\n', '        clients: "tg[01-08],tg-logn"\n',
-     "storage.nfs.exports[0].clients"),
-    ("home-mount", 'mount_point: /home, clients: "tg[01-08],tg-login"}',
-     'mount_point: /home, clients: "tg[01-08],tg-logn"}', "storage.nfs.mounts[0].clients"),
+    (
+        "export-server",
+        "        server: tg-nfs\n        path: /export/home\n",
+        "        server: tg-nsf\n        path: /export/home\n",
+        "storage.nfs.exports[0].server",
+    ),
+    (
+        "export-clients",
+        '        clients: "tg[01-08],tg-login"\n',
+        '        clients: "tg[01-08],tg-logn"\n',
+        "storage.nfs.exports[0].clients",
+    ),
+    (
+        "home-mount",
+        'mount_point: /home, clients: "tg[01-08],tg-login"}',
+        'mount_point: /home, clients: "tg[01-08],tg-logn"}',
+        "storage.nfs.mounts[0].clients",
+    ),
 ]
 
 
@@ -192,17 +208,24 @@ def test_one_wrong_name_is_one_error(twogen_text, old, new, path):
 
 
 def test_node_groups_resolve_roles_with_also():
-    groups = NodeGroups.of({"nodes": [
-        {"name": "ws", "role": "compute", "also": ["login", "management"], "hosts": "ws01"},
-        {"name": "gpu", "role": "compute", "hosts": "gpu[01-16]"},
-        {"name": "dev", "role": "development", "hosts": "dev1"},
-    ]})
+    groups = NodeGroups.of(
+        {
+            "nodes": [
+                {"name": "ws", "role": "compute", "also": ["login", "management"], "hosts": "ws01"},
+                {"name": "gpu", "role": "compute", "hosts": "gpu[01-16]"},
+                {"name": "dev", "role": "development", "hosts": "dev1"},
+            ]
+        }
+    )
     assert groups.resolve("@role:login") == "ws01"
     assert groups.resolve("@role:compute,dev1") == "dev1,gpu[01-16],ws01"
     assert groups.resolve("@gpu,gpu[17-20]") == "gpu[01-20]"
     assert groups.resolve("gpu[01-04]") == "gpu[01-04]"  # a plain hostlist stays as written
-    assert groups.written == {"ws01": "@role:login", "dev1,gpu[01-16],ws01": "@role:compute,dev1",
-                              "gpu[01-20]": "@gpu,gpu[17-20]"}
+    assert groups.written == {
+        "ws01": "@role:login",
+        "dev1,gpu[01-16],ws01": "@role:compute,dev1",
+        "gpu[01-20]": "@gpu,gpu[17-20]",
+    }
 
 
 def test_references_need_a_whole_description():
@@ -227,12 +250,18 @@ def test_a_host_beyond_a_range_gets_no_suggestion(twogen_text):
 def test_the_nfs_server_of_the_home_holds_it_the_others_are_warned(twogen_text):
     """A server exporting /home itself (export path = mount point) has the homes; a login node
     that is neither a client nor that server has none."""
-    text = edit(twogen_text, ("volumes: [/export], threads: 16}", "volumes: [/export, /home], threads: 16}"),
-                ("        path: /export/home\n", "        path: /home\n"),
-                ('clients: "tg[01-08],tg-login"}\n      - {export: sw', 'clients: "tg[01-08]"}\n      - {export: sw'))
+    text = edit(
+        twogen_text,
+        ("volumes: [/export], threads: 16}", "volumes: [/export, /home], threads: 16}"),
+        ("        path: /export/home\n", "        path: /home\n"),
+        ('clients: "tg[01-08],tg-login"}\n      - {export: sw', 'clients: "tg[01-08]"}\n      - {export: sw'),
+    )
     model = checked(text)[0].model
     assert model is not None
     assert "tg-nfs" in model.hosts_mounting("/home") and "tg-login" not in model.hosts_mounting("/home")
-    warned = [f for f in checked(text)[1] if "mount no file system at /home" in f.message
-              or "mounts no file system at /home" in f.message]
+    warned = [
+        f
+        for f in checked(text)[1]
+        if "mount no file system at /home" in f.message or "mounts no file system at /home" in f.message
+    ]
     assert [f.message.split(" of node group")[0] for f in warned] == ["tg-login"]

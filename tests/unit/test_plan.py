@@ -53,9 +53,11 @@ MORE_RESERVE = [("memory_reserve_mib: 8192 ", "memory_reserve_mib: 16384 ")]
 ADD_NODE = [
     ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-17]\n    count: 17 "),
     ("      nodes: hal[01-16]\n", "      nodes: hal[01-17]\n"),
-    ("    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
-     "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
-     "    - {hosts: hal17, port: 1, switch: ib-sw1, first_switch_port: 21}\n"),
+    (
+        "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
+        "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
+        "    - {hosts: hal17, port: 1, switch: ib-sw1, first_switch_port: 21}\n",
+    ),
 ]
 REMOVE_NODE = [  # hal16 leaves every place that names it
     ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-15]\n    count: 15 "),
@@ -63,14 +65,16 @@ REMOVE_NODE = [  # hal16 leaves every place that names it
     ('{hosts: "hal[01-16]", port: 1', '{hosts: "hal[01-15]", port: 1'),
     ('hosts: "hal[01-16],hal-dev"', 'hosts: "hal[01-15],hal-dev"'),
     ('        clients: "hal[01-16],hal-login,hal-dev"', '        clients: "hal[01-15],hal-login,hal-dev"'),
-    ('mount_point: /sw, clients: "hal[01-16],hal-login,hal-dev"',
-     'mount_point: /sw, clients: "hal[01-15],hal-login,hal-dev"'),
+    (
+        'mount_point: /sw, clients: "hal[01-16],hal-login,hal-dev"',
+        'mount_point: /sw, clients: "hal[01-15],hal-login,hal-dev"',
+    ),
 ]
 
 
 def SLURM_VERSION(version: str) -> list[tuple[str, str]]:  # noqa: N802 (an edit, as the constants above)
     """slurm.version from the site's own packages (slurm.build_own): most majors no Debian ships."""
-    return [("\nslurm:\n", f"\nslurm:\n  version: \"{version}\"\n  build_own: true\n")]
+    return [("\nslurm:\n", f'\nslurm:\n  version: "{version}"\n  build_own: true\n')]
 
 
 def edit(edits, text: str = HAL) -> str:
@@ -82,8 +86,9 @@ def edit(edits, text: str = HAL) -> str:
 
 def tree(text: str) -> dict[str, str]:
     loaded = validate_text(text, "cluster.yml")
-    assert loaded.model is not None and not [f for f in loaded.findings if f.level.value == "error"], \
-        "\n".join(f.format() for f in loaded.findings)
+    assert loaded.model is not None and not [f for f in loaded.findings if f.level.value == "error"], "\n".join(
+        f.format() for f in loaded.findings
+    )
     return render_all(loaded.model)
 
 
@@ -140,21 +145,32 @@ def test_path_patterns_capture_the_hosts() -> None:
     assert telegraf.groups_for(telegraf.match("files/etc/telegraf/groups/cpu-nodes.conf")) == ["nodes_cpu_nodes"]
     health = policy.component("health")
     assert health.groups_for(health.match("files/etc/hal-provision/health/mgmt-main.json")) == ["nodes_mgmt_main"]
-    assert policy.component("lmod_modules").match("files/sw/modulefiles/compute/Core/cuda/12.lua") == {"role": "compute"}
+    assert policy.component("lmod_modules").match("files/sw/modulefiles/compute/Core/cuda/12.lua") == {
+        "role": "compute"
+    }
 
 
 # ---- the Slurm rule, against the role's own Jinja ----------------------------------------------
-CONF = "ClusterName=hal\n# nodes\nNodeName=hal[01-02] CPUs=160 RealMemory=253952 Gres=gpu:v100:4\n" \
-       "PartitionName=gpu Nodes=hal[01-02] MaxTime=1-00:00:00 State=UP\n"
+CONF = (
+    "ClusterName=hal\n# nodes\nNodeName=hal[01-02] CPUs=160 RealMemory=253952 Gres=gpu:v100:4\n"
+    "PartitionName=gpu Nodes=hal[01-02] MaxTime=1-00:00:00 State=UP\n"
+)
 RULE_CASES = [
-    pytest.param(CONF.replace("MaxTime=1-00:00:00", "MaxTime=2-00:00:00"), ["slurm.conf"], ["partitionname"], False,
-                 id="limit-raised"),
-    pytest.param(CONF.replace("# nodes", "# the nodes"), ["slurm.conf"], [], False,
-                 id="comment-only"),
-    pytest.param(CONF.replace("RealMemory=253952", "RealMemory=245760"), ["slurm.conf"], ["nodename"], True,
-                 id="node-redefined"),
+    pytest.param(
+        CONF.replace("MaxTime=1-00:00:00", "MaxTime=2-00:00:00"),
+        ["slurm.conf"],
+        ["partitionname"],
+        False,
+        id="limit-raised",
+    ),
+    pytest.param(CONF.replace("# nodes", "# the nodes"), ["slurm.conf"], [], False, id="comment-only"),
+    pytest.param(
+        CONF.replace("RealMemory=253952", "RealMemory=245760"), ["slurm.conf"], ["nodename"], True, id="node-redefined"
+    ),
     pytest.param(CONF, ["gres.conf"], [], True, id="gres-only"),
-    pytest.param(CONF + "SlurmctldDebug=debug\n", ["slurm.conf", "cgroup.conf"], ["slurmctlddebug"], True, id="cgroup-too"),
+    pytest.param(
+        CONF + "SlurmctldDebug=debug\n", ["slurm.conf", "cgroup.conf"], ["slurmctlddebug"], True, id="cgroup-too"
+    ),
 ]
 
 
@@ -171,8 +187,10 @@ def role_values(names: list[str], rendered: Path, **facts) -> list:
         warnings.simplefilter("ignore", UserWarning)
         init_plugin_loader()  # lookups (the policy file) resolve as in ansible-playbook
 
-    role_vars = {**yaml.safe_load((REPO / "roles/slurm/defaults/main.yml").read_text()),
-                 **yaml.safe_load((REPO / "roles/slurm/vars/main.yml").read_text())}
+    role_vars = {
+        **yaml.safe_load((REPO / "roles/slurm/defaults/main.yml").read_text()),
+        **yaml.safe_load((REPO / "roles/slurm/vars/main.yml").read_text()),
+    }
     variables = {k: template.trust_as_template(v) if isinstance(v, str) else v for k, v in role_vars.items()}
     variables.update(hal_rendered_dir=str(rendered), **facts)
     templar = template.Templar(loader=DataLoader(), variables=variables)
@@ -182,10 +200,12 @@ def role_values(names: list[str], rendered: Path, **facts) -> list:
 def role_rule(old: str, new: str, changed_files: list[str], rendered: Path) -> tuple[list[str], bool]:
     """The slurm role's __slurm_conf_changed_keys and __slurm_restart_required."""
     keys, restart = role_values(
-        ["__slurm_conf_changed_keys", "__slurm_restart_required"], rendered,
+        ["__slurm_conf_changed_keys", "__slurm_restart_required"],
+        rendered,
         __slurm_conf_text=new,
         __slurm_conf_installed={"content": base64.b64encode(old.encode()).decode()},
-        __slurm_config_copy={"stdout_lines": [f"<fcsT...... {name}" for name in changed_files]})
+        __slurm_config_copy={"stdout_lines": [f"<fcsT...... {name}" for name in changed_files]},
+    )
     return list(keys), bool(restart)
 
 
@@ -209,8 +229,11 @@ def consequences(plan, name: str) -> list[tuple[str, str]]:
 def test_a_raised_limit_reconfigures(hal_tree) -> None:
     plan = build(hal_tree, tree(edit(RAISE_LIMIT)))
     assert [c.name for c in plan.components] == ["slurm"]
-    assert consequences(plan, "slurm") == [("scontrol reconfigure", "hal-mgmt1"), ("reload slurmd", "hal[01-16]"),
-                                           ("file only", "hal-dev,hal-login,hal-mgmt2")]
+    assert consequences(plan, "slurm") == [
+        ("scontrol reconfigure", "hal-mgmt1"),
+        ("reload slurmd", "hal[01-16]"),
+        ("file only", "hal-dev,hal-login,hal-mgmt2"),
+    ]
     assert plan.exit_code == 2
 
 
@@ -218,22 +241,44 @@ def test_a_new_node_restarts_every_running_daemon_and_is_deployed_first(hal_tree
     plan = build(hal_tree, tree(edit(ADD_NODE)))
     assert consequences(plan, "new hosts") == [("first deployment", "hal17")]
     assert consequences(plan, "slurm")[:2] == [("restart slurmctld", "hal-mgmt1"), ("restart slurmd", "hal[01-16]")]
-    assert consequences(plan, "hosts_file") == [("file only", "hal[01-16],hal-data,hal-dev,hal-dtn,hal-login,hal-mgmt[1-2]")]
+    assert consequences(plan, "hosts_file") == [
+        ("file only", "hal[01-16],hal-data,hal-dev,hal-dtn,hal-login,hal-mgmt[1-2]")
+    ]
     [slurm] = [c for c in plan.components if c.name == "slurm"]
     assert any(n.startswith("nodes added: hal17 (Slurm 22.05") for n in slurm.notes)
 
 
-@pytest.mark.parametrize("edits, commands", [
-    ([("{name: debug, priority: 100, max_wall: \"04:00:00\", max_gpus_per_user: 4}",
-       "{name: debug, priority: 100, max_wall: \"04:00:00\", max_gpus_per_user: 8}")],
-     ["sacctmgr --immediate modify qos where name=debug set Priority=100 MaxWall=04:00:00 "
-      "MaxTRESPerUser=gres/gpu=8 MaxJobsPerUser=-1 Description=debug"]),
-    ([("      full_name: Raj Smith\n", "      full_name: Raj Smith\n      state: disabled\n")],
-     ["sacctmgr --immediate delete user where name=rsmith account=bioml cluster=hal"]),
-    ([("    - {name: debug, priority: 100,", "    - {name: long, priority: 5, max_wall: \"7-00:00:00\"}\n"
-                                           "    - {name: debug, priority: 100,")],
-     ["sacctmgr --immediate add qos long Priority=5 MaxWall=7-00:00:00 Description=long"]),
-], ids=["qos-limit", "user-disabled", "qos-added"])
+@pytest.mark.parametrize(
+    "edits, commands",
+    [
+        (
+            [
+                (
+                    '{name: debug, priority: 100, max_wall: "04:00:00", max_gpus_per_user: 4}',
+                    '{name: debug, priority: 100, max_wall: "04:00:00", max_gpus_per_user: 8}',
+                )
+            ],
+            [
+                "sacctmgr --immediate modify qos where name=debug set Priority=100 MaxWall=04:00:00 "
+                "MaxTRESPerUser=gres/gpu=8 MaxJobsPerUser=-1 Description=debug"
+            ],
+        ),
+        (
+            [("      full_name: Raj Smith\n", "      full_name: Raj Smith\n      state: disabled\n")],
+            ["sacctmgr --immediate delete user where name=rsmith account=bioml cluster=hal"],
+        ),
+        (
+            [
+                (
+                    "    - {name: debug, priority: 100,",
+                    '    - {name: long, priority: 5, max_wall: "7-00:00:00"}\n    - {name: debug, priority: 100,',
+                )
+            ],
+            ["sacctmgr --immediate add qos long Priority=5 MaxWall=7-00:00:00 Description=long"],
+        ),
+    ],
+    ids=["qos-limit", "user-disabled", "qos-added"],
+)
 def test_accounting_changes_are_the_roles_sacctmgr_commands(hal_tree, edits, commands) -> None:
     plan = build(hal_tree, tree(edit(edits)))
     [component] = [c for c in plan.components if c.name == "slurm_accounting"]
@@ -242,15 +287,31 @@ def test_accounting_changes_are_the_roles_sacctmgr_commands(hal_tree, edits, com
     assert [c.action for c in rest] == (["scontrol reconfigure"] if "add qos" in commands[0] else [])
 
 
-@pytest.mark.parametrize("tuning, actions", [
-    ("{pagepool: 8G}", [("mmchconfig", "hal-dtn", ["mmchconfig pagepool=8G -i -N computeNodes"])]),
-    ("{pagepool: 4G, workerThreads: 512}", [
-        ("mmchconfig", "hal-dtn", ["mmchconfig workerThreads=512 -N computeNodes"]),
-        ("restart GPFS", "hal[01-16],hal-dev", [])]),
-], ids=["immediate", "restart"])
+@pytest.mark.parametrize(
+    "tuning, actions",
+    [
+        ("{pagepool: 8G}", [("mmchconfig", "hal-dtn", ["mmchconfig pagepool=8G -i -N computeNodes"])]),
+        (
+            "{pagepool: 4G, workerThreads: 512}",
+            [
+                ("mmchconfig", "hal-dtn", ["mmchconfig workerThreads=512 -N computeNodes"]),
+                ("restart GPFS", "hal[01-16],hal-dev", []),
+            ],
+        ),
+    ],
+    ids=["immediate", "restart"],
+)
 def test_gpfs_tuning_is_storage_gpfs_plan(hal_tree, tuning, actions) -> None:
-    new = tree(edit([("hosts: \"hal[01-16],hal-dev\"\n        tuning: {pagepool: 4G}",
-                      f"hosts: \"hal[01-16],hal-dev\"\n        tuning: {tuning}")]))
+    new = tree(
+        edit(
+            [
+                (
+                    'hosts: "hal[01-16],hal-dev"\n        tuning: {pagepool: 4G}',
+                    f'hosts: "hal[01-16],hal-dev"\n        tuning: {tuning}',
+                )
+            ]
+        )
+    )
     plan = build(hal_tree, new)
     [component] = [c for c in plan.components if c.name == "gpfs_tuning"]
     assert [(c.action, c.hosts, list(c.commands)) for c in component.consequences] == actions
@@ -269,13 +330,19 @@ def backup_tree() -> dict[str, str]:
 
 def test_with_a_backup_controller_the_backup_restarts_first(backup_tree) -> None:
     plan = build(backup_tree, tree(edit(BACKUP_RESERVE, BACKUP)))
-    assert consequences(plan, "slurm") == [("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1"),
-                                           ("restart slurmd", "tg[01-04]"), ("file only", "tg-login")]
+    assert consequences(plan, "slurm") == [
+        ("restart slurmctld", "tg-mgmt2"),
+        ("restart slurmctld", "tg-mgmt1"),
+        ("restart slurmd", "tg[01-04]"),
+        ("file only", "tg-login"),
+    ]
     [component] = [c for c in plan.components if c.name == "slurm"]
     backup, primary = component.consequences[:2]
     assert backup.detail == "backup controller, first: keys outside reconfigure_keys: nodename"
-    assert primary.detail == ("primary controller, once `scontrol ping` shows tg-mgmt2 UP: one controller always "
-                              "runs, and tg-mgmt2 takes over should tg-mgmt1 not come back")
+    assert primary.detail == (
+        "primary controller, once `scontrol ping` shows tg-mgmt2 UP: one controller always "
+        "runs, and tg-mgmt2 takes over should tg-mgmt1 not come back"
+    )
     assert "restart slurmctld on tg-mgmt2; restart slurmctld on tg-mgmt1; restart slurmd on tg[01-04]" in plan.summary
 
 
@@ -288,8 +355,11 @@ def test_with_one_controller_it_restarts_alone(backup_tree) -> None:
 def test_a_reconfigure_needs_no_order(backup_tree) -> None:
     """(tg[01-04] are configless: the reconfigure reaches them, see the configless tests below.)"""
     plan = build(backup_tree, tree(edit([('max_time: "2-00:00:00"\n', 'max_time: "3-00:00:00"\n')], BACKUP)))
-    assert consequences(plan, "slurm") == [("scontrol reconfigure", "tg-mgmt[1-2]"),
-                                           ("reached by scontrol reconfigure", "tg[01-04]"), ("file only", "tg-login")]
+    assert consequences(plan, "slurm") == [
+        ("scontrol reconfigure", "tg-mgmt[1-2]"),
+        ("reached by scontrol reconfigure", "tg[01-04]"),
+        ("file only", "tg-login"),
+    ]
 
 
 def test_a_backup_added_restarts_it_first_and_says_so(backup_tree) -> None:
@@ -312,7 +382,9 @@ def test_the_plan_prints_the_order(in_tmp) -> None:
     doc = json.loads(run("new.yml", "--from", "old.yml", "--json").stdout)
     [slurm] = [c for c in doc["components"] if c["name"] == "slurm"]
     assert [(q["action"], q["hosts"]) for q in slurm["consequences"]][:2] == [
-        ("restart slurmctld", "tg-mgmt2"), ("restart slurmctld", "tg-mgmt1")]
+        ("restart slurmctld", "tg-mgmt2"),
+        ("restart slurmctld", "tg-mgmt1"),
+    ]
     assert slurm["consequences"][1]["detail"].startswith("primary controller, once `scontrol ping` shows tg-mgmt2 UP")
 
 
@@ -324,24 +396,41 @@ def test_the_role_finds_the_controllers_the_plan_orders(backup_tree, tmp_path) -
 
     conf = backup_tree["files/etc/slurm/slurm.conf"]
     assert SlurmConf.parse(conf).controllers == ["tg-mgmt1", "tg-mgmt2"]
-    groups = {"service_slurmctld": ["tg-mgmt1", "tg-mgmt2"], "service_slurmdbd": ["tg-mgmt1"],
-              "slurm_nodes": ["tg01"], "role_login": ["tg-login"]}
-    names = ["__slurm_ctld_hosts", "__slurm_is_ctld_backup", "__slurm_ctld_state_shared", "__slurm_ctld_in_play",
-             "__slurm_dirs"]
-    facts = dict(__slurm_conf_text=conf, __slurm_dbd_conf_text="", groups=groups,
-                 ansible_play_hosts=["tg-mgmt2", "tg-mgmt1"])
+    groups = {
+        "service_slurmctld": ["tg-mgmt1", "tg-mgmt2"],
+        "service_slurmdbd": ["tg-mgmt1"],
+        "slurm_nodes": ["tg01"],
+        "role_login": ["tg-login"],
+    }
+    names = [
+        "__slurm_ctld_hosts",
+        "__slurm_is_ctld_backup",
+        "__slurm_ctld_state_shared",
+        "__slurm_ctld_in_play",
+        "__slurm_dirs",
+    ]
+    facts = dict(
+        __slurm_conf_text=conf, __slurm_dbd_conf_text="", groups=groups, ansible_play_hosts=["tg-mgmt2", "tg-mgmt1"]
+    )
     primary = role_values(names, tmp_path, inventory_hostname="tg-mgmt1", **facts)
     backup = role_values(names, tmp_path, inventory_hostname="tg-mgmt2", **facts)
     assert primary[0] == backup[0] == ["tg-mgmt1", "tg-mgmt2"]
     assert (bool(primary[1]), bool(backup[1])) == (False, True)
     assert bool(primary[2]) and primary[3] == ["tg-mgmt1", "tg-mgmt2"]  # the primary first, whatever the play's order
     assert "/srv/slurmctld/state" not in primary[4] + backup[4] and "/var/log/slurm" in primary[4]
-    one = role_values(names, tmp_path, inventory_hostname="tg-mgmt1",
-                      **{**facts, "__slurm_conf_text": conf.replace("SlurmctldHost=tg-mgmt2\n", "")})
+    one = role_values(
+        names,
+        tmp_path,
+        inventory_hostname="tg-mgmt1",
+        **{**facts, "__slurm_conf_text": conf.replace("SlurmctldHost=tg-mgmt2\n", "")},
+    )
     assert not one[2] and "/srv/slurmctld/state" in one[4]  # one controller: its own directory, as before
     handlers = [h["name"] for h in yaml.safe_load((REPO / "roles/slurm/handlers/main.yml").read_text())]
-    assert handlers.index("Restart the backup slurmctld") < handlers.index(
-        "Wait until the backup slurmctld answers scontrol ping") < handlers.index("Restart slurmctld")
+    assert (
+        handlers.index("Restart the backup slurmctld")
+        < handlers.index("Wait until the backup slurmctld answers scontrol ping")
+        < handlers.index("Restart slurmctld")
+    )
     assert update_policy.load().component("slurm").extra["backup_ready"] == "scontrol ping"
 
 
@@ -370,13 +459,20 @@ def test_a_restart_restarts_configless_slurmd_which_fetches_the_files_again(back
 def test_pushed_and_configless_nodes_side_by_side() -> None:
     """A compute node that is also a login node keeps its files (users' commands read them): it
     is reloaded; the configless ones are reached by the reconfigure."""
-    login_computes = [("    hosts: tg-login\n    hardware: login\n",
-                       "    hosts: tg-login\n    also: [compute]\n    hardware: hgx-a100\n"),
-                      ("      nodes: tg[01-04]\n", "      nodes: tg[01-04],tg-login\n")]
+    login_computes = [
+        (
+            "    hosts: tg-login\n    hardware: login\n",
+            "    hosts: tg-login\n    also: [compute]\n    hardware: hgx-a100\n",
+        ),
+        ("      nodes: tg[01-04]\n", "      nodes: tg[01-04],tg-login\n"),
+    ]
     old = tree(edit(login_computes, BACKUP))
     plan = build(old, tree(edit(login_computes + RAISE_BACKUP_LIMIT, BACKUP)))
-    assert consequences(plan, "slurm") == [("scontrol reconfigure", "tg-mgmt[1-2]"), ("reload slurmd", "tg-login"),
-                                           ("reached by scontrol reconfigure", "tg[01-04]")]
+    assert consequences(plan, "slurm") == [
+        ("scontrol reconfigure", "tg-mgmt[1-2]"),
+        ("reload slurmd", "tg-login"),
+        ("reached by scontrol reconfigure", "tg[01-04]"),
+    ]
 
 
 @pytest.mark.parametrize("direction", ["on", "off"])
@@ -397,25 +493,51 @@ def test_the_role_withholds_what_the_inventory_says(backup_tree, tmp_path) -> No
     differs from the render; a controller in the group (never rendered so) keeps its files."""
     inventory = yaml.safe_load(backup_tree["inventory/hosts.yml"])["all"]["children"]
     configless = inventory["slurm_configless"]
-    groups = {"service_slurmctld": ["tg-mgmt1", "tg-mgmt2"], "service_slurmdbd": ["tg-mgmt1"],
-              "slurm_nodes": ["tg01", "tg02", "tg03", "tg04"], "role_login": ["tg-login"],
-              "slurm_configless": list(configless["hosts"])}
+    groups = {
+        "service_slurmctld": ["tg-mgmt1", "tg-mgmt2"],
+        "service_slurmdbd": ["tg-mgmt1"],
+        "slurm_nodes": ["tg01", "tg02", "tg03", "tg04"],
+        "role_login": ["tg-login"],
+        "slurm_configless": list(configless["hosts"]),
+    }
     os_vars = yaml.safe_load((REPO / "roles/slurm/vars/Debian.yml").read_text())
-    names = ["__slurm_is_configless", "__slurm_withheld_files", "__slurm_pushed_files", "__slurm_slurmd_dropin",
-             "__slurm_restart_required"]
-    facts = dict(groups=groups, __slurm_conf_text=backup_tree["files/etc/slurm/slurm.conf"], __slurm_dbd_conf_text="",
-                 **os_vars, **configless["vars"])
+    names = [
+        "__slurm_is_configless",
+        "__slurm_withheld_files",
+        "__slurm_pushed_files",
+        "__slurm_slurmd_dropin",
+        "__slurm_restart_required",
+    ]
+    facts = dict(
+        groups=groups,
+        __slurm_conf_text=backup_tree["files/etc/slurm/slurm.conf"],
+        __slurm_dbd_conf_text="",
+        **os_vars,
+        **configless["vars"],
+    )
     fetched_same = role_values(names, tmp_path, inventory_hostname="tg01", __slurm_fetched={"changed": False}, **facts)
-    assert fetched_same == [True, ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf"], [],
-                            "/etc/systemd/system/slurmd.service.d/hal-configless.conf", False]
-    fetched_old = role_values(names[-1:], tmp_path, inventory_hostname="tg01", __slurm_fetched={"changed": True},
-                              **facts)
+    assert fetched_same == [
+        True,
+        ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf"],
+        [],
+        "/etc/systemd/system/slurmd.service.d/hal-configless.conf",
+        False,
+    ]
+    fetched_old = role_values(
+        names[-1:], tmp_path, inventory_hostname="tg01", __slurm_fetched={"changed": True}, **facts
+    )
     assert fetched_old == [True]
-    controller = role_values(names[:3], tmp_path, inventory_hostname="tg-mgmt1",
-                             **{**facts, "groups": {**groups, "slurm_configless": ["tg-mgmt1"],
-                                                    "slurm_nodes": ["tg-mgmt1"]}})
-    assert controller == [False, [], ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf",
-                                      "job_container.conf", "namespace.yaml"]]
+    controller = role_values(
+        names[:3],
+        tmp_path,
+        inventory_hostname="tg-mgmt1",
+        **{**facts, "groups": {**groups, "slurm_configless": ["tg-mgmt1"], "slurm_nodes": ["tg-mgmt1"]}},
+    )
+    assert controller == [
+        False,
+        [],
+        ["slurm.conf", "cgroup.conf", "gres.conf", "topology.conf", "job_container.conf", "namespace.yaml"],
+    ]
 
 
 def test_files_the_front_end_does_not_deploy_do_nothing(hal_tree) -> None:
@@ -431,8 +553,12 @@ def test_an_upgrade_goes_slurmdbd_then_slurmctld_then_slurmd_rolling(hal_tree) -
     plan = build(hal_tree, tree(edit(SLURM_VERSION("23.11"))), inventory="inv")
     assert [c.name for c in plan.components] == ["slurm_upgrade"]
     assert consequences(plan, "slurm_upgrade") == [
-        ("back up", "hal-mgmt1"), ("upgrade slurmdbd", "hal-mgmt1"), ("upgrade slurmctld", "hal-mgmt1"),
-        ("upgrade slurmd", "hal[01-16]"), ("upgrade Slurm clients", "hal-dev,hal-login,hal-mgmt2")]
+        ("back up", "hal-mgmt1"),
+        ("upgrade slurmdbd", "hal-mgmt1"),
+        ("upgrade slurmctld", "hal-mgmt1"),
+        ("upgrade slurmd", "hal[01-16]"),
+        ("upgrade Slurm clients", "hal-dev,hal-login,hal-mgmt2"),
+    ]
     [upgrade] = plan.components
     backup, dbd, _ctld, slurmd, _clients = upgrade.consequences
     assert backup.commands[0] == "ansible-playbook -i inv playbooks/backup.yml"
@@ -444,8 +570,11 @@ def test_an_upgrade_goes_slurmdbd_then_slurmctld_then_slurmd_rolling(hal_tree) -
 def test_an_upgrade_with_a_backup_controller_takes_the_backup_first(backup_tree) -> None:
     plan = build(backup_tree, tree(edit(SLURM_VERSION("23.02"), BACKUP)))
     actions = consequences(plan, "slurm_upgrade")
-    assert actions[1:4] == [("upgrade slurmdbd", "tg-mgmt1"), ("upgrade slurmctld", "tg-mgmt2"),
-                            ("upgrade slurmctld", "tg-mgmt1")]
+    assert actions[1:4] == [
+        ("upgrade slurmdbd", "tg-mgmt1"),
+        ("upgrade slurmctld", "tg-mgmt2"),
+        ("upgrade slurmctld", "tg-mgmt1"),
+    ]
     assert actions[4] == ("upgrade slurmd", "tg[01-04]")
     assert actions[0] == ("back up", "tg-mgmt1")  # no backup section: by hand, on the slurmdbd host
 
@@ -461,11 +590,14 @@ def test_beside_an_upgrade_each_daemon_restarts_once(backup_tree) -> None:
     assert "restart" not in plan.summary
 
 
-@pytest.mark.parametrize("old, new, why", [
-    ("22.05", "24.11", "upgrade through 22.05 -> 23.11 -> 24.11"),
-    ("22.05", "25.11", "upgrade through 22.05 -> 23.11 -> 25.05 -> 25.11"),
-    ("24.11", "23.11", "Slurm 24.11 -> 23.11 is a downgrade, which Slurm does not support"),
-])
+@pytest.mark.parametrize(
+    "old, new, why",
+    [
+        ("22.05", "24.11", "upgrade through 22.05 -> 23.11 -> 24.11"),
+        ("22.05", "25.11", "upgrade through 22.05 -> 23.11 -> 25.05 -> 25.11"),
+        ("24.11", "23.11", "Slurm 24.11 -> 23.11 is a downgrade, which Slurm does not support"),
+    ],
+)
 def test_an_upgrade_outside_the_window_or_a_downgrade_blocks(old, new, why) -> None:
     plan = build(tree(edit(SLURM_VERSION(old))), tree(edit(SLURM_VERSION(new))))
     [reason] = plan.blocked
@@ -476,16 +608,28 @@ def test_an_upgrade_outside_the_window_or_a_downgrade_blocks(old, new, why) -> N
 
 def test_an_upgrade_says_the_new_files_go_in_at_each_step(hal_tree) -> None:
     [upgrade] = build(hal_tree, tree(edit(SLURM_VERSION("23.11")))).components
-    assert "the Slurm files of NEW are written for 23.11: each daemon gets them at its step, not before" in upgrade.notes
+    assert (
+        "the Slurm files of NEW are written for 23.11: each daemon gets them at its step, not before" in upgrade.notes
+    )
 
 
 # ---- job impact --------------------------------------------------------------------------------
 def test_recorded_jobs_read_as_slurm_wrote_them() -> None:
     running, pending = parse_jobs(SQUEUE.read_text(), "squeue")
-    assert (running.job_id, running.user, running.state, running.nodes, running.gpus_per_node) == \
-        (1, "jdoe", "RUNNING", "hal16", 2)
-    assert (pending.job_id, pending.user, pending.state, pending.time_limit, pending.node_count) == \
-        (2, "rsmith", "PENDING", 1200, 4)
+    assert (running.job_id, running.user, running.state, running.nodes, running.gpus_per_node) == (
+        1,
+        "jdoe",
+        "RUNNING",
+        "hal16",
+        2,
+    )
+    assert (pending.job_id, pending.user, pending.state, pending.time_limit, pending.node_count) == (
+        2,
+        "rsmith",
+        "PENDING",
+        1200,
+        4,
+    )
     assert pending.memory_mb_per_node() == 204800 and pending.total_gpus() == 16
     assert parse_nodes(SINFO.read_text(), "sinfo")["hal16"].state == "mixed"
 
@@ -494,8 +638,11 @@ def test_later_data_parsers_read_the_same() -> None:
     """Slurm 23.02+ wraps numbers and lists states: the same job comes out."""
     doc = jobs_json()
     job = doc["jobs"][1]
-    job.update(time_limit={"set": True, "infinite": False, "number": 1200}, job_state=["PENDING"],
-               memory_per_node={"set": True, "infinite": False, "number": 204800})
+    job.update(
+        time_limit={"set": True, "infinite": False, "number": 1200},
+        job_state=["PENDING"],
+        memory_per_node={"set": True, "infinite": False, "number": 204800},
+    )
     assert jobs_from(doc)[1] == parse_jobs(SQUEUE.read_text(), "squeue")[1]
 
 
@@ -510,20 +657,46 @@ def test_a_job_already_beyond_a_limit_is_not_this_changes_doing(hal_tree) -> Non
     assert stranded(hal_tree, RAISE_LIMIT, time_limit=3000) == []
 
 
-@pytest.mark.parametrize("edits, changes, why", [
-    (LOWER_LIMIT, {}, "asks for 20:00:00; partition gpu's MaxTime drops to 12:00:00 (was 1-00:00:00)"),
-    ([("{name: debug, priority: 100, max_wall: \"04:00:00\"", "{name: debug, priority: 100, max_wall: \"02:00:00\"")],
-     {"qos": "debug", "time_limit": 180}, "asks for 03:00:00; QOS debug's MaxWall drops to 02:00:00 (was 04:00:00)"),
-    ([("max_gpus_per_user: 4}", "max_gpus_per_user: 2}")],
-     {"qos": "debug", "node_count": 1, "tres_per_node": "gres:gpu:v100:4"},
-     "asks for 4 GPUs; QOS debug allows 2 per user (was 4)"),
-    ([("memory_reserve_mib: 8192 ", "memory_reserve_mib: 65536 ")], {"memory_per_node": 204800},
-     "asks for 200G per node; partition gpu's nodes offer 192G (was 248G)"),
-    (REMOVE_NODE, {"node_count": 16}, "asks for 16 nodes; partition gpu has 15 (was 16)"),
-    ([("{name: debug, priority: 100, max_wall: \"04:00:00\", max_gpus_per_user: 4}", "{name: normal-x, priority: 1}"),
-      ("      qos: [normal, debug]\n", "      qos: [normal]\n"), ("      default_qos: normal\n", "")],
-     {"qos": "debug"}, "QOS debug leaves the model: its associations no longer allow it"),
-], ids=["partition-max-time", "qos-max-wall", "qos-gpus", "memory", "node-count", "qos-removed"])
+@pytest.mark.parametrize(
+    "edits, changes, why",
+    [
+        (LOWER_LIMIT, {}, "asks for 20:00:00; partition gpu's MaxTime drops to 12:00:00 (was 1-00:00:00)"),
+        (
+            [
+                (
+                    '{name: debug, priority: 100, max_wall: "04:00:00"',
+                    '{name: debug, priority: 100, max_wall: "02:00:00"',
+                )
+            ],
+            {"qos": "debug", "time_limit": 180},
+            "asks for 03:00:00; QOS debug's MaxWall drops to 02:00:00 (was 04:00:00)",
+        ),
+        (
+            [("max_gpus_per_user: 4}", "max_gpus_per_user: 2}")],
+            {"qos": "debug", "node_count": 1, "tres_per_node": "gres:gpu:v100:4"},
+            "asks for 4 GPUs; QOS debug allows 2 per user (was 4)",
+        ),
+        (
+            [("memory_reserve_mib: 8192 ", "memory_reserve_mib: 65536 ")],
+            {"memory_per_node": 204800},
+            "asks for 200G per node; partition gpu's nodes offer 192G (was 248G)",
+        ),
+        (REMOVE_NODE, {"node_count": 16}, "asks for 16 nodes; partition gpu has 15 (was 16)"),
+        (
+            [
+                (
+                    '{name: debug, priority: 100, max_wall: "04:00:00", max_gpus_per_user: 4}',
+                    "{name: normal-x, priority: 1}",
+                ),
+                ("      qos: [normal, debug]\n", "      qos: [normal]\n"),
+                ("      default_qos: normal\n", ""),
+            ],
+            {"qos": "debug"},
+            "QOS debug leaves the model: its associations no longer allow it",
+        ),
+    ],
+    ids=["partition-max-time", "qos-max-wall", "qos-gpus", "memory", "node-count", "qos-removed"],
+)
 def test_pending_jobs_a_lowered_limit_strands(hal_tree, edits, changes, why) -> None:
     assert (2, True, why) in stranded(hal_tree, edits, **changes)
 
@@ -532,8 +705,10 @@ def test_a_running_job_on_a_redefined_node_blocks_and_on_a_restarted_one_not(hal
     plan = build(hal_tree, tree(edit(MORE_RESERVE)), jobs=parse_jobs(SQUEUE.read_text(), "squeue"))
     [impact] = plan.impacts
     assert impact.blocking and impact.job.job_id == 1 and "RealMemory 253952 -> 245760" in impact.why
-    assert "or roll: ansible-playbook -i INVENTORY playbooks/rolling.yml -e 'hosts=hal16' (drains, waits for their " \
-           "jobs without cancelling any, converges, resumes)" in plan.advice
+    assert (
+        "or roll: ansible-playbook -i INVENTORY playbooks/rolling.yml -e 'hosts=hal16' (drains, waits for their "
+        "jobs without cancelling any, converges, resumes)" in plan.advice
+    )
     new = dict(hal_tree)
     new["files/etc/slurm/cgroup.conf"] += "# changed\n"  # a restart, no node changes
     [note] = build(hal_tree, new, jobs=parse_jobs(SQUEUE.read_text(), "squeue")).impacts
@@ -589,10 +764,15 @@ def compare_golden(path: Path, actual: str) -> None:
         path.write_text(actual)
     expected = path.read_text() if path.exists() else ""
     if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
-                                            f"golden/{path.name}", f"actual/{path.name}"))
-        pytest.fail(f"{path} differs:\n{diff}\nIf intended: HAL_UPDATE_GOLDEN=1 python3 -m pytest "
-                    "tests/unit/test_plan.py", pytrace=False)
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), actual.splitlines(True), f"golden/{path.name}", f"actual/{path.name}"
+            )
+        )
+        pytest.fail(
+            f"{path} differs:\n{diff}\nIf intended: HAL_UPDATE_GOLDEN=1 python3 -m pytest tests/unit/test_plan.py",
+            pytrace=False,
+        )
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -613,7 +793,7 @@ def test_plan_golden(in_tmp, case, output) -> None:
 def test_blocking_plans_name_the_job_and_what_to_do() -> None:
     removed = (GOLDEN / "node-removed-job-running.txt").read_text()
     assert "BLOCKS" in removed and "jdoe" in removed and "hal16" in removed
-    assert 'scontrol update nodename=hal16 state=drain' in removed
+    assert "scontrol update nodename=hal16 state=drain" in removed
     lowered = json.loads((GOLDEN / "max-time-lowered-job-pending.json").read_text())
     assert [(j["job_id"], j["user"], j["blocking"]) for j in lowered["jobs"]] == [(2, "rsmith", True)]
 
@@ -623,8 +803,12 @@ def test_every_printed_plan_fits_100_columns() -> None:
     printed at 120 columns: the tables, the summary and the advice within 100."""
     printed = sorted(GOLDEN.glob("*.txt"))
     assert len(printed) >= 15
-    wide = [f"{path.name}:{n}: {len(line)}" for path in printed
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > 100]
+    wide = [
+        f"{path.name}:{n}: {len(line)}"
+        for path in printed
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if len(line) > 100
+    ]
     assert not wide, wide
 
 
@@ -634,28 +818,41 @@ def test_a_long_command_is_broken_only_between_words_with_a_backslash() -> None:
 
     command = "ansible-playbook -i rendered/a-long-cluster-name/inventory playbooks/site.yml --limit 'all:!deploy_pull'"
     lines = wrap(Line(f"push the control plane (every service): {command} (then publish)", [command]), 70, "  ", "    ")
-    assert lines == ["  push the control plane (every service):",
-                     "    ansible-playbook -i rendered/a-long-cluster-name/inventory \\",
-                     "        playbooks/site.yml --limit 'all:!deploy_pull'",
-                     "    (then publish)"]
+    assert lines == [
+        "  push the control plane (every service):",
+        "    ansible-playbook -i rendered/a-long-cluster-name/inventory \\",
+        "        playbooks/site.yml --limit 'all:!deploy_pull'",
+        "    (then publish)",
+    ]
     assert wrap("a plain line of words", 12, "  ", "    ") == ["  a plain", "    line of", "    words"]
 
 
-INVENTORY_64 = yaml.safe_dump({"all": {"children": {
-    "nodes_compute": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))},
-    "nodes_login": {"hosts": {"hal-login": None}},
-    "service_slurmctld": {"hosts": {"hal-mgmt1": None, "hal-mgmt2": None}},
-    "deploy_pull": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))}}}})
+INVENTORY_64 = yaml.safe_dump(
+    {
+        "all": {
+            "children": {
+                "nodes_compute": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))},
+                "nodes_login": {"hosts": {"hal-login": None}},
+                "service_slurmctld": {"hosts": {"hal-mgmt1": None, "hal-mgmt2": None}},
+                "deploy_pull": {"hosts": dict.fromkeys(f"hal{i:02d}" for i in range(1, 65))},
+            }
+        }
+    }
+)
 
 
-@pytest.mark.parametrize("hosts, limit", [
-    (["hal17"], "hal17"),
-    (["hal17", "hal18"], "hal17,hal18"),
-    ([f"hal{i}" for i in range(49, 65)], "'~hal(49|5[0-9]|6[0-4])$'"),
-    ([f"hal{i:02d}" for i in range(1, 65)], "deploy_pull"),  # the shorter of the two groups holding them
-    ([f"hal{i:02d}" for i in (3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15)], "'~hal(0[3-9]|10|1[2-5])$'"),
-    (["hal-login", "hal-mgmt1", "hal-mgmt2"], "'hal-login,~hal-mgmt[1-2]$'"),
-], ids=["one", "two", "sixteen", "a-group", "two-runs", "names"])
+@pytest.mark.parametrize(
+    "hosts, limit",
+    [
+        (["hal17"], "hal17"),
+        (["hal17", "hal18"], "hal17,hal18"),
+        ([f"hal{i}" for i in range(49, 65)], "'~hal(49|5[0-9]|6[0-4])$'"),
+        ([f"hal{i:02d}" for i in range(1, 65)], "deploy_pull"),  # the shorter of the two groups holding them
+        ([f"hal{i:02d}" for i in (3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15)], "'~hal(0[3-9]|10|1[2-5])$'"),
+        (["hal-login", "hal-mgmt1", "hal-mgmt2"], "'hal-login,~hal-mgmt[1-2]$'"),
+    ],
+    ids=["one", "two", "sixteen", "a-group", "two-runs", "names"],
+)
 def test_the_limit_is_exactly_the_hosts_for_ansible(tmp_path, hosts, limit) -> None:
     """The `--limit` of a first deployment, read by Ansible's own inventory manager: exactly those
     hosts. (hal[49:64] would be a subscript of a group or host `hal`, hal[49-64] a removed form of
@@ -715,19 +912,37 @@ def test_from_a_git_revision(in_tmp) -> None:
     assert "OLD: HEAD:repo/cluster.yml" in result.stdout and "scontrol reconfigure" in result.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["old.yml", "--from", "missing.yml"],
-     "error: --from missing.yml: no such file (give the deployed cluster.yml, or REV:PATH in git)"),
-    (["old.yml"], "error: no deployed record at rendered/hal.deployed (site.yml writes it after a whole-cluster converge): "
-                  "name what is deployed with --from FILE or --from REV:PATH, or converge once"),
-    (["old.yml", "--from", "HEAD:old.yml"], "error: --from HEAD:old.yml: git show failed: fatal: not a git repository"),
-    (["old.yml", "--from", "old.yml", "--jobs", "old.yml"], "error: --jobs old.yml is not JSON (Expecting value at line 1): "
-                                                           "give the saved output of `squeue --json`"),
-    (["old.yml", "--from", "old.yml", "--jobs", "missing.json"],
-     "error: --jobs missing.json: cannot read it (No such file or directory)"),
-    (["old.yml", "--from", "old.yml", "--live", "inv.yml", "--jobs", "x.json"],
-     "error: --live reads the jobs and nodes itself"),
-], ids=["no-such-from", "no-record", "bad-revision", "jobs-not-json", "jobs-missing", "live-and-jobs"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["old.yml", "--from", "missing.yml"],
+            "error: --from missing.yml: no such file (give the deployed cluster.yml, or REV:PATH in git)",
+        ),
+        (
+            ["old.yml"],
+            "error: no deployed record at rendered/hal.deployed (site.yml writes it after a whole-cluster converge): "
+            "name what is deployed with --from FILE or --from REV:PATH, or converge once",
+        ),
+        (
+            ["old.yml", "--from", "HEAD:old.yml"],
+            "error: --from HEAD:old.yml: git show failed: fatal: not a git repository",
+        ),
+        (
+            ["old.yml", "--from", "old.yml", "--jobs", "old.yml"],
+            "error: --jobs old.yml is not JSON (Expecting value at line 1): give the saved output of `squeue --json`",
+        ),
+        (
+            ["old.yml", "--from", "old.yml", "--jobs", "missing.json"],
+            "error: --jobs missing.json: cannot read it (No such file or directory)",
+        ),
+        (
+            ["old.yml", "--from", "old.yml", "--live", "inv.yml", "--jobs", "x.json"],
+            "error: --live reads the jobs and nodes itself",
+        ),
+    ],
+    ids=["no-such-from", "no-record", "bad-revision", "jobs-not-json", "jobs-missing", "live-and-jobs"],
+)
 def test_mistakes_exit_1_with_one_line(in_tmp, monkeypatch, args, message) -> None:
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(in_tmp.parent))  # no repository above the scratch dir
     result = run(*args)
@@ -749,8 +964,24 @@ def test_an_invalid_new_prints_its_findings(in_tmp) -> None:
 # ---- --live, through real Ansible ----------------------------------------------------------------
 def live_inventory(tmp: Path, group: str = "service_slurmctld") -> Path:
     inventory = tmp / "inv.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"children": {group: {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": shutil.which("python3")}}}}}}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        group: {
+                            "hosts": {
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": shutil.which("python3"),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        )
+    )
     return inventory
 
 
@@ -766,7 +997,7 @@ def test_live_reads_squeue_and_sinfo_on_the_controller(in_tmp, monkeypatch, conf
     bin_dir = in_tmp / "bin"
     bin_dir.mkdir()
     for name, data in (("squeue", SQUEUE), ("sinfo", SINFO)):
-        (bin_dir / name).write_text(f"#!/bin/sh\ntest \"$1\" = --json && exec cat {data}\nexit 2\n")
+        (bin_dir / name).write_text(f'#!/bin/sh\ntest "$1" = --json && exec cat {data}\nexit 2\n')
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (in_tmp / "new.yml").write_text(edit(REMOVE_NODE))
@@ -786,14 +1017,15 @@ def test_live_without_a_controller_is_one_line(in_tmp) -> None:
     assert line.startswith("error: --live: `squeue --json` on service_slurmctld[0] of "), line
 
 
-
 # ---- the CLI: what the reader acts on ----------------------------------------------------------
 ADD_TWO_NODES = [
     ("    hosts: hal[01-16]\n    count: 16 ", "    hosts: hal[01-18]\n    count: 18 "),
     ("      nodes: hal[01-16]\n", "      nodes: hal[01-18]\n"),
-    ("    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
-     "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
-     "    - {hosts: \"hal[17-18]\", port: 1, switch: ib-sw1, first_switch_port: 21}\n"),
+    (
+        "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n",
+        "    - {hosts: hal-dev, port: 1, switch: ib-sw1, first_switch_port: 20}\n"
+        '    - {hosts: "hal[17-18]", port: 1, switch: ib-sw1, first_switch_port: 21}\n',
+    ),
 ]
 
 
@@ -806,15 +1038,20 @@ def test_new_hosts_get_their_first_deployment_not_a_restart(in_tmp) -> None:
     assert ["new hosts", "first deployment", "hal[17-18]"] in rows
     [restart_slurmd] = [row for row in rows if row[1] == "restart slurmd"]
     assert restart_slurmd[2] == "hal[01-16]"
-    assert [row for row in rows if "hal17" in row[2] or "hal[17-18]" in row[2]] == \
-        [["new hosts", "first deployment", "hal[17-18]"]]
+    assert [row for row in rows if "hal17" in row[2] or "hal[17-18]" in row[2]] == [
+        ["new hosts", "first deployment", "hal[17-18]"]
+    ]
     # Ansible's --limit: names with commas (Ansible reads hal[17-18] as a subscript), the command on a line
     # of its own (it does not fit beside its label within 100 columns), whole
     command = "ansible-playbook -i rendered/hal/inventory playbooks/site.yml --limit hal17,hal18"
     lines = result.stdout.splitlines()
     assert lines[lines.index("  first deployment:") + 1].startswith(f"    {command} (the new hosts"), result.stdout
-    assert f"first deployment: {command} (the new hosts alone; the whole-cluster converge includes them)" in doc["advice"]
-    assert "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in doc["summary"]
+    assert (
+        f"first deployment: {command} (the new hosts alone; the whole-cluster converge includes them)" in doc["advice"]
+    )
+    assert (
+        "first deployment on hal[17-18]; restart slurmctld on hal-mgmt1; restart slurmd on hal[01-16]" in doc["summary"]
+    )
 
 
 def test_each_warning_is_printed_once(in_tmp) -> None:
@@ -822,7 +1059,9 @@ def test_each_warning_is_printed_once(in_tmp) -> None:
     plan prints NEW's, once; OLD's findings only when OLD is invalid."""
     workstation = (DATA.parent / "clusters" / "workstation.yml").read_text()
     (in_tmp / "ws-old.yml").write_text(workstation)
-    (in_tmp / "ws-new.yml").write_text(workstation.replace("memory_reserve_mib: 16384 ", "memory_reserve_mib: 8192 ", 1))
+    (in_tmp / "ws-new.yml").write_text(
+        workstation.replace("memory_reserve_mib: 16384 ", "memory_reserve_mib: 8192 ", 1)
+    )
     result = run("ws-new.yml", "--from", "ws-old.yml")
     assert result.exit_code == 2, result.output
     warnings_ = [line for line in result.stderr.splitlines() if ": warning: " in line]
@@ -852,24 +1091,32 @@ def test_the_apply_commands_name_the_tree_that_was_rendered(in_tmp) -> None:
     assert result.exit_code == 2, result.output
     advice = json.loads(result.stdout)["advice"]
     assert advice[0] == "apply: ansible-playbook -i site/next/inventory playbooks/site.yml", advice
-    assert advice[1].startswith("first deployment: ansible-playbook -i site/next/inventory playbooks/site.yml "
-                                "--limit hal17 "), advice
+    assert advice[1].startswith(
+        "first deployment: ansible-playbook -i site/next/inventory playbooks/site.yml --limit hal17 "
+    ), advice
     assert "rendered/" not in result.stdout and "render first" not in result.stdout
 
     (in_tmp / "new.yml").write_text(edit(RAISE_LIMIT))  # site/next now holds another description
     stale = run("new.yml", "--from", "old.yml", "--rendered", "site/next").stdout.splitlines()
-    assert ["  render first: hal-provision render new.yml -o site/next (site/next/inventory does not hold NEW",
-            "    yet, and the commands below converge what it holds)"] == stale[-4:-2], stale
+    assert [
+        "  render first: hal-provision render new.yml -o site/next (site/next/inventory does not hold NEW",
+        "    yet, and the commands below converge what it holds)",
+    ] == stale[-4:-2], stale
     assert "  apply: ansible-playbook -i site/next/inventory playbooks/site.yml" in stale
     unrendered = run("new.yml", "--from", "old.yml").stdout.splitlines()
-    assert [line for line in unrendered if line.startswith("  render first: hal-provision render new.yml -o rendered/hal ")]
+    assert [
+        line for line in unrendered if line.startswith("  render first: hal-provision render new.yml -o rendered/hal ")
+    ]
 
 
 def unbroken_paths(doc: dict, text: str, columns: int) -> None:
     """Each changed file's path (as the node has it), and every path a detail names, stands
     whole on one line of `text`; no table line is wider than the console."""
-    paths = {f["path"].removeprefix("files") if f["path"].startswith("files/") else f["path"]
-             for c in doc["components"] for f in c["files"]}
+    paths = {
+        f["path"].removeprefix("files") if f["path"].startswith("files/") else f["path"]
+        for c in doc["components"]
+        for f in c["files"]
+    }
     paths |= {word for c in doc["components"] for q in c["consequences"] for word in q["detail"].split() if "/" in word}
     lines = text.splitlines()
     assert paths and all(len(line) <= columns for line in lines if "│" in line or "━" in line), text
@@ -892,7 +1139,15 @@ def test_file_paths_are_never_broken(in_tmp, case, columns) -> None:
 def test_file_paths_are_never_broken_in_an_80_column_terminal(in_tmp) -> None:
     """The same as a person runs it: the command in a process of its own, COLUMNS=80."""
     (in_tmp / "new.yml").write_text(edit(ADD_NODE))
-    command = [sys.executable, "-c", "from hal_provision.cli.main import main; main()", "plan", "new.yml", "--from", "old.yml"]
+    command = [
+        sys.executable,
+        "-c",
+        "from hal_provision.cli.main import main; main()",
+        "plan",
+        "new.yml",
+        "--from",
+        "old.yml",
+    ]
     env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 2, done.stderr

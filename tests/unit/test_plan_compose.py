@@ -46,11 +46,20 @@ def steps(plan) -> list[tuple[str, str]]:
 def test_the_steps_in_order(trees) -> None:
     plan = build(trees["even"], trees["training"])
     assert plan.components[0].name == "recomposition"
-    assert steps(plan) == [("drain", "hal[01-02]"), ("wait for jobs", "hal[01-02]"), ("detach", "hal02"),
-                           ("attach", "hal01"), ("restart slurmctld", "comp-mgmt"), ("restart slurmd", "hal[01-02]"),
-                           ("health check", "hal[01-02]"), ("resume", "hal[01-02]")]
+    assert steps(plan) == [
+        ("drain", "hal[01-02]"),
+        ("wait for jobs", "hal[01-02]"),
+        ("detach", "hal02"),
+        ("attach", "hal01"),
+        ("restart slurmctld", "comp-mgmt"),
+        ("restart slurmd", "hal[01-02]"),
+        ("health check", "hal[01-02]"),
+        ("resume", "hal[01-02]"),
+    ]
     [detach] = [q for q in plan.components[0].consequences if q.action == "detach"]
-    assert detach.commands == ("python -m hal_provision.compose.driver --driver sandbox --pool chassis1 detach hal02 2",)
+    assert detach.commands == (
+        "python -m hal_provision.compose.driver --driver sandbox --pool chassis1 detach hal02 2",
+    )
     assert "pool chassis1: loses hal02 (2); gains hal01 (2)" in plan.components[0].notes
     assert "recompose: ansible-playbook -i INVENTORY playbooks/compose.yml -e layout=training" in plan.advice[0]
     assert plan.exit_code == 2
@@ -59,8 +68,12 @@ def test_the_steps_in_order(trees) -> None:
 def with_backup_controller(rendered: dict[str, str]) -> dict[str, str]:
     """The tree as services.slurmctld "comp-mgmt,comp-mgmt2" renders it for the plan: both
     SlurmctldHost lines in every slurm.conf (the layouts' copies too), both hosts in the group."""
-    out = {path: text.replace("SlurmctldHost=comp-mgmt\n", "SlurmctldHost=comp-mgmt\nSlurmctldHost=comp-mgmt2\n")
-           if path.endswith("/slurm.conf") else text for path, text in rendered.items()}
+    out = {
+        path: text.replace("SlurmctldHost=comp-mgmt\n", "SlurmctldHost=comp-mgmt\nSlurmctldHost=comp-mgmt2\n")
+        if path.endswith("/slurm.conf")
+        else text
+        for path, text in rendered.items()
+    }
     inventory = yaml.safe_load(out["inventory/hosts.yml"])
     inventory["all"]["children"]["service_slurmctld"]["hosts"]["comp-mgmt2"] = None
     out["inventory/hosts.yml"] = yaml.safe_dump(inventory)
@@ -71,8 +84,10 @@ def test_with_a_backup_controller_the_backup_restarts_first(trees) -> None:
     """As every other restart of slurmctld (the slurm role's handlers, which compose.yml runs)."""
     plan = build(with_backup_controller(trees["even"]), with_backup_controller(trees["training"]))
     assert [c.name for c in plan.components][0] == "recomposition" and "slurm" not in [c.name for c in plan.components]
-    assert [s for s in steps(plan) if s[0] == "restart slurmctld"] == [("restart slurmctld", "comp-mgmt2"),
-                                                                        ("restart slurmctld", "comp-mgmt")]
+    assert [s for s in steps(plan) if s[0] == "restart slurmctld"] == [
+        ("restart slurmctld", "comp-mgmt2"),
+        ("restart slurmctld", "comp-mgmt"),
+    ]
     backup, primary = [q for q in plan.components[0].consequences if q.action == "restart slurmctld"]
     assert backup.detail.startswith("backup controller, first: the NodeName Gres lines")
     assert primary.detail.startswith("primary controller, once `scontrol ping` shows comp-mgmt2 UP")
@@ -88,8 +103,11 @@ def test_no_restart_counts_twice(trees) -> None:
     names = [c.name for c in plan.components]
     assert "slurm" not in names and "health" not in names, names
     owned = {f.path for f in plan.components[0].files}
-    assert {"files/etc/slurm/slurm.conf", "files/etc/slurm/gres.conf",
-            "files/etc/hal-provision/composable.json"} <= owned
+    assert {
+        "files/etc/slurm/slurm.conf",
+        "files/etc/slurm/gres.conf",
+        "files/etc/hal-provision/composable.json",
+    } <= owned
     restarts = [(c.name, q.action) for c in plan.components for q in c.consequences if q.action.startswith("restart")]
     assert restarts == [("recomposition", "restart slurmctld"), ("recomposition", "restart slurmd")]
     # the wrapper suite's table follows the layout (gpux6 shown, gpux8 hidden): compose.yml does
@@ -109,11 +127,14 @@ def test_a_change_beyond_the_layout_still_shows_as_itself(trees) -> None:
     assert any(line.startswith("apply: ansible-playbook -i INVENTORY playbooks/site.yml") for line in plan.advice)
 
 
-@pytest.mark.parametrize("host, gpus, blocking", [
-    ("hal02", "gres:gpu:v100:1", True),   # loses 2: its GPU could be the one detached
-    ("hal01", "gres:gpu:v100:1", False),  # gains
-    ("hal02", "", False),                 # holds no GPU
-])
+@pytest.mark.parametrize(
+    "host, gpus, blocking",
+    [
+        ("hal02", "gres:gpu:v100:1", True),  # loses 2: its GPU could be the one detached
+        ("hal01", "gres:gpu:v100:1", False),  # gains
+        ("hal02", "", False),  # holds no GPU
+    ],
+)
 def test_a_running_job_blocks_only_holding_gpus_on_a_losing_host(trees, host, gpus, blocking) -> None:
     plan = build(trees["even"], trees["training"], jobs=parse_jobs(recorded_jobs(host, gpus), "squeue"))
     held = [(i.job.job_id, i.why) for i in plan.blocking]

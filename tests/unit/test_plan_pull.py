@@ -28,14 +28,19 @@ FLEET = (CLUSTERS / "fleet.yml").read_text(encoding="utf-8")
 COMPOSABLE = (CLUSTERS / "x86-composable.yml").read_text(encoding="utf-8") + "\ndeploy:\n  mode: pull\n"
 CONTROL_PLANE = "--limit 'all:!deploy_pull'"
 
-COMPUTE = "    hosts: fl[01-04]                          # the fleet scenario runs two (sandbox up --computes 2),\n" \
-          "    count: 4 "
+COMPUTE = (
+    "    hosts: fl[01-04]                          # the fleet scenario runs two (sandbox up --computes 2),\n"
+    "    count: 4 "
+)
 PARTITION = "      nodes: fl[01-04]\n"
 
 
 def computes(last: int) -> list[tuple[str, str]]:
     """fl[01-LAST] instead of fl[01-04], in the node group and the partition."""
-    return [(COMPUTE, f"    hosts: fl[01-{last:02d}]\n    count: {last} "), (PARTITION, f"      nodes: fl[01-{last:02d}]\n")]
+    return [
+        (COMPUTE, f"    hosts: fl[01-{last:02d}]\n    count: {last} "),
+        (PARTITION, f"      nodes: fl[01-{last:02d}]\n"),
+    ]
 
 
 MAX_TIME = [('      max_time: "1-00:00:00"                  # [fixture]', '      max_time: "2-00:00:00"')]
@@ -74,7 +79,7 @@ def advice(case: str) -> list[str]:
 
 def commands(lines: list[str], head: str) -> list[str]:
     """The commands of `lines` that start with `head` (up to a parenthesis or the line's end)."""
-    return [line[line.index(head):].split(" (")[0] for line in lines if head in line]
+    return [line[line.index(head) :].split(" (")[0] for line in lines if head in line]
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -85,8 +90,10 @@ def test_bundle_push_the_control_plane_alone_publish(case) -> None:
     assert not any("rolling.yml" in line for line in lines), lines
     sites = commands(lines, "ansible-playbook -i rendered/")
     assert all(c.endswith(CONTROL_PLANE) or "--limit '~fl(" in c for c in sites if "site.yml" in c), sites
-    order = [next(i for i, line in enumerate(lines) if mark in line)
-             for mark in ("hal-provision bundle new.yml --out bundles/", "playbooks/publish.yml")]
+    order = [
+        next(i for i, line in enumerate(lines) if mark in line)
+        for mark in ("hal-provision bundle new.yml --out bundles/", "playbooks/publish.yml")
+    ]
     assert order == sorted(order)
     assert any(line.startswith("follow: hal-provision fleet status rendered/") for line in lines)
 
@@ -114,15 +121,19 @@ def test_a_limit_change_is_bundled_pushed_to_the_controller_and_published() -> N
 
 def test_a_leaving_node_stops_its_converge_is_drained_then_its_slurmd_stops() -> None:
     lines = advice("pull-node-removed-job-running")
-    steps = [next(i for i, line in enumerate(lines) if line.startswith(head)) for head in (
-        "first, on fl04: systemctl disable --now hal-converge.timer",
-        'drain: scontrol update nodename=fl04 state=drain reason="hal-provision plan: leaving the cluster"',
-        "wait: until `squeue -w fl04` lists no job",
-        "bundle",
-        "push the control plane",
-        "then, on fl04: systemctl disable --now slurmd",
-        "publish",
-        "then fl[01-03] take it")]
+    steps = [
+        next(i for i, line in enumerate(lines) if line.startswith(head))
+        for head in (
+            "first, on fl04: systemctl disable --now hal-converge.timer",
+            'drain: scontrol update nodename=fl04 state=drain reason="hal-provision plan: leaving the cluster"',
+            "wait: until `squeue -w fl04` lists no job",
+            "bundle",
+            "push the control plane",
+            "then, on fl04: systemctl disable --now slurmd",
+            "publish",
+            "then fl[01-03] take it",
+        )
+    ]
     assert steps == sorted(steps), lines
 
 
@@ -139,8 +150,9 @@ def test_a_recomposition_is_composed_then_published() -> None:
     assert lines[1].startswith("recompose: ansible-playbook -i rendered/comp/inventory playbooks/compose.yml")
     assert "it pushes to the pull nodes too, over SSH" in lines[1]
     assert any(line.startswith("push the control plane (the change reaches comp-login there)") for line in lines)
-    assert any("compose.yml wrote what changes on them, so their converge finds nothing to change" in line
-               for line in lines)
+    assert any(
+        "compose.yml wrote what changes on them, so their converge finds nothing to change" in line for line in lines
+    )
 
 
 def test_an_upgrade_restarts_each_daemon_once_and_pull_nodes_take_it_from_the_bundle() -> None:
@@ -158,9 +170,11 @@ def test_a_change_of_the_control_plane_alone_publishes_nothing() -> None:
     new = tree(edit([("max_time_hours: 24}", "max_time_hours: 12}")], FLEET))
     plan = build(old, new, inventory="inv", bundle_dir="b")
     assert [c.name for c in plan.components] == ["swsuite"]
-    assert plan.advice == ["push the control plane (the change reaches fl-mgmt there): "
-                           "ansible-playbook -i inv playbooks/site.yml --limit 'all:!deploy_pull'",
-                           "jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY"]
+    assert plan.advice == [
+        "push the control plane (the change reaches fl-mgmt there): "
+        "ansible-playbook -i inv playbooks/site.yml --limit 'all:!deploy_pull'",
+        "jobs not checked: give --jobs FILE (squeue --json) or --live INVENTORY",
+    ]
 
 
 def test_a_redefined_node_with_a_job_is_drained_and_resumed_once_converged() -> None:
@@ -171,9 +185,15 @@ def test_a_redefined_node_with_a_job_is_drained_and_resumed_once_converged() -> 
     plan = build(old, new, jobs=parse_jobs(job_on("fl02"), "squeue"), inventory="inv", bundle_dir="b")
     assert plan.exit_code == 1
     heads = [line.split(":")[0] for line in plan.advice]
-    assert heads[:3] == ["drain", "wait", "bundle (NEW's, its release signed with the cluster's key; nothing changes yet)"]
-    assert "once `fleet status` shows fl02 at the new version (a node's converge lifts only its own drain): " \
-           "scontrol update nodename=fl02 state=resume" in plan.advice
+    assert heads[:3] == [
+        "drain",
+        "wait",
+        "bundle (NEW's, its release signed with the cluster's key; nothing changes yet)",
+    ]
+    assert (
+        "once `fleet status` shows fl02 at the new version (a node's converge lifts only its own drain): "
+        "scontrol update nodename=fl02 state=resume" in plan.advice
+    )
 
 
 def test_commands_wrapped_onto_lines_of_their_own_stay_whole() -> None:

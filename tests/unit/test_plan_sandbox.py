@@ -42,8 +42,15 @@ def make_sandbox(workdir: Path, file: Path) -> lifecycle.Sandbox:
 
 
 def hal(*argv: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([tools.self_command(), *argv], cwd=cwd, env=tools.child_env(env), capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [tools.self_command(), *argv],
+        cwd=cwd,
+        env=tools.child_env(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -65,8 +72,9 @@ def test_the_plan_on_a_sandbox_is_the_sandbox_s_own(tmp_path, site):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     # Only what the change touches: the harness changes and the sandbox's keys are on both sides.
-    assert [(f["path"], f["change"]) for c in doc["components"] for f in c["files"]] == \
-        [("files/etc/slurm/slurm.conf", "modified")], doc["components"]
+    assert [(f["path"], f["change"]) for c in doc["components"] for f in c["files"]] == [
+        ("files/etc/slurm/slurm.conf", "modified")
+    ], doc["components"]
     commands = [c for line in doc["advice_commands"] for c in line]
     assert commands == [
         f"hal-provision sandbox up new.yml --workdir {workdir} --computes 2 --subnet {SUBNET} --no-converge",
@@ -89,8 +97,16 @@ def test_once_the_sandbox_holds_new_no_render_and_its_bundle_is_the_sandbox_s(tm
     assert doc["advice_commands"][0] == [f"hal-provision sandbox bundle --workdir {workdir} --out {workdir}/bundles"]
 
     keys = tmp_path / "keys"
-    proc = hal("sandbox", "bundle", "--workdir", str(workdir), "--out", f"{workdir}/bundles", cwd=tmp_path,
-               env={"HAL_RELEASE_KEYS": str(keys)})
+    proc = hal(
+        "sandbox",
+        "bundle",
+        "--workdir",
+        str(workdir),
+        "--out",
+        f"{workdir}/bundles",
+        cwd=tmp_path,
+        env={"HAL_RELEASE_KEYS": str(keys)},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     bundles = tmp_path / workdir / "bundles"
     manifest = json.loads(next(p for p in bundles.glob("*.json") if p.name != "current.json").read_text())

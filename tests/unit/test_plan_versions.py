@@ -23,17 +23,25 @@ MAJOR = re.compile(r"(?<![\d.])[12]\d\.(?:0[1-9]|1[0-2])(?![\d.]*\d)")
 
 def docstrings(tree: ast.AST) -> set[int]:
     """ids of the string statements (docstrings, and strings standing alone as comments)."""
-    return {id(node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
 
 
 def majors_in_strings(source: str) -> list[tuple[int, str]]:
     """(line, text) of each string constant (f-strings' literal parts included) naming a Slurm major."""
     tree = ast.parse(source)
     skip = docstrings(tree)
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
-            and MAJOR.search(node.value)]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skip
+        and MAJOR.search(node.value)
+    ]
 
 
 def test_the_pattern_finds_every_known_major_and_no_longer_number() -> None:
@@ -42,16 +50,20 @@ def test_the_pattern_finds_every_known_major_and_no_longer_number() -> None:
 
 
 def test_the_scan_sees_f_strings_and_skips_docstrings_and_comments() -> None:
-    source = ('"""Slurm 22.05 prints it."""\n# Slurm 23.02 too\n'
-              'def f(v):\n    """From 24.11 on."""\n    return [f"Slurm {v} (Debian 12 ships 22.05)", "24.11"]\n')
+    source = (
+        '"""Slurm 22.05 prints it."""\n# Slurm 23.02 too\n'
+        'def f(v):\n    """From 24.11 on."""\n    return [f"Slurm {v} (Debian 12 ships 22.05)", "24.11"]\n'
+    )
     assert sorted(text for _line, text in majors_in_strings(source)) == [" (Debian 12 ships 22.05)", "24.11"]
 
 
 @pytest.mark.parametrize("path", sorted(PLAN.glob("*.py")), ids=lambda p: p.name)
 def test_no_slurm_major_is_written_into_plans_texts(path: Path) -> None:
     found = majors_in_strings(path.read_text(encoding="utf-8"))
-    assert not found, (f"{path.name} writes a Slurm major into a text: take it from the model "
-                       f"(model/slurm_versions.py) or NEW's tree (slurm-version.json): {found}")
+    assert not found, (
+        f"{path.name} writes a Slurm major into a text: take it from the model "
+        f"(model/slurm_versions.py) or NEW's tree (slurm-version.json): {found}"
+    )
 
 
 @pytest.mark.parametrize("version", [None, "22.05", "24.11"])

@@ -47,9 +47,19 @@ def test_defaults_are_slurms_where_it_has_one():
     p = Priority()
     assert p.type is None
     assert (p.decay_half_life, p.max_age, p.favor_small, p.usage_reset_period, p.calc_period_minutes) == (
-        "7-00:00:00", "7-00:00:00", False, "NONE", 5)
+        "7-00:00:00",
+        "7-00:00:00",
+        False,
+        "NONE",
+        5,
+    )
     assert (p.weight_age, p.weight_fairshare, p.weight_job_size, p.weight_partition, p.weight_qos) == (
-        1000, 10000, 0, 0, 10000)
+        1000,
+        10000,
+        0,
+        0,
+        10000,
+    )
     assert p.weight_tres == {}
     assert p.highest_priority == 21000
 
@@ -71,13 +81,20 @@ def test_hal_is_multifactor_by_its_own_word(hal):
     [
         pytest.param(lambda d: None, "multifactor", id="fair-share-and-qos-priorities"),
         pytest.param(no_policy, "basic", id="nothing-to-weigh"),
-        pytest.param(lambda d: (no_policy(d), d["accounts"]["groups"][2].update(fairshare=0)), "multifactor",
-                     id="one-account-with-no-shares"),
-        pytest.param(lambda d: (no_policy(d), d["slurm"]["qos"][1].update(priority=1)), "multifactor",
-                     id="one-qos-priority"),
+        pytest.param(
+            lambda d: (no_policy(d), d["accounts"]["groups"][2].update(fairshare=0)),
+            "multifactor",
+            id="one-account-with-no-shares",
+        ),
+        pytest.param(
+            lambda d: (no_policy(d), d["slurm"]["qos"][1].update(priority=1)), "multifactor", id="one-qos-priority"
+        ),
         # Shares on a group without a Slurm account reach no sacctmgr association.
-        pytest.param(lambda d: (no_policy(d), d["accounts"]["groups"][0].update(fairshare=5)), "basic",
-                     id="shares-without-a-slurm-account"),
+        pytest.param(
+            lambda d: (no_policy(d), d["accounts"]["groups"][0].update(fairshare=5)),
+            "basic",
+            id="shares-without-a-slurm-account",
+        ),
     ],
 )
 def test_type_left_out_follows_the_policies(hal, edit, expected):
@@ -110,15 +127,29 @@ def test_hal_renders_multifactor_with_its_weights(hal):
 
 
 def test_every_setting_is_rendered(hal):
-    cluster = variant(hal, lambda d: d["slurm"]["priority"].update(
-        weight_job_size=50, weight_partition=7, favor_small=True, decay_half_life="14-00:00:00", max_age="2-00:00:00",
-        usage_reset_period="MONTHLY", calc_period_minutes=10,
-        weight_tres={"GRES/gpu": 3000, "CPU": -1000, "Mem": 2000},
-    ))
+    cluster = variant(
+        hal,
+        lambda d: d["slurm"]["priority"].update(
+            weight_job_size=50,
+            weight_partition=7,
+            favor_small=True,
+            decay_half_life="14-00:00:00",
+            max_age="2-00:00:00",
+            usage_reset_period="MONTHLY",
+            calc_period_minutes=10,
+            weight_tres={"GRES/gpu": 3000, "CPU": -1000, "Mem": 2000},
+        ),
+    )
     block = priority_block(slurm_conf(cluster))
-    for line in ("PriorityWeightJobSize=50", "PriorityWeightPartition=7", "PriorityFavorSmall=YES",
-                 "PriorityDecayHalfLife=14-00:00:00", "PriorityMaxAge=2-00:00:00", "PriorityUsageResetPeriod=MONTHLY",
-                 "PriorityCalcPeriod=10"):
+    for line in (
+        "PriorityWeightJobSize=50",
+        "PriorityWeightPartition=7",
+        "PriorityFavorSmall=YES",
+        "PriorityDecayHalfLife=14-00:00:00",
+        "PriorityMaxAge=2-00:00:00",
+        "PriorityUsageResetPeriod=MONTHLY",
+        "PriorityCalcPeriod=10",
+    ):
         assert line in block
     # In slurm.conf's order of TRES, whatever the order in cluster.yml.
     assert "PriorityWeightTRES=CPU=-1000,Mem=2000,GRES/gpu=3000" in block
@@ -144,7 +175,8 @@ def test_priority_is_set_before_accounting(hal):
     """Beside the scheduling settings, ahead of the slurmdbd lines the fair-share usage comes from."""
     lines = slurm_conf(hal).splitlines()
     assert lines.index("PriorityType=priority/multifactor") < lines.index(
-        "AccountingStorageType=accounting_storage/slurmdbd")
+        "AccountingStorageType=accounting_storage/slurmdbd"
+    )
     assert "AccountingStorageEnforce=associations,limits,qos" in lines
 
 
@@ -152,7 +184,8 @@ def test_priority_tier_is_rendered_where_the_model_sets_one():
     twogen = load(CLUSTERS / "x86-twogen.yml")
     tiers = {
         line.split()[0]: [f for f in line.split() if f.startswith("PriorityTier=")]
-        for line in slurm_conf(twogen).splitlines() if line.startswith("PartitionName=")
+        for line in slurm_conf(twogen).splitlines()
+        if line.startswith("PartitionName=")
     }
     assert tiers.pop("PartitionName=h100") == ["PriorityTier=2"]
     assert tiers and all(found == [] for found in tiers.values())  # None: Slurm's default, not written

@@ -54,8 +54,12 @@ def test_nccl_ib_hca_follows_the_nearest_gpus_and_named_devices(ailab):
     cluster = Cluster.model_validate(data)
     groups = [(g.hosts, cluster.profile_of(g)) for g in cluster.nodes if g.name == "gpu"]
     assert nccl_ib_hca(cluster.recipes, cluster.fabric, groups) == [f"mlx5_{i}:1" for i in range(8)]
-    profile = HardwareProfile.model_validate({**data["hardware"]["cpu2s"], "ib_adapters": [
-        {"model": "ConnectX-3", "ports": 2, "rate_gbps": 56, "devices": ["mlx4_0", "mlx4_0:2"]}]})
+    profile = HardwareProfile.model_validate(
+        {
+            **data["hardware"]["cpu2s"],
+            "ib_adapters": [{"model": "ConnectX-3", "ports": 2, "rate_gbps": 56, "devices": ["mlx4_0", "mlx4_0:2"]}],
+        }
+    )
     assert [str(p) for p in profile.ib_ports()] == ["mlx4_0:1", "mlx4_0:2"]
 
 
@@ -76,14 +80,23 @@ def test_the_diagram_draws_each_rail(ailab):
     assert "8 x NVIDIA ConnectX-7 NDR single-port, 1 x 400 Gb/s" in source
 
 
-@pytest.mark.parametrize(("adapters", "message"), [
-    ([{"model": "CX7", "ports": 2, "rate_gbps": 400, "devices": ["mlx5_0"]}],
-     "devices lists 1 device ports for an adapter of 2 ports: one each"),
-    ([{"model": "CX7", "ports": 1, "rate_gbps": 400, "devices": ["mlx5_1"]},
-      {"model": "CX7", "ports": 1, "rate_gbps": 400}],
-     "ib_adapters name mlx5_1:1 more than once"),
-    ([{"model": "CX7", "ports": 1, "rate_gbps": 400, "devices": ["mlx5 0"]}], "String should match pattern"),
-])
+@pytest.mark.parametrize(
+    ("adapters", "message"),
+    [
+        (
+            [{"model": "CX7", "ports": 2, "rate_gbps": 400, "devices": ["mlx5_0"]}],
+            "devices lists 1 device ports for an adapter of 2 ports: one each",
+        ),
+        (
+            [
+                {"model": "CX7", "ports": 1, "rate_gbps": 400, "devices": ["mlx5_1"]},
+                {"model": "CX7", "ports": 1, "rate_gbps": 400},
+            ],
+            "ib_adapters name mlx5_1:1 more than once",
+        ),
+        ([{"model": "CX7", "ports": 1, "rate_gbps": 400, "devices": ["mlx5 0"]}], "String should match pattern"),
+    ],
+)
 def test_profile_errors_name_the_adapters(ailab, adapters, message):
     data = copy.deepcopy(ailab.model_dump(mode="json", exclude_none=True)["hardware"]["cpu2s"])
     data["ib_adapters"] = adapters
@@ -112,8 +125,16 @@ def _topo_with_nics() -> str:
     for a in names:
         affinity = "0-55,112-167\t0" if int(a[3:]) < 4 else "56-111,168-223\t1"
         lines.append(a + "\t" + "\t".join(cell(a, b) for b in names) + f"\t{affinity}\t\tN/A")
-    lines += ["", "Legend:", "", "  X    = Self", "  PIX  = Connection traversing at most a single PCIe bridge", "",
-              "NIC Legend:", ""] + [f"  NIC{i}: mlx5_{i}" for i in range(8)]
+    lines += [
+        "",
+        "Legend:",
+        "",
+        "  X    = Self",
+        "  PIX  = Connection traversing at most a single PCIe bridge",
+        "",
+        "NIC Legend:",
+        "",
+    ] + [f"  NIC{i}: mlx5_{i}" for i in range(8)]
     return "\n".join(lines) + "\n"
 
 
@@ -140,8 +161,17 @@ def test_discover_names_each_adapter_its_numa_node_and_nearest_gpu(tmp_path):
         (device / "ports/1/link_layer").write_text("InfiniBand\n")
     found = discover(read_records(tmp_path))
     adapters = found.profile()["ib_adapters"]
-    assert adapters == [{"model": "Mellanox ConnectX-7 single-port NDR", "ports": 1, "rate_gbps": 400,
-                         "devices": [f"mlx5_{i}"], "numa_node": i // 4, "gpus": [i]} for i in range(8)], adapters
+    assert adapters == [
+        {
+            "model": "Mellanox ConnectX-7 single-port NDR",
+            "ports": 1,
+            "rate_gbps": 400,
+            "devices": [f"mlx5_{i}"],
+            "numa_node": i // 4,
+            "gpus": [i],
+        }
+        for i in range(8)
+    ], adapters
 
 
 def test_a_link_names_its_port_by_device_and_survives_a_dump(ailab):

@@ -27,29 +27,43 @@ SWSUITE_TABLE = REPO / "tests" / "golden" / "hal" / "files" / "etc" / "swsuite" 
 
 def quick_start() -> list[str]:
     """The commands of the fenced block right after the quick-start marker, one per line."""
-    after = README[README.index(MARKER):]
+    after = README[README.index(MARKER) :]
     block = re.search(r"```sh\n(.*?)```", after, re.S).group(1)
     return [line for line in block.splitlines() if line.strip()]
 
 
 def test_quick_start_runs_command_by_command(tmp_path):
     commands = quick_start()
-    assert [shlex.split(c, comments=True)[1] for c in commands] == ["init", "validate", "show", "render",
-                                                                     "diagram", "plan"]
+    assert [shlex.split(c, comments=True)[1] for c in commands] == [
+        "init",
+        "validate",
+        "show",
+        "render",
+        "diagram",
+        "plan",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120")
     for command in commands:
         words = shlex.split(command, comments=True)
         assert words[0] == CLI, command  # every step runs without hosts; deploying is after the block
-        done = subprocess.run([sys.executable, "-c", "from hal_provision.cli.main import main; main()", *words[1:]],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", "from hal_provision.cli.main import main; main()", *words[1:]],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
     assert (tmp_path / "rendered" / "mylab" / "files" / "etc" / "slurm" / "slurm.conf").is_file()
     assert (tmp_path / "mylab.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
 
 
 def test_the_two_setup_commands_are_kept():
-    assert ("```sh\n./bootstrap.sh demo    # set-up, then the main job on the embedded HAL description\n"
-            "./bootstrap.sh test    # set-up, then every test (this is what CI runs)\n```") in README
+    assert (
+        "```sh\n./bootstrap.sh demo    # set-up, then the main job on the embedded HAL description\n"
+        "./bootstrap.sh test    # set-up, then every test (this is what CI runs)\n```"
+    ) in README
 
 
 def test_first_screen_leads_to_the_quick_start():
@@ -59,7 +73,9 @@ def test_first_screen_leads_to_the_quick_start():
 
 def test_readme_stays_a_front_door():
     lines = README.count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines: move the detail into docs/ (at most {README_MAX_LINES})"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines: move the detail into docs/ (at most {README_MAX_LINES})"
+    )
 
 
 def prose(text: str) -> str:
@@ -101,24 +117,38 @@ def run_documented(words: list[str], cwd: Path) -> subprocess.CompletedProcess:
         at = words.index(">")
         words, stdout_to = words[:at], words[at + 1]
     env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="120", SWSUITE_TABLE=str(SWSUITE_TABLE))
-    entry = {"hal-provision": "from hal_provision.cli.main import main; main()", CLI: "from hal_provision.cli.main import main; main()",
-             "swrun": "import sys; from hal_provision.node.swsuite.cli import swrun; sys.exit(swrun())"}
+    entry = {
+        "hal-provision": "from hal_provision.cli.main import main; main()",
+        CLI: "from hal_provision.cli.main import main; main()",
+        "swrun": "import sys; from hal_provision.node.swsuite.cli import swrun; sys.exit(swrun())",
+    }
     assert words[0] in entry, f"{words[0]}: a tested block holds only commands that need no hosts"
-    done = subprocess.run([sys.executable, "-c", entry[words[0]], *words[1:]], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", entry[words[0]], *words[1:]],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if stdout_to:
         (cwd / stdout_to).write_text(done.stdout)
     return done
 
 
-@pytest.mark.parametrize(("page", "status", "commands"), marked_blocks(),
-                         ids=[f"{p}:{c[0].split('#')[0].strip()}" for p, _, c in marked_blocks()])
+@pytest.mark.parametrize(
+    ("page", "status", "commands"),
+    marked_blocks(),
+    ids=[f"{p}:{c[0].split('#')[0].strip()}" for p, _, c in marked_blocks()],
+)
 def test_tested_docs_block_runs_command_by_command(tmp_path, page, status, commands):
     for shared in ("examples", "inventory", "tests"):  # what the docs' commands read, as from the repository root
         (tmp_path / shared).symlink_to(REPO / shared)
     for command in commands:
         done = run_documented(shlex.split(command, comments=True), tmp_path)
-        assert done.returncode == status, f"{page}: {command}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == status, (
+            f"{page}: {command}\nexit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
 
 
 def test_docs_have_marked_blocks():
@@ -164,8 +194,11 @@ def test_command_line_block_names_every_command():
             assert subs == set(group.commands), name
 
 
-@pytest.mark.parametrize("words", [[w[0], s] for w in command_line_block() for s in w[1:]]
-                         + [w[:1] for w in command_line_block()], ids=" ".join)
+@pytest.mark.parametrize(
+    "words",
+    [[w[0], s] for w in command_line_block() for s in w[1:]] + [w[:1] for w in command_line_block()],
+    ids=" ".join,
+)
 def test_help_of_every_documented_command_runs(words):
     from typer.testing import CliRunner
 

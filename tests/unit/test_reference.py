@@ -12,7 +12,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster-yml.md"
 
 def test_reference_is_current():
     assert DOC.read_text(encoding="utf-8") == reference_markdown(), (
-        f"docs/cluster-yml.md is stale: regenerate it with `{REGENERATE}` and commit it")
+        f"docs/cluster-yml.md is stale: regenerate it with `{REGENERATE}` and commit it"
+    )
 
 
 def test_every_section_and_check_is_in_it():

@@ -18,8 +18,10 @@ from hal_provision import release
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET = REPO / "tests/data/clusters/fleet.yml"
-pytestmark = pytest.mark.skipif(shutil.which("minisign") is None,
-                                reason="minisign is not installed (Debian package minisign; ./bootstrap.sh installs it)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("minisign") is None,
+    reason="minisign is not installed (Debian package minisign; ./bootstrap.sh installs it)",
+)
 CURRENT = {"version": "0123456789abcdef", "bundle": "0123456789abcdef.tar.gz", "sha256": "ab" * 32, "size": 1234}
 
 
@@ -64,8 +66,9 @@ def test_serials_only_grow(tmp_path):
 
 
 def test_a_signed_release_verifies_with_its_key_and_says_what_it_publishes(tmp_path):
-    outputs = release.sign_outputs({"x.tar.gz": b"x", "current.json": json.dumps(CURRENT).encode()}, "fl",
-                                   valid_days=7, directory=tmp_path)
+    outputs = release.sign_outputs(
+        {"x.tar.gz": b"x", "current.json": json.dumps(CURRENT).encode()}, "fl", valid_days=7, directory=tmp_path
+    )
     text = outputs["current.json"]
     doc = release.verify(text, tmp_path / "fl.pub")
     assert {k: doc[k] for k in CURRENT} == CURRENT and doc["cluster"] == "fl"
@@ -78,7 +81,9 @@ def test_a_signed_release_verifies_with_its_key_and_says_what_it_publishes(tmp_p
 
 def test_another_key_a_rewritten_release_and_no_signature_do_not_verify(tmp_path):
     release.ensure_key("other", tmp_path)
-    text = release.sign_outputs({"current.json": json.dumps(CURRENT).encode()}, "fl", directory=tmp_path)["current.json"]
+    text = release.sign_outputs({"current.json": json.dumps(CURRENT).encode()}, "fl", directory=tmp_path)[
+        "current.json"
+    ]
     with pytest.raises(release.ReleaseError, match="does not verify"):
         release.verify(text, tmp_path / "other.pub")
     envelope = json.loads(text)
@@ -97,9 +102,19 @@ def test_without_minisign_the_error_says_how_to_get_it(tmp_path, monkeypatch):
 
 
 def _bundle(out: Path, keys: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(keys.parent), "HAL_RELEASE_KEYS": str(keys)}
-    return subprocess.run([sys.executable, "-m", "hal_provision.cli", "bundle", str(FLEET), "--out", str(out), *extra],
-                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(keys.parent),
+        "HAL_RELEASE_KEYS": str(keys),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "hal_provision.cli", "bundle", str(FLEET), "--out", str(out), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_bundle_signs_current_json_and_no_private_key_leaves_the_key_directory(tmp_path):

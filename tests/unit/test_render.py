@@ -56,6 +56,7 @@ def render_cli(out: Path, *args: str):
 
 # ---- determinism and headers --------------------------------------------------------------
 
+
 def test_render_is_deterministic(hal, files):
     assert render_all(hal) == files
     assert render_all(load_model()) == files  # a fresh load renders the same bytes
@@ -67,8 +68,12 @@ def test_render_does_not_depend_on_hash_seed(tmp_path):
     for seed in ("1", "2"):
         out = tmp_path / f"seed{seed}"
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        subprocess.run([sys.executable, "-m", "hal_provision.cli", "render", "-o", str(out)],
-                       check=True, env=env, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "hal_provision.cli", "render", "-o", str(out)],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         trees.append(tree(out))
     assert trees[0] == trees[1]
 
@@ -98,8 +103,9 @@ def test_every_file_starts_with_the_generated_by_header(file):
         elif rel.endswith(".dot"):  # Graphviz DOT: C++-style comments
             assert text.startswith(header(model, "//")), f"{rel} lacks the generated-by header"
         elif rel.endswith(".html.erb"):  # an ERB comment, so that the page does not show it
-            assert text.startswith("<%#\n" + "".join(f"  {line.removeprefix('# ')}\n"
-                                                    for line in expected.splitlines())), rel
+            assert text.startswith(
+                "<%#\n" + "".join(f"  {line.removeprefix('# ')}\n" for line in expected.splitlines())
+            ), rel
         else:  # after the interpreter line of a script
             body = text.split("\n", 1)[1] if text.startswith("#!") else text
             assert body.startswith(expected), f"{rel} lacks the generated-by header"
@@ -116,11 +122,29 @@ def test_paths_are_relative_and_sorted(files):
 # the result must be exactly ClusterShell's, whatever the expression.
 
 EXPRESSIONS = [
-    "hal[01-16]", "hal[1-120]", "hal[000001-001000]", "n[0-11]", "n[00-11]", "solo[7-7]",
-    "hal[9-10]", "hal[09-10]", "hal[099-100]", "s[1-4]-a", "x.y[1-3]", "hal-login",
-    "hal-mgmt1,hal-mgmt2", "m[1-3],m[01-03]", "c[10-12],b[1-2],a9", "r[05-09],r[01-03]",
-    "h[01-03,07-09,100-102]", "p1[01-16]", "t[8-12]0", "rack[1-2]n[01-03]", "node[1-4]-ib0",
-    "gpu-su001-leaf[01-56]", "hal[01-16],hal-login,hal-dev,hal-dtn",
+    "hal[01-16]",
+    "hal[1-120]",
+    "hal[000001-001000]",
+    "n[0-11]",
+    "n[00-11]",
+    "solo[7-7]",
+    "hal[9-10]",
+    "hal[09-10]",
+    "hal[099-100]",
+    "s[1-4]-a",
+    "x.y[1-3]",
+    "hal-login",
+    "hal-mgmt1,hal-mgmt2",
+    "m[1-3],m[01-03]",
+    "c[10-12],b[1-2],a9",
+    "r[05-09],r[01-03]",
+    "h[01-03,07-09,100-102]",
+    "p1[01-16]",
+    "t[8-12]0",
+    "rack[1-2]n[01-03]",
+    "node[1-4]-ib0",
+    "gpu-su001-leaf[01-56]",
+    "hal[01-16],hal-login,hal-dev,hal-dtn",
 ]
 
 
@@ -136,10 +160,17 @@ def test_hostlist_fast_paths_agree_with_clustershell(expr):
     assert fold(mixed) == str(mixed)
 
 
-@pytest.mark.parametrize("first, count", [
-    ("172.22.1.1", 16), ("10.0.0.250", 600), ("10.0.255.200", 70_000), ("0.0.0.0", 1),
-    ("255.255.255.250", 6), ("192.168.0.1", 0),
-])
+@pytest.mark.parametrize(
+    "first, count",
+    [
+        ("172.22.1.1", 16),
+        ("10.0.0.250", 600),
+        ("10.0.255.200", 70_000),
+        ("0.0.0.0", 1),
+        ("255.255.255.250", 6),
+        ("192.168.0.1", 0),
+    ],
+)
 def test_dotted_quads_match_ipaddress(first, count):
     from ipaddress import IPv4Address
 
@@ -153,6 +184,7 @@ def test_dotted_quads_refuse_to_leave_ipv4():
 
 
 # ---- the inventory and /etc/hosts ---------------------------------------------------------
+
 
 def safe_load(text: str):
     try:
@@ -194,15 +226,18 @@ def inventory(files) -> dict:
 COMPUTE = {f"hal{i:02d}" for i in range(1, 17)}
 
 
-@pytest.mark.parametrize("group, expected", [
-    ("role_compute", COMPUTE),
-    ("partition_gpu", COMPUTE),
-    ("slurm_nodes", COMPUTE),
-    ("hw_ac922", COMPUTE | {"hal-dev"}),
-    ("service_slurmctld", {"hal-mgmt1"}),
-    ("service_portal", {"hal-mgmt2"}),
-    ("role_management", {"hal-mgmt1", "hal-mgmt2"}),
-])
+@pytest.mark.parametrize(
+    "group, expected",
+    [
+        ("role_compute", COMPUTE),
+        ("partition_gpu", COMPUTE),
+        ("slurm_nodes", COMPUTE),
+        ("hw_ac922", COMPUTE | {"hal-dev"}),
+        ("service_slurmctld", {"hal-mgmt1"}),
+        ("service_portal", {"hal-mgmt2"}),
+        ("role_management", {"hal-mgmt1", "hal-mgmt2"}),
+    ],
+)
 def test_inventory_groups(inventory, group, expected):
     assert group_hosts(all_groups(inventory), group) == expected
 
@@ -246,7 +281,9 @@ def test_ansible_reads_the_inventory(tmp_path, hal):
     assert render_cli(tmp_path / "out").exit_code == 0
     listed = subprocess.run(
         ["ansible-inventory", "-i", str(tmp_path / "out" / INVENTORY), "--list"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     data = json.loads(listed.stdout)
 
@@ -265,6 +302,7 @@ def test_ansible_reads_the_inventory(tmp_path, hal):
 
 # ---- the CLI writing a tree ---------------------------------------------------------------
 
+
 def test_render_twice_leaves_every_file_byte_identical(tmp_path):
     out = tmp_path / "rendered"
     first = render_cli(out)
@@ -277,8 +315,9 @@ def test_render_twice_leaves_every_file_byte_identical(tmp_path):
     assert leftovers(out) == []
 
 
-@pytest.mark.parametrize("target", ["inventory/hosts.yml", "inventory/hosts.yml/below"],
-                         ids=["output-is-a-file", "output-under-a-file"])
+@pytest.mark.parametrize(
+    "target", ["inventory/hosts.yml", "inventory/hosts.yml/below"], ids=["output-is-a-file", "output-under-a-file"]
+)
 def test_unusable_output_path_fails_and_keeps_previous_render(tmp_path, target):
     out = tmp_path / "rendered"
     assert render_cli(out).exit_code == 0
@@ -314,6 +353,7 @@ def test_failed_write_keeps_previous_render(tmp_path, monkeypatch):
 
 
 # ---- the writer's atomic swap -------------------------------------------------------------
+
 
 def fail_on_nth_write(monkeypatch, n: int) -> None:
     """Make the writer's n-th file write raise ENOSPC, as a full disk would midway through."""
@@ -375,6 +415,7 @@ def test_failed_swap_puts_previous_output_back(tmp_path, monkeypatch):
 
 # ---- the scale bench's generator ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("n", [16, 2_500])
 def test_scale_generator_writes_a_valid_model(tmp_path, scale, n):
     model = load_model(scale.write_model(n, tmp_path))
@@ -389,8 +430,17 @@ def test_scale_generator_writes_a_valid_model(tmp_path, scale, n):
 
 @pytest.mark.parametrize(
     ("limit", "listed"),
-    [(None, ""), ("UNLIMITED", ""), ("30", "00:30:00"), ("04:00:00", "04:00:00"), ("24:00:00", "1-00:00:00"),
-     ("1-00:00:00", "1-00:00:00"), ("2-12", "2-12:00:00"), ("90:30", "01:31:00"), ("36:00:00", "1-12:00:00")],
+    [
+        (None, ""),
+        ("UNLIMITED", ""),
+        ("30", "00:30:00"),
+        ("04:00:00", "04:00:00"),
+        ("24:00:00", "1-00:00:00"),
+        ("1-00:00:00", "1-00:00:00"),
+        ("2-12", "2-12:00:00"),
+        ("90:30", "01:31:00"),
+        ("36:00:00", "1-12:00:00"),
+    ],
 )
 def test_qos_wall_time_is_written_as_sacctmgr_lists_it(limit, listed):
     """The role compares the plan's line with `sacctmgr list qos`: a limit written any other
@@ -427,8 +477,15 @@ def test_qos_plan_is_in_the_lower_case_sacctmgr_stores():
     assert "Description=short test jobs" in plan["add"]
 
 
-@pytest.mark.parametrize(("version", "plugin"), [("22.05", "topology/none"), ("23.02", "topology/none"),
-                                                  ("23.11", "topology/default"), ("24.11", "topology/default")])
+@pytest.mark.parametrize(
+    ("version", "plugin"),
+    [
+        ("22.05", "topology/none"),
+        ("23.02", "topology/none"),
+        ("23.11", "topology/default"),
+        ("24.11", "topology/default"),
+    ],
+)
 def test_flat_topology_is_named_as_the_version_names_it(version, plugin):
     """No fabric: 22.05 refuses topology/default; from 23.11 topology/none is gone (24.11 loads
     it as topology/default, checked on both majors' slurmctld in tests/acceptance)."""
@@ -436,4 +493,4 @@ def test_flat_topology_is_named_as_the_version_names_it(version, plugin):
     data = yaml.safe_load(text)
     data["slurm"]["version"] = version
     conf = render_all(Cluster.model_validate(data))["files/etc/slurm/slurm.conf"]
-    assert [l for l in conf.splitlines() if l.startswith("TopologyPlugin=")] == [f"TopologyPlugin={plugin}"]
+    assert [line for line in conf.splitlines() if line.startswith("TopologyPlugin=")] == [f"TopologyPlugin={plugin}"]

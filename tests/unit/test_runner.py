@@ -47,13 +47,16 @@ PLAYBOOK = """\
 def run(tmp_path_factory) -> tuple[runner.Run, str, Path]:
     d = tmp_path_factory.mktemp("runner")
     (d / "play.yml").write_text(PLAYBOOK)
-    (d / "hosts.yml").write_text("all:\n  hosts:\n    node1: {ansible_connection: local, ansible_python_interpreter: "
-                                 f"{json.dumps(os.sys.executable)}}}\n")
+    (d / "hosts.yml").write_text(
+        "all:\n  hosts:\n    node1: {ansible_connection: local, ansible_python_interpreter: "
+        f"{json.dumps(os.sys.executable)}}}\n"
+    )
     stream = io.StringIO()
     log = d / "ansible.log"
     cmd = [tools.find("ansible-playbook"), "-i", str(d / "hosts.yml"), str(d / "play.yml")]
-    result = runner.run_playbook(cmd, log=log, progress=runner.Progress("play.yml", stream=stream, live=False),
-                                 timeout=300)
+    result = runner.run_playbook(
+        cmd, log=log, progress=runner.Progress("play.yml", stream=stream, live=False), timeout=300
+    )
     return result, stream.getvalue(), log
 
 
@@ -63,8 +66,12 @@ def test_the_events_tell_plays_tasks_and_results(run):
     assert kinds[0] == "start" and result.events[0]["plays"] == 2 and kinds[-1] == "end"
     assert [e["name"] for e in result.events if e["ev"] == "play"] == ["First play", "Second play"]
     statuses = {e["task"]: e["status"] for e in result.results}
-    assert statuses == {"Say something": "ok", "Change something": "changed", "Skip this": "skipped",
-                        "Fail with a message": "failed"}
+    assert statuses == {
+        "Say something": "ok",
+        "Change something": "changed",
+        "Skip this": "skipped",
+        "Fail with a message": "failed",
+    }
     assert all(e["seconds"] is not None and e["seconds"] >= 0 for e in result.results)
     assert result.recap["node1"]["failures"] == 1 and result.changed == 1 and result.tasks == 4
 
@@ -100,10 +107,13 @@ def test_progress_off_a_terminal_is_one_line_per_play(run):
 def test_progress_on_a_terminal_redraws_one_line():
     stream = io.StringIO()
     p = runner.Progress("site.yml", stream=stream, live=True)
-    for ev in ({"ev": "start", "plays": 3}, {"ev": "play", "name": "Common", "n": 1},
-               {"ev": "task", "name": "Install base packages", "role": "common"},
-               {"ev": "result", "host": "hal01", "status": "ok"},
-               {"ev": "task", "name": "Install the rendered /etc/hosts", "role": "common"}):
+    for ev in (
+        {"ev": "start", "plays": 3},
+        {"ev": "play", "name": "Common", "n": 1},
+        {"ev": "task", "name": "Install base packages", "role": "common"},
+        {"ev": "result", "host": "hal01", "status": "ok"},
+        {"ev": "task", "name": "Install the rendered /etc/hosts", "role": "common"},
+    ):
         p.event(ev)
     p.close()
     text = stream.getvalue()
@@ -123,8 +133,14 @@ def test_without_the_runner_the_callback_writes_nothing(tmp_path):
     """ansible.cfg enables the callback for every run; with no HAL_EVENTS_* it stays silent."""
     (tmp_path / "play.yml").write_text(PLAYBOOK.split("- name: Second play")[0])
     env = runner.ansible_env({k: v for k, v in os.environ.items() if not k.startswith("HAL_EVENTS")})
-    proc = subprocess.run([tools.find("ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [tools.find("ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '"ev"' not in proc.stdout + proc.stderr
 
@@ -133,8 +149,14 @@ def test_the_events_file_takes_them_when_no_pipe_is_given(tmp_path):
     (tmp_path / "play.yml").write_text(PLAYBOOK.split("- name: Second play")[0])
     events = tmp_path / "events.jsonl"
     env = runner.ansible_env({**os.environ, "HAL_EVENTS_FILE": str(events)})
-    proc = subprocess.run([tools.find("ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [tools.find("ansible-playbook"), "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     kinds = [json.loads(line)["ev"] for line in events.read_text().splitlines()]
     assert kinds[0] == "start" and kinds[-1] == "end" and kinds.count("result") == 2

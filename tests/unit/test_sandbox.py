@@ -21,7 +21,14 @@ from hal_provision.sandbox.derive import DEFAULT_SUBNET, SandboxError, derive_sa
 from hal_provision.sandbox import image
 from hal_provision.sandbox.lifecycle import plan
 from hal_provision.sandbox.overlay import (
-    CGROUP_CONF, MARK, SANDBOX_INVENTORY, SLURM_CONF, OverlayError, SshAccess, _replace_once, privileged_hosts,
+    CGROUP_CONF,
+    MARK,
+    SANDBOX_INVENTORY,
+    SLURM_CONF,
+    OverlayError,
+    SshAccess,
+    _replace_once,
+    privileged_hosts,
     sandbox_files,
 )
 
@@ -32,11 +39,15 @@ def _hosts(cluster) -> list[str]:
 
 # ---- derive ----
 
-@pytest.mark.parametrize(("computes", "expected"), [
-    (1, ["hal-mgmt1", "hal-login", "hal01"]),
-    (2, ["hal-mgmt1", "hal-login", "hal01", "hal02"]),
-    (4, ["hal-mgmt1", "hal-login", "hal01", "hal02", "hal03", "hal04"]),
-])
+
+@pytest.mark.parametrize(
+    ("computes", "expected"),
+    [
+        (1, ["hal-mgmt1", "hal-login", "hal01"]),
+        (2, ["hal-mgmt1", "hal-login", "hal01", "hal02"]),
+        (4, ["hal-mgmt1", "hal-login", "hal01", "hal02", "hal03", "hal04"]),
+    ],
+)
 def test_hal_sandbox_keeps_controller_login_and_first_computes(hal, computes, expected):
     assert _hosts(derive_sandbox(hal, computes=computes)) == expected
 
@@ -123,10 +134,16 @@ def test_sandbox_keeps_the_backup_served_by_a_host_it_does_not_back_up(hal, comp
     assert sb.backup.host_destinations == {} and "backup-mgmt2" not in sb.storage.filesystem_names()
     assert {job.host for job in sb.backup_jobs} == {"hal-mgmt1"}
     assert [job.name for job in sb.backup_jobs] == [
-        "accounting_db", "directory", "monitoring", "slurmctld_state", "secrets"]
+        "accounting_db",
+        "directory",
+        "monitoring",
+        "slurmctld_state",
+        "secrets",
+    ]
     assert [f for f in run_all(sb) if f.path[:1] == ("backup",) or f.path[:3] == ("storage", "nfs", "exports")] == []
     assert json.loads(render_all(sb)["files/etc/hal-provision/backup.json"])["destinations"] == {
-        "hal-mgmt1": {"path": "/backup/hal", "mount_point": "/backup"}}
+        "hal-mgmt1": {"path": "/backup/hal", "mount_point": "/backup"}
+    }
     # The full model is untouched: hal-data still serves it there.
     assert hal.storage.nfs.export("backup").server == "hal-data"
 
@@ -152,7 +169,8 @@ def test_sandbox_recalculates_fair_share_every_minute(hal):
     sb = derive_sandbox(hal)
     assert sb.slurm.priority.calc_period_minutes == 1
     assert sb.slurm.priority.model_dump(exclude={"calc_period_minutes"}) == hal.slurm.priority.model_dump(
-        exclude={"calc_period_minutes"})
+        exclude={"calc_period_minutes"}
+    )
 
 
 def test_more_computes_than_the_group_has_is_an_error(hal):
@@ -174,6 +192,7 @@ def test_default_subnet_is_private():
 
 # ---- overlay ----
 
+
 @pytest.fixture(scope="module")
 def sandbox_cluster(hal):
     return derive_sandbox(hal)
@@ -193,11 +212,14 @@ def test_overlay_changes_only_slurm_and_cgroup_conf_and_adds_the_inventory(sandb
     assert {k for k in production if production[k] != files[k]} == {SLURM_CONF, CGROUP_CONF}
 
 
-@pytest.mark.parametrize(("path", "removed", "added"), [
-    (SLURM_CONF, "TaskPlugin=task/cgroup,task/affinity\n", "SlurmdParameters=config_overrides\n"),
-    (SLURM_CONF, "TaskPlugin=task/cgroup,task/affinity\n", "TaskPlugin=task/cgroup\n"),
-    (CGROUP_CONF, "ConstrainCores=yes\n", "ConstrainCores=no\n"),
-])
+@pytest.mark.parametrize(
+    ("path", "removed", "added"),
+    [
+        (SLURM_CONF, "TaskPlugin=task/cgroup,task/affinity\n", "SlurmdParameters=config_overrides\n"),
+        (SLURM_CONF, "TaskPlugin=task/cgroup,task/affinity\n", "TaskPlugin=task/cgroup\n"),
+        (CGROUP_CONF, "ConstrainCores=yes\n", "ConstrainCores=no\n"),
+    ],
+)
 def test_overlay_lines(sandbox_cluster, files, path, removed, added):
     production = render_all(sandbox_cluster)[path]
     assert removed in production and added not in production
@@ -210,7 +232,8 @@ def test_sandbox_inventory_reaches_every_host_over_ssh_with_its_own_keys(sandbox
     assert inv["vars"]["ansible_connection"] == "ssh" and inv["vars"]["ansible_user"] == "root"
     assert inv["vars"]["ansible_ssh_private_key_file"] == "/sb/ssh/id_ed25519"
     assert inv["vars"]["ansible_ssh_common_args"] == (
-        "-o UserKnownHostsFile=/sb/ssh/known_hosts -o StrictHostKeyChecking=yes")
+        "-o UserKnownHostsFile=/sb/ssh/known_hosts -o StrictHostKeyChecking=yes"
+    )
     assert inv["vars"]["slurm_fake_gpus"] is True
     # The address comes from the rendered hosts.yml (the model's); the overlay names containers only.
     assert inv["hosts"] == {h: {"hal_sandbox_container": h} for h in _hosts(sandbox_cluster)}
@@ -222,22 +245,33 @@ def test_shared_file_systems_are_the_models_mount_points(hal, tmp_path):
     shared = {(m.name, m.mount_point): m.hosts for m in sb.shared}
     # GPFS halfs at /home on every GPFS member the sandbox keeps, NFS misc at /sw on its clients;
     # hal-mgmt1 is in neither, but mounts the backups' export at /backup.
-    assert shared == {("halfs", "/home"): ("hal01", "hal02", "hal-login"),
-                      ("misc", "/sw"): ("hal01", "hal02", "hal-login"),
-                      ("backup", "/backup"): ("hal-mgmt1",)}
+    assert shared == {
+        ("halfs", "/home"): ("hal01", "hal02", "hal-login"),
+        ("misc", "/sw"): ("hal01", "hal02", "hal-login"),
+        ("backup", "/backup"): ("hal-mgmt1",),
+    }
     assert sb.backing(sb.shared[0]) == tmp_path.resolve() / "shared" / "halfs"
-    assert sb.addresses == {"hal-mgmt1": "10.89.77.10", "hal-login": "10.89.77.11",
-                            "hal01": "10.89.77.21", "hal02": "10.89.77.22"}
+    assert sb.addresses == {
+        "hal-mgmt1": "10.89.77.10",
+        "hal-login": "10.89.77.11",
+        "hal01": "10.89.77.21",
+        "hal02": "10.89.77.22",
+    }
 
 
 def test_sandbox_inventory_sorts_after_the_rendered_hosts_file(files):
     # Ansible reads an inventory directory in name order; the sandbox's host vars must win
     # over hosts.yml's. storage.yml (the backup export's groups) sorts after it but sets none.
     assert sorted(p for p in files if p.startswith("inventory/")) == [
-        "inventory/hosts.yml", SANDBOX_INVENTORY, "inventory/storage.yml"]
+        "inventory/hosts.yml",
+        SANDBOX_INVENTORY,
+        "inventory/storage.yml",
+    ]
     groups = yaml.safe_load(files["inventory/storage.yml"])["all"]["children"]
-    assert all(set(g) <= {"hosts", "children"} and all(v is None for v in (g.get("hosts") or {}).values())
-               for g in groups.values())
+    assert all(
+        set(g) <= {"hosts", "children"} and all(v is None for v in (g.get("hosts") or {}).values())
+        for g in groups.values()
+    )
 
 
 def test_only_compute_nodes_are_privileged(sandbox_cluster):
@@ -337,13 +371,16 @@ def test_directory_users_log_in_with_the_sandboxs_own_keys(hal, tmp_path):
     assert keys.stat().st_mode & 0o777 == 0o700
     lifecycle.render(sb)
     directory = json.loads((sb.rendered / "files/etc/hal-provision/ldap-directory.json").read_text())
-    listed = {e["attributes"]["uid"][0]: e["attributes"].get("sshPublicKey") for e in directory["entries"]
-              if "uid" in e["attributes"]}
+    listed = {
+        e["attributes"]["uid"][0]: e["attributes"].get("sshPublicKey")
+        for e in directory["entries"]
+        if "uid" in e["attributes"]
+    }
     jdoe = (keys / "jdoe.pub").read_text().split()
     assert listed["jdoe"] == [" ".join(jdoe)]
     assert listed["pformer"] is None  # disabled: no key in the directory, whoever holds one
     inventory = (sb.rendered / "inventory/sandbox.yml").read_text()
-    assert f"hal_sandbox_user_keys: \"{keys}\"" in inventory
+    assert f'hal_sandbox_user_keys: "{keys}"' in inventory
     # The derived model is kept beside the tree, so a test can change it and render again; with
     # what `up` was given (its shared mounts among it), the same tree renders again.
     assert lifecycle.load(sb.workdir).cluster == sb.cluster
@@ -398,11 +435,19 @@ def test_the_sandbox_runs_the_release_of_cluster_os_unless_told_another(hal, tmp
     trixie = Cluster.model_validate(data)
     assert trixie.slurm.version == "24.11"
     sb = lifecycle.plan(trixie, tmp_path)
-    assert (sb.release, sb.caches, sb.cluster.cluster.os, sb.cluster.slurm.version) == \
-        ("trixie", False, "debian13", "24.11")
+    assert (sb.release, sb.caches, sb.cluster.cluster.os, sb.cluster.slurm.version) == (
+        "trixie",
+        False,
+        "debian13",
+        "24.11",
+    )
     told = lifecycle.plan(trixie, tmp_path, release="bookworm")
-    assert (told.release, told.caches, told.cluster.cluster.os, told.cluster.slurm.version) == \
-        ("bookworm", True, "debian12", "22.05")
+    assert (told.release, told.caches, told.cluster.cluster.os, told.cluster.slurm.version) == (
+        "bookworm",
+        True,
+        "debian12",
+        "22.05",
+    )
     assert not has_errors(run_all(told.cluster)) and not has_errors(run_all(sb.cluster))
 
 
@@ -425,12 +470,19 @@ def test_the_image_builders_releases_are_the_models_operating_systems():
     assert image.DEFAULT_RELEASE == operating_system(DEFAULT_OS).release
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("deb http://deb.example/debian bookworm main\ndeb http://sec.example/debian-security bookworm-security main\n",
-     "deb http://deb.example/debian trixie main\ndeb http://sec.example/debian-security trixie-security main\n"),
-    ("Types: deb\nURIs: http://deb.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n",
-     "Types: deb\nURIs: http://deb.example/debian\nSuites: trixie trixie-updates\nComponents: main\n"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "deb http://deb.example/debian bookworm main\ndeb http://sec.example/debian-security bookworm-security main\n",
+            "deb http://deb.example/debian trixie main\ndeb http://sec.example/debian-security trixie-security main\n",
+        ),
+        (
+            "Types: deb\nURIs: http://deb.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n",
+            "Types: deb\nURIs: http://deb.example/debian\nSuites: trixie trixie-updates\nComponents: main\n",
+        ),
+    ],
+)
 def test_a_trixie_image_gets_the_hosts_apt_sources_for_its_release(text, expected):
     from hal_provision.sandbox.image import apt_sources_for
 

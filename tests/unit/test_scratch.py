@@ -31,11 +31,14 @@ def test_slurm_conf_and_job_container_conf():
     assert "\nJobContainerType=job_container/tmpfs\n" in conf and "\nTmpFS=/local\n" in conf
     assert " TmpDisk=6957465 " in conf and " TmpDisk=7000000 " in conf
     assert tree["files/etc/slurm/job_container.conf"].splitlines()[-1] == (
-        "NodeName=tg[01-08] AutoBasePath=true BasePath=/local/jobs")
+        "NodeName=tg[01-08] AutoBasePath=true BasePath=/local/jobs"
+    )
 
 
 def test_without_job_tmp_there_is_no_job_container():
-    text = TWOGEN.replace("    job_tmp_base: /local/jobs                 # each job's private /tmp on the NVMe scratch\n", "")
+    text = TWOGEN.replace(
+        "    job_tmp_base: /local/jobs                 # each job's private /tmp on the NVMe scratch\n", ""
+    )
     text = text.replace("    job_tmp_base: /local/jobs\n", "")
     tree = render_all(validate_text(text, "x86-twogen.yml").model)
     assert "files/etc/slurm/job_container.conf" not in tree
@@ -44,8 +47,10 @@ def test_without_job_tmp_there_is_no_job_container():
 
 
 def test_scratch_mount_points_that_differ_are_one_error():
-    text = TWOGEN.replace("scratch: {devices: [/dev/nvme0n1], mount_point: /local,",
-                          "scratch: {devices: [/dev/nvme0n1], mount_point: /scratch,")
+    text = TWOGEN.replace(
+        "scratch: {devices: [/dev/nvme0n1], mount_point: /local,",
+        "scratch: {devices: [/dev/nvme0n1], mount_point: /scratch,",
+    )
     findings = validate_text(text, "x86-twogen.yml").findings
     errors = [f for f in findings if f.level is Level.error]
     assert [f.dotted for f in errors] == ["hardware.hgx-h100.scratch.mount_point"], [f.format() for f in findings]
@@ -55,35 +60,47 @@ def test_scratch_mount_points_that_differ_are_one_error():
 
 
 def test_raid0_needs_two_devices():
-    text = TWOGEN.replace("scratch: {devices: [/dev/nvme0n1, /dev/nvme1n1], layout: raid0,",
-                          "scratch: {devices: [/dev/nvme0n1], layout: raid0,")
+    text = TWOGEN.replace(
+        "scratch: {devices: [/dev/nvme0n1, /dev/nvme1n1], layout: raid0,",
+        "scratch: {devices: [/dev/nvme0n1], layout: raid0,",
+    )
     loaded = validate_text(text, "x86-twogen.yml")
     assert loaded.model is None
     assert any("raid0 stripes two or more devices" in f.message for f in loaded.findings)
 
 
 def test_from_slurm_25_11_namespace_yaml_replaces_job_container_conf():
-    text = TWOGEN.replace("slurm:\n", "slurm:\n  version: \"25.11\"\n", 1)
+    text = TWOGEN.replace("slurm:\n", 'slurm:\n  version: "25.11"\n', 1)
     tree = render_all(validate_text(text, "x86-twogen.yml").model)
     conf = tree["files/etc/slurm/slurm.conf"]
     assert "\nNamespaceType=namespace/linux\n" in conf and "JobContainerType" not in conf
     assert "\nPrologFlags=Contain\n" in conf  # namespace.yaml(5): the plugin needs it
     assert "files/etc/slurm/job_container.conf" not in tree
     doc = yaml.safe_load(tree["files/etc/slurm/namespace.yaml"])
-    assert doc == {"node_confs": [{"nodes": ["tg[01-08]"], "options": {"auto_base_path": True, "base_path": "/local/jobs"}}]}
+    assert doc == {
+        "node_confs": [{"nodes": ["tg[01-08]"], "options": {"auto_base_path": True, "base_path": "/local/jobs"}}]
+    }
 
 
 def test_an_unknown_slurm_version_names_the_field():
-    loaded = validate_text(TWOGEN.replace("slurm:\n", "slurm:\n  version: \"21.08\"\n", 1), "x86-twogen.yml")
+    loaded = validate_text(TWOGEN.replace("slurm:\n", 'slurm:\n  version: "21.08"\n', 1), "x86-twogen.yml")
     assert loaded.model is None
-    assert any(f.dotted == "slurm.version" and "22.05" in f.message for f in loaded.findings), \
-        [f.format() for f in loaded.findings]
+    assert any(f.dotted == "slurm.version" and "22.05" in f.message for f in loaded.findings), [
+        f.format() for f in loaded.findings
+    ]
 
 
-@pytest.mark.parametrize(("path", "unit"), [
-    ("/local", "local.mount"), ("/local/", "local.mount"), ("/mnt/nvme-scratch", r"mnt-nvme\x2dscratch.mount"),
-    ("/var/.cache", r"var-.cache.mount"), ("/.hidden", r"\x2ehidden.mount"), ("/", "-.mount"),
-])
+@pytest.mark.parametrize(
+    ("path", "unit"),
+    [
+        ("/local", "local.mount"),
+        ("/local/", "local.mount"),
+        ("/mnt/nvme-scratch", r"mnt-nvme\x2dscratch.mount"),
+        ("/var/.cache", r"var-.cache.mount"),
+        ("/.hidden", r"\x2ehidden.mount"),
+        ("/", "-.mount"),
+    ],
+)
 def test_mount_unit_names_are_systemd_escapes_of_the_path(path, unit):
     assert mount_unit_name(path) == unit  # what `systemd-escape --path --suffix=mount` prints
 
@@ -93,7 +110,8 @@ def test_mount_units_and_the_array_per_profile():
     a100 = tree["files/etc/hal-provision/scratch/hgx-a100/local.mount"]
     assert "\nWhat=/dev/md/scratch\nWhere=/local\nType=xfs\n" in a100
     assert tree["files/etc/hal-provision/scratch/hgx-a100/mdadm.conf"].splitlines()[-1] == (
-        "ARRAY /dev/md/scratch metadata=1.2 devices=/dev/nvme0n1,/dev/nvme1n1")
+        "ARRAY /dev/md/scratch metadata=1.2 devices=/dev/nvme0n1,/dev/nvme1n1"
+    )
     assert "\nWhat=/dev/nvme0n1\n" in tree["files/etc/hal-provision/scratch/hgx-h100/local.mount"]
     assert "files/etc/hal-provision/scratch/hgx-h100/mdadm.conf" not in tree  # one device, no array
     facts = json.loads(tree["files/etc/hal-provision/scratch.json"])
@@ -120,4 +138,5 @@ def test_sandbox_compute_nodes_get_the_stand_in_scratch(tmp_path):
 
 def nodeset_list(hosts: str) -> list[str]:
     from hal_provision.hostlist import nodeset
+
     return sorted(nodeset(hosts))

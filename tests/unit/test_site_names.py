@@ -33,13 +33,34 @@ def _twogen_with_everything(**cluster) -> dict:
     data = yaml.safe_load((CLUSTERS / "x86-twogen.yml").read_text())
     data["cluster"].update(cluster)
     del data["software"]["modulefiles_root"]
-    data["software"]["modules"].append({"name": "jupyter", "version": "2024.1", "kind": "tool",
-                                        "description": "JupyterLab and the hub's single-user server"})
-    data["portal"] = {"front_end": "jupyterhub", "auth": "ldap", "user_environment": {"module": "jupyter/2024.1"},
-                      "apps": [{"name": "jupyterlab", "kind": "jupyterlab", "title": "JupyterLab",
-                                "modules": ["jupyter"], "virtual_partitions": ["gpux1"], "max_hours": 8}]}
-    data["recipes"] = {"framework_module": "pytorch/2.1.0", "virtual_partition": "gpux8",
-                       "scaling_partitions": ["gpux1", "gpux2", "gpux4", "gpux8", "gpux16"]}
+    data["software"]["modules"].append(
+        {
+            "name": "jupyter",
+            "version": "2024.1",
+            "kind": "tool",
+            "description": "JupyterLab and the hub's single-user server",
+        }
+    )
+    data["portal"] = {
+        "front_end": "jupyterhub",
+        "auth": "ldap",
+        "user_environment": {"module": "jupyter/2024.1"},
+        "apps": [
+            {
+                "name": "jupyterlab",
+                "kind": "jupyterlab",
+                "title": "JupyterLab",
+                "modules": ["jupyter"],
+                "virtual_partitions": ["gpux1"],
+                "max_hours": 8,
+            }
+        ],
+    }
+    data["recipes"] = {
+        "framework_module": "pytorch/2.1.0",
+        "virtual_partition": "gpux8",
+        "scaling_partitions": ["gpux1", "gpux2", "gpux4", "gpux8", "gpux16"],
+    }
     return data
 
 
@@ -70,7 +91,10 @@ def test_no_hal_names_with_a_portal_recipes_and_the_default_module_tree():
 def test_the_prefix_places_everything_the_toolkit_installs():
     model = _model(_twogen_with_everything(prefix="/srv/twogen"))
     assert (model.software.modulefiles_root, model.portal.prefix, model.recipes.prefix) == (
-        "/srv/twogen/modulefiles", "/srv/twogen/portal", "/srv/twogen/recipes")
+        "/srv/twogen/modulefiles",
+        "/srv/twogen/portal",
+        "/srv/twogen/recipes",
+    )
     tree = render_all(model)
     assert not [p for p in tree if p.startswith("files/opt/")]
 

@@ -13,8 +13,15 @@ import pytest
 
 from hal_provision.findings import Level
 from hal_provision.model.slurm import SLURM_VERSIONS
-from hal_provision.model.slurm_versions import (OPERATING_SYSTEMS, RENDERED_KEYS, VERSIONED, name_for, shipped,
-                                                upgrade_path, upgrades_from)
+from hal_provision.model.slurm_versions import (
+    OPERATING_SYSTEMS,
+    RENDERED_KEYS,
+    VERSIONED,
+    name_for,
+    shipped,
+    upgrade_path,
+    upgrades_from,
+)
 from hal_provision.plan.slurm import conf_lines
 from hal_provision.render import render_all
 from hal_provision.render.slurm import slurm_conf
@@ -28,9 +35,9 @@ SLURM = "slurm:\n  memory_reserve_mib: 8192 "
 def at(version: str, **extra: str):
     """Edits of HAL: slurm.version (from the site's own packages, slurm.build_own: most majors
     no Debian ships), and slurm.extra's options."""
-    steps = [(SLURM, f"slurm:\n  version: \"{version}\"\n  build_own: true\n  memory_reserve_mib: 8192 ")]
+    steps = [(SLURM, f'slurm:\n  version: "{version}"\n  build_own: true\n  memory_reserve_mib: 8192 ')]
     if extra:
-        body = "".join(f"\n    {k}: \"{v}\"" for k, v in extra.items())
+        body = "".join(f'\n    {k}: "{v}"' for k, v in extra.items())
         steps.append(("slurm:\n", f"slurm:\n  extra:{body}\n"))
     return steps
 
@@ -39,7 +46,7 @@ def on(os: str, version: str | None = None):
     """Edits of HAL: cluster.os, and slurm.version without slurm.build_own."""
     steps = [("  primary_network: mgmt\n", f"  primary_network: mgmt\n  os: {os}\n")]
     if version is not None:
-        steps.append((SLURM, f"slurm:\n  version: \"{version}\"\n  memory_reserve_mib: 8192 "))
+        steps.append((SLURM, f'slurm:\n  version: "{version}"\n  memory_reserve_mib: 8192 '))
     return steps
 
 
@@ -53,18 +60,48 @@ def no_fabric(text: str) -> str:
 
 
 ROWS = [
-    ("extra-key-too-new", at("22.05", NamespaceType="namespace/linux"),
-     E, "slurm.extra.NamespaceType", "NamespaceType is read from Slurm 25.11 on, not by 22.05"),
-    ("extra-key-removed", at("24.11", RoutePlugin="route/topology"),
-     E, "slurm.extra.RoutePlugin", "RoutePlugin was replaced by TopologyParam=RouteTree in 23.11"),
-    ("extra-key-removed-no-replacement", at("25.05", PowerPlugin="power/rapl"),
-     E, "slurm.extra.PowerPlugin", "PowerPlugin was removed in 24.05 (slurm.version is 25.05)"),
-    ("extra-value-renamed", at("25.11", JobContainerType="job_container/tmpfs"),
-     E, "slurm.extra.JobContainerType", "JobContainerType was replaced by NamespaceType in 25.11"),
-    ("extra-rendered-key", at("22.05", SelectType="select/cons_res"),
-     E, "slurm.extra.SelectType", "SelectType is written by hal-provision from the model"),
-    ("version-newer-than-the-os-ships", on("debian12", "24.11"),
-     E, "slurm.version", "Debian 12 (cluster.os debian12) ships Slurm 22.05, not 24.11"),
+    (
+        "extra-key-too-new",
+        at("22.05", NamespaceType="namespace/linux"),
+        E,
+        "slurm.extra.NamespaceType",
+        "NamespaceType is read from Slurm 25.11 on, not by 22.05",
+    ),
+    (
+        "extra-key-removed",
+        at("24.11", RoutePlugin="route/topology"),
+        E,
+        "slurm.extra.RoutePlugin",
+        "RoutePlugin was replaced by TopologyParam=RouteTree in 23.11",
+    ),
+    (
+        "extra-key-removed-no-replacement",
+        at("25.05", PowerPlugin="power/rapl"),
+        E,
+        "slurm.extra.PowerPlugin",
+        "PowerPlugin was removed in 24.05 (slurm.version is 25.05)",
+    ),
+    (
+        "extra-value-renamed",
+        at("25.11", JobContainerType="job_container/tmpfs"),
+        E,
+        "slurm.extra.JobContainerType",
+        "JobContainerType was replaced by NamespaceType in 25.11",
+    ),
+    (
+        "extra-rendered-key",
+        at("22.05", SelectType="select/cons_res"),
+        E,
+        "slurm.extra.SelectType",
+        "SelectType is written by hal-provision from the model",
+    ),
+    (
+        "version-newer-than-the-os-ships",
+        on("debian12", "24.11"),
+        E,
+        "slurm.version",
+        "Debian 12 (cluster.os debian12) ships Slurm 22.05, not 24.11",
+    ),
 ]
 
 ACCEPTED = [  # the same options at a version that reads them
@@ -90,8 +127,9 @@ def test_accepted(check_file, edited, name, steps) -> None:
 
 def test_a_refused_value_names_the_replacement(check_file, edited) -> None:
     """The brief's example: at 25.11 the value is refused too, naming its replacement."""
-    _file, loaded = check_file(edited(*at("25.11", CliFilterParameters="cli_filter_lua_path=/x",
-                                             SelectType="select/cons_res")))
+    _file, loaded = check_file(
+        edited(*at("25.11", CliFilterParameters="cli_filter_lua_path=/x", SelectType="select/cons_res"))
+    )
     messages = [f.message for f in loaded.findings if f.dotted == "slurm.extra.SelectType"]
     assert "SelectType: select/cons_res was replaced by select/cons_tres in 23.11 (slurm.version is 25.11)" in messages
     assert not [f for f in loaded.findings if f.dotted == "slurm.extra.CliFilterParameters"]
@@ -111,9 +149,17 @@ def model(check_file, edited, *steps):
     return loaded.model
 
 
-@pytest.mark.parametrize("version, plugin", [("22.05", "topology/none"), ("23.02", "topology/none"),
-                                             ("23.11", "topology/default"), ("24.11", "topology/default"),
-                                             ("25.05", "topology/flat"), ("25.11", "topology/flat")])
+@pytest.mark.parametrize(
+    "version, plugin",
+    [
+        ("22.05", "topology/none"),
+        ("23.02", "topology/none"),
+        ("23.11", "topology/default"),
+        ("24.11", "topology/default"),
+        ("25.05", "topology/flat"),
+        ("25.11", "topology/flat"),
+    ],
+)
 def test_the_flat_topology_has_the_versions_name(check_file, edited, version, plugin) -> None:
     conf = slurm_conf(model(check_file, edited, *at(version), no_fabric))
     assert f"TopologyPlugin={plugin}\n" in conf
@@ -133,43 +179,56 @@ def test_every_rendered_key_and_plugin_is_read_by_the_version(check_file, edited
 
 def test_extra_options_are_written_in_key_order(check_file, edited) -> None:
     conf = slurm_conf(model(check_file, edited, *at("22.05", SchedulerParameters="bf_continue", MaxArraySize="5001")))
-    assert "# slurm.extra: options the model does not cover.\nMaxArraySize=5001\nSchedulerParameters=bf_continue\n" \
-        in conf
+    assert (
+        "# slurm.extra: options the model does not cover.\nMaxArraySize=5001\nSchedulerParameters=bf_continue\n" in conf
+    )
 
 
 def test_rendered_keys_are_the_keys_every_golden_slurm_conf_writes() -> None:
     """RENDERED_KEYS (what slurm.extra may not name) covers every key of every rendered slurm.conf;
     a renderer that writes a new key adds it there."""
-    keys = {line.split("=", 1)[0].lower() for conf in GOLDEN.glob("*/files/etc/slurm/slurm.conf")
-            for line in conf_lines(conf.read_text())}
+    keys = {
+        line.split("=", 1)[0].lower()
+        for conf in GOLDEN.glob("*/files/etc/slurm/slurm.conf")
+        for line in conf_lines(conf.read_text())
+    }
     assert keys and keys <= RENDERED_KEYS, sorted(keys - RENDERED_KEYS)
 
 
 # ---- the upgrade window ---------------------------------------------------------------------------
-@pytest.mark.parametrize("version, accepted", [
-    ("23.02", ("22.05",)), ("23.11", ("22.05", "23.02")), ("24.05", ("23.02", "23.11")),
-    ("24.11", ("23.02", "23.11", "24.05")), ("25.05", ("23.11", "24.05", "24.11")),
-    ("25.11", ("24.05", "24.11", "25.05")),
-])
+@pytest.mark.parametrize(
+    "version, accepted",
+    [
+        ("23.02", ("22.05",)),
+        ("23.11", ("22.05", "23.02")),
+        ("24.05", ("23.02", "23.11")),
+        ("24.11", ("23.02", "23.11", "24.05")),
+        ("25.05", ("23.11", "24.05", "24.11")),
+        ("25.11", ("24.05", "24.11", "25.05")),
+    ],
+)
 def test_the_window_is_two_majors_then_three_from_24_11(version, accepted) -> None:
     assert upgrades_from(version) == accepted
 
 
-@pytest.mark.parametrize("old, new, path", [
-    ("22.05", "23.11", ["22.05", "23.11"]),
-    ("22.05", "24.11", ["22.05", "23.11", "24.11"]),  # the later of two intermediates (23.02 would do too)
-    ("22.05", "25.11", ["22.05", "23.11", "25.05", "25.11"]),
-    ("23.02", "25.11", ["23.02", "24.11", "25.11"]),
-    ("24.05", "25.11", ["24.05", "25.11"]),
-    ("24.11", "23.11", None),
-])
+@pytest.mark.parametrize(
+    "old, new, path",
+    [
+        ("22.05", "23.11", ["22.05", "23.11"]),
+        ("22.05", "24.11", ["22.05", "23.11", "24.11"]),  # the later of two intermediates (23.02 would do too)
+        ("22.05", "25.11", ["22.05", "23.11", "25.05", "25.11"]),
+        ("23.02", "25.11", ["23.02", "24.11", "25.11"]),
+        ("24.05", "25.11", ["24.05", "25.11"]),
+        ("24.11", "23.11", None),
+    ],
+)
 def test_upgrade_paths(old, new, path) -> None:
     assert upgrade_path(old, new) == path
 
 
 def test_every_step_of_every_path_is_in_the_window() -> None:
     for i, old in enumerate(SLURM_VERSIONS):
-        for new in SLURM_VERSIONS[i + 1:]:
+        for new in SLURM_VERSIONS[i + 1 :]:
             path = upgrade_path(old, new)
             assert path[0] == old and path[-1] == new
             assert all(a in upgrades_from(b) for a, b in zip(path, path[1:])), path
@@ -197,8 +256,11 @@ def test_the_os_gives_slurm_version_and_the_render(check_file, edited, os, versi
 def test_debian13_renders_24_11_without_slurm_version(check_file, edited) -> None:
     """The brief's case: a Debian 13 site that names no version gets 24.11's configs, not 22.05's."""
     cluster = model(check_file, edited, *on("debian13"), no_fabric)
-    assert (cluster.slurm.version, cluster.slurm.at_least("24.11"), cluster.slurm.at_least("25.05")) == \
-        ("24.11", True, False)
+    assert (cluster.slurm.version, cluster.slurm.at_least("24.11"), cluster.slurm.at_least("25.05")) == (
+        "24.11",
+        True,
+        False,
+    )
     assert "\nTopologyPlugin=topology/default\n" in slurm_conf(cluster)  # 22.05 would read topology/none
     assert json.loads(render_all(cluster)[SLURM_VERSION_JSON])["upgrades_from"] == ["23.02", "23.11", "24.05"]
 
@@ -209,7 +271,9 @@ def test_a_version_the_os_does_not_ship_is_located_and_names_what_it_ships(check
     [finding] = [f for f in loaded.findings if f.level is E]
     ships = next(o for o in OPERATING_SYSTEMS if o.name == os)
     assert (finding.dotted, finding.check, finding.file) == ("slurm.version", "slurm_version_shipped_by_os", str(file))
-    assert finding.line and f"{ships.title} (cluster.os {os}) ships Slurm {ships.slurm}, not {version}" in finding.message
+    assert (
+        finding.line and f"{ships.title} (cluster.os {os}) ships Slurm {ships.slurm}, not {version}" in finding.message
+    )
     assert "slurm.build_own: true" in finding.message
 
 
@@ -230,5 +294,6 @@ def test_the_version_each_os_ships_reads_as_people_write_it() -> None:
 def test_an_unknown_os_is_refused_at_its_key(check_file, edited) -> None:
     _file, loaded = check_file(edited(*on("debian11")))
     assert loaded.model is None
-    assert any(f.dotted == "cluster.os" and "debian12" in f.message for f in loaded.findings), \
-        [f.format() for f in loaded.findings]
+    assert any(f.dotted == "cluster.os" and "debian12" in f.message for f in loaded.findings), [
+        f.format() for f in loaded.findings
+    ]

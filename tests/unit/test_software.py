@@ -31,64 +31,178 @@ FAKEROOT_GROUP = """    groups:
 
 ROWS = [
     # --- modules -------------------------------------------------------------------------------
-    ("prerequisite-unknown", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda/10.3]")],
-     E, "software.modules[1].requires[0]",
-     "prerequisite 'cuda/10.3' of 'wmlce/1.7.0-py2.7' is not a module of the model; did you mean 'cuda/10.2'?"),
-    ("prerequisite-name-unknown", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cudnn]")],
-     E, "software.modules[1].requires[0]", "prerequisite 'cudnn' of 'wmlce/1.7.0-py2.7' is not a module"),
-    ("prerequisite-not-visible-everywhere", [(CUDA, CUDA + "      roles: [login, compute]\n")],
-     E, "software.modules[1].requires[0]",
-     "prerequisite 'cuda/10.2' of 'wmlce/1.7.0-py2.7' is not visible on development nodes: loading "
-     "'wmlce/1.7.0-py2.7' there fails"),
-    ("prerequisite-below-a-compiler", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [openmpi]")],
-     E, "software.modules[1].requires[0]", "'openmpi' of 'wmlce/1.7.0-py2.7' is only visible after loading 'pgi/19.10'"),
-    ("prerequisite-own-name", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [wmlce/1.7.0-py3.7]")],
-     E, "software.modules[1].requires[0]", "requires its own name 'wmlce/1.7.0-py3.7'"),
-    ("prerequisite-not-a-reference", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda/10/2]")],
-     E, "software.modules[1].requires[0]", "'cuda/10/2' is not a module reference"),
-    ("compiler-unknown", [(OMPI, "      compiler: pgi/19.9\n")],
-     E, "software.modules[5].compiler", "'openmpi/3.1.3' is built with 'pgi/19.9', which is not a Core compiler "
-     "module NAME/VERSION of the model; did you mean 'pgi/19.10'?"),
-    ("compiler-not-a-compiler", [(OMPI, "      compiler: cuda/10.2\n")],
-     E, "software.modules[5].compiler", "built with 'cuda/10.2', which is not a Core compiler module"),
-    ("compiler-hidden-where-module-is", [(OMPI, OMPI + "      roles: [login, compute, data_transfer]\n")],
-     E, "software.modules[5].compiler", "visible on data_transfer nodes, where its compiler 'pgi/19.10' is not"),
-    ("two-defaults", [(PY36, PY36 + "default: true, ")],
-     E, "software.modules[3].default", "'wmlce/1.7.0-py3.7' is a second default of 'wmlce' (software.modules[2]"),
-    ("module-twice", [("version: 1.7.0-py3.6,", "version: 1.7.0-py2.7,")],
-     E, "software.modules[2].version", "module 'wmlce/1.7.0-py2.7' is already declared by software.modules[1]"),
-    ("compute-but-not-login", [(AT, AT + "      roles: [compute, development]\n")],
-     W, "software.modules[6].roles", "'at/12.0' is visible on compute nodes but not on login nodes"),
-    ("default-roles-without-login", [("  on_conflict: refuse ", "  default_roles: [compute]\n  on_conflict: refuse ")],
-     W, "software.default_roles", "visible on compute nodes by default but not on login nodes"),
-    ("conflict-unknown", [(AT, AT + "      conflicts: [xlc]\n")],
-     W, "software.modules[6].conflicts[0]", "'at/12.0' conflicts with 'xlc', which is not a module of the model"),
-    ("module-kind-unknown", [("      kind: library\n", "      kind: libary\n")],
-     E, "software.modules[0].kind", "Input should be 'compiler', 'mpi', 'framework', 'library' or 'tool'"),
+    (
+        "prerequisite-unknown",
+        [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda/10.3]")],
+        E,
+        "software.modules[1].requires[0]",
+        "prerequisite 'cuda/10.3' of 'wmlce/1.7.0-py2.7' is not a module of the model; did you mean 'cuda/10.2'?",
+    ),
+    (
+        "prerequisite-name-unknown",
+        [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cudnn]")],
+        E,
+        "software.modules[1].requires[0]",
+        "prerequisite 'cudnn' of 'wmlce/1.7.0-py2.7' is not a module",
+    ),
+    (
+        "prerequisite-not-visible-everywhere",
+        [(CUDA, CUDA + "      roles: [login, compute]\n")],
+        E,
+        "software.modules[1].requires[0]",
+        "prerequisite 'cuda/10.2' of 'wmlce/1.7.0-py2.7' is not visible on development nodes: loading "
+        "'wmlce/1.7.0-py2.7' there fails",
+    ),
+    (
+        "prerequisite-below-a-compiler",
+        [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [openmpi]")],
+        E,
+        "software.modules[1].requires[0]",
+        "'openmpi' of 'wmlce/1.7.0-py2.7' is only visible after loading 'pgi/19.10'",
+    ),
+    (
+        "prerequisite-own-name",
+        [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [wmlce/1.7.0-py3.7]")],
+        E,
+        "software.modules[1].requires[0]",
+        "requires its own name 'wmlce/1.7.0-py3.7'",
+    ),
+    (
+        "prerequisite-not-a-reference",
+        [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda/10/2]")],
+        E,
+        "software.modules[1].requires[0]",
+        "'cuda/10/2' is not a module reference",
+    ),
+    (
+        "compiler-unknown",
+        [(OMPI, "      compiler: pgi/19.9\n")],
+        E,
+        "software.modules[5].compiler",
+        "'openmpi/3.1.3' is built with 'pgi/19.9', which is not a Core compiler "
+        "module NAME/VERSION of the model; did you mean 'pgi/19.10'?",
+    ),
+    (
+        "compiler-not-a-compiler",
+        [(OMPI, "      compiler: cuda/10.2\n")],
+        E,
+        "software.modules[5].compiler",
+        "built with 'cuda/10.2', which is not a Core compiler module",
+    ),
+    (
+        "compiler-hidden-where-module-is",
+        [(OMPI, OMPI + "      roles: [login, compute, data_transfer]\n")],
+        E,
+        "software.modules[5].compiler",
+        "visible on data_transfer nodes, where its compiler 'pgi/19.10' is not",
+    ),
+    (
+        "two-defaults",
+        [(PY36, PY36 + "default: true, ")],
+        E,
+        "software.modules[3].default",
+        "'wmlce/1.7.0-py3.7' is a second default of 'wmlce' (software.modules[2]",
+    ),
+    (
+        "module-twice",
+        [("version: 1.7.0-py3.6,", "version: 1.7.0-py2.7,")],
+        E,
+        "software.modules[2].version",
+        "module 'wmlce/1.7.0-py2.7' is already declared by software.modules[1]",
+    ),
+    (
+        "compute-but-not-login",
+        [(AT, AT + "      roles: [compute, development]\n")],
+        W,
+        "software.modules[6].roles",
+        "'at/12.0' is visible on compute nodes but not on login nodes",
+    ),
+    (
+        "default-roles-without-login",
+        [("  on_conflict: refuse ", "  default_roles: [compute]\n  on_conflict: refuse ")],
+        W,
+        "software.default_roles",
+        "visible on compute nodes by default but not on login nodes",
+    ),
+    (
+        "conflict-unknown",
+        [(AT, AT + "      conflicts: [xlc]\n")],
+        W,
+        "software.modules[6].conflicts[0]",
+        "'at/12.0' conflicts with 'xlc', which is not a module of the model",
+    ),
+    (
+        "module-kind-unknown",
+        [("      kind: library\n", "      kind: libary\n")],
+        E,
+        "software.modules[0].kind",
+        "Input should be 'compiler', 'mpi', 'framework', 'library' or 'tool'",
+    ),
     # --- containers and fakeroot ---------------------------------------------------------------
-    ("bind-unknown-filesystem", [("bind_filesystems: [halfs, misc]", "bind_filesystems: [halfs, misc-nfs]")],
-     E, "containers.bind_filesystems[1]", "'misc-nfs' is not a shared filesystem of the model (GPFS file system or "
-     "NFS export); did you mean 'misc'?"),
-    ("fakeroot-range-too-small", [("    count: 65536 ", "    count: 4096 ")],
-     E, "containers.fakeroot.count", "4096 subordinate IDs per user is too few: a user namespace needs 65536"),
-    ("fakeroot-range-on-real-ids", [("    first_subid: 1000000 ", "    first_subid: 900000 ")],
-     E, "containers.fakeroot.first_subid",
-     "haltest's range 900000-965535 takes real IDs 900000-965535 of 100000-999999 ([assumed] NCSA LDAP accounts); "
-     "start subordinate ranges above 999999"),
-    ("fakeroot-pinned-ranges-overlap",
-     [(HALTEST, "      - {name: haltest, first_subid: 2000000}\n      - {name: alice, first_subid: 2030000}\n")],
-     E, "containers.fakeroot.users[1].first_subid",
-     "alice's range 2030000-2095535 overlaps haltest's 2000000-2065535 (IDs 2030000-2065535)"),
-    ("fakeroot-pinned-on-local-ids", [(HALTEST, "      - {name: haltest, first_subid: 3001}\n")],
-     E, "containers.fakeroot.users[0].first_subid", "takes real IDs 3001-65535 of 0-65535"),
-    ("fakeroot-range-beyond-maximum", [(HALTEST, "      - {name: haltest, first_subid: 4294900000}\n")],
-     E, "containers.fakeroot.users[0].first_subid", "ends beyond what Apptainer maps"),
-    ("fakeroot-user-twice", [(HALTEST, HALTEST + "      - name: haltest\n")],
-     E, "containers.fakeroot.users[1].name", "fakeroot user 'haltest' is already used by containers.fakeroot.users[0]"),
-    ("fakeroot-without-users", [("    users:\n" + HALTEST, "    users: []\n"), (FAKEROOT_GROUP, "    groups: []\n")],
-     W, "containers.fakeroot", "fakeroot is enabled, but no user gets a range"),
-    ("real-id-range-reversed", [("{first: 100000, last: 999999,", "{first: 999999, last: 100000,")],
-     E, "containers.fakeroot.real_ids[1]", "real ID range 999999-100000 ends before it starts"),
+    (
+        "bind-unknown-filesystem",
+        [("bind_filesystems: [halfs, misc]", "bind_filesystems: [halfs, misc-nfs]")],
+        E,
+        "containers.bind_filesystems[1]",
+        "'misc-nfs' is not a shared filesystem of the model (GPFS file system or NFS export); did you mean 'misc'?",
+    ),
+    (
+        "fakeroot-range-too-small",
+        [("    count: 65536 ", "    count: 4096 ")],
+        E,
+        "containers.fakeroot.count",
+        "4096 subordinate IDs per user is too few: a user namespace needs 65536",
+    ),
+    (
+        "fakeroot-range-on-real-ids",
+        [("    first_subid: 1000000 ", "    first_subid: 900000 ")],
+        E,
+        "containers.fakeroot.first_subid",
+        "haltest's range 900000-965535 takes real IDs 900000-965535 of 100000-999999 ([assumed] NCSA LDAP accounts); "
+        "start subordinate ranges above 999999",
+    ),
+    (
+        "fakeroot-pinned-ranges-overlap",
+        [(HALTEST, "      - {name: haltest, first_subid: 2000000}\n      - {name: alice, first_subid: 2030000}\n")],
+        E,
+        "containers.fakeroot.users[1].first_subid",
+        "alice's range 2030000-2095535 overlaps haltest's 2000000-2065535 (IDs 2030000-2065535)",
+    ),
+    (
+        "fakeroot-pinned-on-local-ids",
+        [(HALTEST, "      - {name: haltest, first_subid: 3001}\n")],
+        E,
+        "containers.fakeroot.users[0].first_subid",
+        "takes real IDs 3001-65535 of 0-65535",
+    ),
+    (
+        "fakeroot-range-beyond-maximum",
+        [(HALTEST, "      - {name: haltest, first_subid: 4294900000}\n")],
+        E,
+        "containers.fakeroot.users[0].first_subid",
+        "ends beyond what Apptainer maps",
+    ),
+    (
+        "fakeroot-user-twice",
+        [(HALTEST, HALTEST + "      - name: haltest\n")],
+        E,
+        "containers.fakeroot.users[1].name",
+        "fakeroot user 'haltest' is already used by containers.fakeroot.users[0]",
+    ),
+    (
+        "fakeroot-without-users",
+        [("    users:\n" + HALTEST, "    users: []\n"), (FAKEROOT_GROUP, "    groups: []\n")],
+        W,
+        "containers.fakeroot",
+        "fakeroot is enabled, but no user gets a range",
+    ),
+    (
+        "real-id-range-reversed",
+        [("{first: 100000, last: 999999,", "{first: 999999, last: 100000,")],
+        E,
+        "containers.fakeroot.real_ids[1]",
+        "real ID range 999999-100000 ends before it starts",
+    ),
 ]
 
 
@@ -97,22 +211,38 @@ def test_mistake_is_found(finds, mutation, level, path, message):
     finds(mutation, level, path, message)
 
 
-PYTORCH_PIP = '      pip: {packages: ["torch==2.13.0+cpu", "numpy==2.3.5"]}   # numpy: torch.from_numpy, no warning at import\n'
+PYTORCH_PIP = (
+    '      pip: {packages: ["torch==2.13.0+cpu", "numpy==2.3.5"]}   # numpy: torch.from_numpy, no warning at import\n'
+)
 
 ACCEPTED = [
     ("swap-on-conflict", [("  on_conflict: refuse ", "  on_conflict: swap ")]),
     ("apptainer", [("  runtime: singularity\n", "  runtime: apptainer\n")]),
-    ("group-member-also-a-user", [("        description: users allowed fakeroot ",
-                                   "        members: [haltest, alice, jdoe]\n        description: users allowed fakeroot ")]),
-    ("pinned-range-among-automatic-ones",
-     [(HALTEST, HALTEST + "      - {name: alice, first_subid: 1065536}\n      - {name: bob}\n")]),
+    (
+        "group-member-also-a-user",
+        [
+            (
+                "        description: users allowed fakeroot ",
+                "        members: [haltest, alice, jdoe]\n        description: users allowed fakeroot ",
+            )
+        ],
+    ),
+    (
+        "pinned-range-among-automatic-ones",
+        [(HALTEST, HALTEST + "      - {name: alice, first_subid: 1065536}\n      - {name: bob}\n")],
+    ),
     ("fakeroot-off", [("    enabled: true                             # [paper]", "    enabled: false")]),
-    ("no-containers", [lambda t: t[: t.index("\ncontainers:")] + t[t.index("\nportal:"):]]),
-    ("no-modules", [lambda t: t[: t.index("\nsoftware:")] + t[t.index("\ncontainers:"):]]),
+    ("no-containers", [lambda t: t[: t.index("\ncontainers:")] + t[t.index("\nportal:") :]]),
+    ("no-modules", [lambda t: t[: t.index("\nsoftware:")] + t[t.index("\ncontainers:") :]]),
     ("prerequisite-any-version", [(PY27 + "requires: [cuda/10.2]", PY27 + "requires: [cuda]")]),
     ("mpi-requires-same-level", [(OMPI, OMPI + "      requires: [cuda/10.2]\n")]),
-    ("pip-environment-from-a-wheelhouse", [("  on_conflict: refuse ", "  wheelhouse: /sw/wheels\n  on_conflict: refuse "),
-                                           (PYTORCH_PIP, '      pip: {packages: ["torch>=2.12,<2.14"], python: python3.11}\n')]),
+    (
+        "pip-environment-from-a-wheelhouse",
+        [
+            ("  on_conflict: refuse ", "  wheelhouse: /sw/wheels\n  on_conflict: refuse "),
+            (PYTORCH_PIP, '      pip: {packages: ["torch>=2.12,<2.14"], python: python3.11}\n'),
+        ],
+    ),
 ]
 
 
@@ -134,6 +264,7 @@ def test_embedded_hal_software_is_clean(hal):
 
 # ---- renderers -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def software_files(hal):
     """What the software renderer alone makes of HAL (conftest's `files` is the whole tree)."""
@@ -147,13 +278,27 @@ def plan(software_files):
 
 def tree_modules(files: dict[str, str], role: str, level: str = "Core") -> list[str]:
     root = f"files/opt/hal/modulefiles/{role}/{level}/"
-    return sorted(p[len(root):-4] for p in files if p.startswith(root) and p.endswith(".lua")
-                  and not p.endswith(".modulerc.lua") and p[len(root):].count("/") == 1)
+    return sorted(
+        p[len(root) : -4]
+        for p in files
+        if p.startswith(root)
+        and p.endswith(".lua")
+        and not p.endswith(".modulerc.lua")
+        and p[len(root) :].count("/") == 1
+    )
 
 
 def test_hal_trees_hold_the_published_stack_for_each_role(software_files, plan):
-    core = ["at/12.0", "cuda/10.2", "jupyter/2026.11", "pgi/19.10", "pytorch/2.13.0-cpu", "wmlce/1.7.0-py2.7",
-            "wmlce/1.7.0-py3.6", "wmlce/1.7.0-py3.7"]  # jupyter: the portal's session environment
+    core = [
+        "at/12.0",
+        "cuda/10.2",
+        "jupyter/2026.11",
+        "pgi/19.10",
+        "pytorch/2.13.0-cpu",
+        "wmlce/1.7.0-py2.7",
+        "wmlce/1.7.0-py3.6",
+        "wmlce/1.7.0-py3.7",
+    ]  # jupyter: the portal's session environment
     assert sorted(plan["lmod"]["roles"]) == ["compute", "development", "login"]
     for role, entry in plan["lmod"]["roles"].items():
         assert tree_modules(software_files, role) == sorted(entry["core"]) == core
@@ -165,8 +310,11 @@ def test_hal_trees_hold_the_published_stack_for_each_role(software_files, plan):
 def test_login_and_compute_trees_differ_only_in_their_own_paths(software_files):
     def tree(role):
         root = f"files/opt/hal/modulefiles/{role}/"
-        return {p[len(root):]: t.replace(f"/modulefiles/{role}/", "/modulefiles/ROLE/")
-                for p, t in software_files.items() if p.startswith(root)}
+        return {
+            p[len(root) :]: t.replace(f"/modulefiles/{role}/", "/modulefiles/ROLE/")
+            for p, t in software_files.items()
+            if p.startswith(root)
+        }
 
     assert tree("login") == tree("compute") and tree("login")
 
@@ -199,7 +347,10 @@ def test_one_default_per_name_with_a_choice(software_files):
 def test_lmod_site_configuration(software_files):
     paths = [ln for ln in software_files["files/etc/lmod/modulespath"].splitlines() if not ln.startswith("#")]
     assert paths == [f"/opt/hal/modulefiles/{r}/Core" for r in ("compute", "development", "login")]
-    assert '{dir = "/var/cache/lmod", timestamp = "/var/cache/lmod/timestamp"}' in software_files["files/etc/lmod/lmodrc.lua"]
+    assert (
+        '{dir = "/var/cache/lmod", timestamp = "/var/cache/lmod/timestamp"}'
+        in software_files["files/etc/lmod/lmodrc.lua"]
+    )
     profile = software_files["files/etc/profile.d/hal-lmod.sh"]
     assert "export LMOD_AUTO_SWAP=no\n" in profile and "export LMOD_DISABLE_SAME_NAME_AUTOSWAP=yes\n" in profile
 
@@ -235,16 +386,27 @@ def test_filesystem_mounts_are_a_model_rule(edited):
     export mounted at a second place keeps its first mount point."""
     first = "      - {export: misc, mount_point: /misc-first, clients: hal-login}\n"
     model = load_text(edited(("    mounts:\n", "    mounts:\n" + first)), "c.yml").model
-    assert model.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/misc-first", "backup": "/backup",
-                                                 "backup-mgmt2": "/backup-mgmt2"}
+    assert model.storage.filesystem_mounts() == {
+        "halfs": "/home",
+        "misc": "/misc-first",
+        "backup": "/backup",
+        "backup-mgmt2": "/backup-mgmt2",
+    }
     hal = load_text(edited(), "c.yml").model
-    assert hal.storage.filesystem_mounts() == {"halfs": "/home", "misc": "/sw", "backup": "/backup",
-                                               "backup-mgmt2": "/backup-mgmt2"}
+    assert hal.storage.filesystem_mounts() == {
+        "halfs": "/home",
+        "misc": "/sw",
+        "backup": "/backup",
+        "backup-mgmt2": "/backup-mgmt2",
+    }
 
 
 def test_apptainer_config_path(edited):
-    files = sw.render(load_text(edited(("  runtime: singularity\n", "  runtime: apptainer\n"),
-                                       ("  gpu: true ", "  gpu: false ")), "c.yml").model)
+    files = sw.render(
+        load_text(
+            edited(("  runtime: singularity\n", "  runtime: apptainer\n"), ("  gpu: true ", "  gpu: false ")), "c.yml"
+        ).model
+    )
     assert "always use nv = no\n" in files["files/etc/apptainer/apptainer.conf"]
     assert not any("singularity" in p for p in files)
 
@@ -255,8 +417,10 @@ def test_subid_files_give_each_active_fakeroot_user_one_range_above_real_ids(sof
     entries = [ln for ln in software_files["files/etc/subuid"].splitlines() if not ln.startswith("#")]
     assert entries == ["haltest:1000000:65536", "jdoe:1065536:65536"]
     assert software_files["files/etc/subgid"] == software_files["files/etc/subuid"]
-    assert plan["containers"]["fakeroot"]["ranges"] == [{"user": "haltest", "first": 1000000, "count": 65536},
-                                                       {"user": "jdoe", "first": 1065536, "count": 65536}]
+    assert plan["containers"]["fakeroot"]["ranges"] == [
+        {"user": "haltest", "first": 1000000, "count": 65536},
+        {"user": "jdoe", "first": 1065536, "count": 65536},
+    ]
 
 
 def test_a_disabled_directory_user_keeps_a_reserved_slot(edited):
@@ -275,8 +439,11 @@ def test_subid_header_lines_are_skipped_by_shadow_and_apptainer(software_files):
 
 
 def test_fakeroot_off_leaves_subid_files_without_entries(edited):
-    files = sw.render(load_text(edited(("    enabled: true                             # [paper]",
-                                        "    enabled: false")), "c.yml").model)
+    files = sw.render(
+        load_text(
+            edited(("    enabled: true                             # [paper]", "    enabled: false")), "c.yml"
+        ).model
+    )
     assert [ln for ln in files["files/etc/subuid"].splitlines() if not ln.startswith("#")] == []
 
 
@@ -313,15 +480,21 @@ def test_plan_lists_every_cluster_wide_file_it_names(software_files, plan):
 
 
 def test_nothing_rendered_without_modules_or_containers(edited):
-    text = edited(lambda t: t[: t.index("\nsoftware:")] + t[t.index("\nportal:"):])
+    text = edited(lambda t: t[: t.index("\nsoftware:")] + t[t.index("\nportal:") :])
     assert sw.render(load_text(text, "c.yml").model) == {}
 
 
-@pytest.mark.parametrize(("value", "literal"), [("a", '"a"'), ('say "hi"', r'"say \"hi\""'), ("back\\slash", r'"back\\slash"'),
-                                                ("line\nbreak", r'"line\010break"')])
+@pytest.mark.parametrize(
+    ("value", "literal"),
+    [
+        ("a", '"a"'),
+        ('say "hi"', r'"say \"hi\""'),
+        ("back\\slash", r'"back\\slash"'),
+        ("line\nbreak", r'"line\010break"'),
+    ],
+)
 def test_lua_string_literals(value, literal):
     assert sw.lua(value) == literal
-
 
 
 @pytest.mark.parametrize("role", ["lmod", "containers"])
@@ -332,7 +505,9 @@ def test_role_argument_specs_cover_every_default(role):
 
     root = Path(__file__).resolve().parents[2] / "roles" / role
     defaults = YAML(typ="safe").load((root / "defaults" / "main.yml").read_text())
-    options = YAML(typ="safe").load((root / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    options = YAML(typ="safe").load((root / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
+        "options"
+    ]
     assert sorted(defaults) == sorted(options)
     assert all(spec.get("type") and spec.get("description") for spec in options.values())
     assert all(name.startswith(f"{role}_") for name in defaults)
@@ -340,14 +515,28 @@ def test_role_argument_specs_cover_every_default(role):
 
 def test_module_environments_are_in_the_plan_for_the_lmod_role(plan):
     assert plan["lmod"]["environments"] == [
-        {"module": "pytorch/2.13.0-cpu", "prefix": "/sw/pytorch/2.13.0-cpu", "python": "python3",
-         "packages": ["torch==2.13.0+cpu", "numpy==2.3.5"], "roles": ["login", "development", "compute"]}]
+        {
+            "module": "pytorch/2.13.0-cpu",
+            "prefix": "/sw/pytorch/2.13.0-cpu",
+            "python": "python3",
+            "packages": ["torch==2.13.0+cpu", "numpy==2.3.5"],
+            "roles": ["login", "development", "compute"],
+        }
+    ]
     assert plan["lmod"]["wheelhouse"] is None  # HAL names none: pip uses the index as configured
 
 
-@pytest.mark.parametrize(("package", "ok"), [
-    ("torch==2.13.0+cpu", True), ("numpy>=1.26,<3", True), ("jupyterlab[full]==4.2", True),
-    ("torch; rm -rf /", False), ("--index-url=http://x", False), ("", False)])
+@pytest.mark.parametrize(
+    ("package", "ok"),
+    [
+        ("torch==2.13.0+cpu", True),
+        ("numpy>=1.26,<3", True),
+        ("jupyterlab[full]==4.2", True),
+        ("torch; rm -rf /", False),
+        ("--index-url=http://x", False),
+        ("", False),
+    ],
+)
 def test_a_pip_requirement_is_a_requirement_not_a_command(package, ok):
     from pydantic import ValidationError
 

@@ -43,11 +43,14 @@ def current(name: str) -> list[gpfs.Setting]:
 
 # ---- parsing mmlsconfig -Y ------------------------------------------------------------------
 
+
 def test_parse_keeps_order_node_lists_and_decodes_fields():
-    text = ("mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
-            "mmlsconfig::0:1:::pagepool:4G:computeNodes,serviceNodes:\n"
-            "mmlsconfig::0:1:::verbsPorts:mlx5_0/1 mlx5_1/1::\n"
-            "mmlsconfig::0:1:::tscCmdPortRange:60000%3A61000::\n")
+    text = (
+        "mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
+        "mmlsconfig::0:1:::pagepool:4G:computeNodes,serviceNodes:\n"
+        "mmlsconfig::0:1:::verbsPorts:mlx5_0/1 mlx5_1/1::\n"
+        "mmlsconfig::0:1:::tscCmdPortRange:60000%3A61000::\n"
+    )
     assert gpfs.parse_mmlsconfig(text) == [
         gpfs.Setting("pagepool", "4G", ("computeNodes", "serviceNodes")),
         gpfs.Setting("verbsPorts", "mlx5_0/1 mlx5_1/1", ()),
@@ -56,9 +59,11 @@ def test_parse_keeps_order_node_lists_and_decodes_fields():
 
 
 def test_parse_ignores_lines_that_are_not_records():
-    text = ("mmlsconfig: warning: node hal07 is down\n# a comment\n\n"
-            "mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
-            "mmlsconfig::0:1:::autoload:yes::\n")
+    text = (
+        "mmlsconfig: warning: node hal07 is down\n# a comment\n\n"
+        "mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
+        "mmlsconfig::0:1:::autoload:yes::\n"
+    )
     assert gpfs.parse_mmlsconfig(text) == [gpfs.Setting("autoload", "yes", ())]
 
 
@@ -69,6 +74,7 @@ def test_parse_refuses_what_is_not_mmlsconfig_y(text):
 
 
 # ---- the plan -------------------------------------------------------------------------------
+
 
 def test_new_cluster_gets_every_setting_and_two_restarts(hal):
     plan = gpfs.plan(gpfs_tuning.desired_state(hal.storage.gpfs), current("hal-new-cluster.txt"))
@@ -117,10 +123,18 @@ def test_drifted_cluster_gets_only_the_differences(hal):
         pytest.param("pagepool:4096M:computeNodes", {"computeNodes": {"pagepool": "4G"}}, [], id="size-in-other-unit"),
         pytest.param("pagepool:4G::", {"computeNodes": {"pagepool": "4G"}}, [], id="inherited-from-cluster"),
         pytest.param("", {"computeNodes": {"maxStatCache": "1000"}}, [], id="equal-to-gpfs-default"),
-        pytest.param("", {"computeNodes": {"verbsRdma": "enable"}}, [("computeNodes", "verbsRdma", None)],
-                     id="unknown-default-always-set"),
-        pytest.param("pagepool:4G:computeNodes", {"computeNodes": {"pagepool": "8G"}},
-                     [("computeNodes", "pagepool", "4G")], id="class-value-differs"),
+        pytest.param(
+            "",
+            {"computeNodes": {"verbsRdma": "enable"}},
+            [("computeNodes", "verbsRdma", None)],
+            id="unknown-default-always-set",
+        ),
+        pytest.param(
+            "pagepool:4G:computeNodes",
+            {"computeNodes": {"pagepool": "8G"}},
+            [("computeNodes", "pagepool", "4G")],
+            id="class-value-differs",
+        ),
     ],
 )
 def test_plan_compares_effective_values(listed, desired, changes):
@@ -133,9 +147,13 @@ def test_plan_compares_effective_values(listed, desired, changes):
 
 def test_class_compares_with_the_cluster_value_this_plan_sets():
     """A class that wants what the cluster-wide change will give it still needs nothing."""
-    text = ("mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
-            "mmlsconfig::0:1:::maxMBpS:2048::\n")
-    plan = gpfs.plan({gpfs_tuning.CLUSTER: {"maxMBpS": "8000"}, "computeNodes": {"maxMBpS": "8000"}}, gpfs.parse_mmlsconfig(text))
+    text = (
+        "mmlsconfig::HEADER:version:reserved:reserved:configParameter:value:nodeList:\n"
+        "mmlsconfig::0:1:::maxMBpS:2048::\n"
+    )
+    plan = gpfs.plan(
+        {gpfs_tuning.CLUSTER: {"maxMBpS": "8000"}, "computeNodes": {"maxMBpS": "8000"}}, gpfs.parse_mmlsconfig(text)
+    )
     assert [(c.scope, c.attribute) for c in plan.changes] == [(gpfs_tuning.CLUSTER, "maxMBpS")]
     assert plan.commands() == [["mmchconfig", "maxMBpS=8000", "-i"]]
     assert plan.restart() == []
@@ -192,12 +210,15 @@ def test_cli_plan_json_is_what_the_role_gets():
 
 # ---- renderers ------------------------------------------------------------------------------
 
+
 def test_every_cluster_member_is_in_the_node_file_once(hal, files):
     lines = [ln for ln in files["files/gpfs/nodes.list"].splitlines() if ln and not ln.startswith("#")]
     names = [ln.split(":")[0] for ln in lines]
     members = [h for nc in hal.storage.gpfs.node_classes for h in expand(nc.hosts)]
     assert len(names) == len(set(names)) == len(members)
-    assert "hal01-ib:client:hal01" in lines and "ddn1-a:quorum-manager" in lines and "hal-dtn-ib:quorum:hal-dtn" in lines
+    assert (
+        "hal01-ib:client:hal01" in lines and "ddn1-a:quorum-manager" in lines and "hal-dtn-ib:quorum:hal-dtn" in lines
+    )
     assert sum(":quorum" in ln for ln in lines) == len(nodeset(hal.storage.gpfs.quorum))
 
 
@@ -222,8 +243,14 @@ def test_nsd_stanzas_rotate_primary_servers(files):
     assert len(nsds) == 16 and len({n["nsd"] for n in nsds}) == 16
     primaries = [n["servers"].split(",")[0] for n in nsds]
     assert {p: primaries.count(p) for p in set(primaries)} == {"ddn1-a": 4, "ddn1-b": 4, "ddn2-a": 4, "ddn2-b": 4}
-    assert nsds[0] == {"nsd": "ddn1nsd01", "device": "/dev/mapper/ddn1lun01", "servers": "ddn1-a,ddn1-b",
-                       "usage": "dataAndMetadata", "failureGroup": "1", "pool": "system"}
+    assert nsds[0] == {
+        "nsd": "ddn1nsd01",
+        "device": "/dev/mapper/ddn1lun01",
+        "servers": "ddn1-a,ddn1-b",
+        "usage": "dataAndMetadata",
+        "failureGroup": "1",
+        "pool": "system",
+    }
 
 
 def test_nsd_run_without_rotation_keeps_the_order(hal):
@@ -234,14 +261,23 @@ def test_nsd_run_without_rotation_keeps_the_order(hal):
 def test_mmcrfs_command_carries_hal_choices(files):
     text = files["files/gpfs/halfs.mmcrfs"]
     command = " ".join(text.split("\n", 4)[-1].replace("\\\n", " ").split())
-    assert command == ("mmcrfs halfs -F halfs.nsd -B 1M -L 128M -T /home -A yes -m 2 -M 2 -r 1 -R 2 -Q no "
-                       "--inode-limit 200000000:50000000")
+    assert command == (
+        "mmcrfs halfs -F halfs.nsd -B 1M -L 128M -T /home -A yes -m 2 -M 2 -r 1 -R 2 -Q no "
+        "--inode-limit 200000000:50000000"
+    )
 
 
 @pytest.mark.parametrize("path", ["/sw", "/home", "/scratch/dl-data", "/a.b/.c", "/x y", "/", "//data//set/"])
 def test_mount_unit_names_follow_systemd_escape(path):
-    expected = {"/sw": "sw.mount", "/home": "home.mount", "/scratch/dl-data": "scratch-dl\\x2ddata.mount",
-                "/a.b/.c": "a.b-.c.mount", "/x y": "x\\x20y.mount", "/": "-.mount", "//data//set/": "data-set.mount"}
+    expected = {
+        "/sw": "sw.mount",
+        "/home": "home.mount",
+        "/scratch/dl-data": "scratch-dl\\x2ddata.mount",
+        "/a.b/.c": "a.b-.c.mount",
+        "/x y": "x\\x20y.mount",
+        "/": "-.mount",
+        "//data//set/": "data-set.mount",
+    }
     assert mount_unit_name(path) == expected[path]
     if shutil.which("systemd-escape"):
         real = subprocess.run(["systemd-escape", "--path", "--suffix=mount", path], capture_output=True, text=True)
@@ -257,8 +293,9 @@ def test_mount_units_pass_systemd_analyze_verify(tmp_path, case):
     assert units
     for name, text in units.items():
         (tmp_path / name).write_text(text)
-    result = subprocess.run(["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", *(str(tmp_path / n) for n in units)], capture_output=True, text=True
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
@@ -285,7 +322,9 @@ def test_exports_files_have_one_client_per_line(case):
 
 def test_exports_use_network_cidr_when_asked():
     files = render_all(validate(DATA / "clusters" / "x86-twogen.yml").model)
-    assert "/export/sw \\\n    10.20.0.0/16(ro,sync,no_subtree_check,root_squash)\n" in files["files/nfs/tg-nfs/exports"]
+    assert (
+        "/export/sw \\\n    10.20.0.0/16(ro,sync,no_subtree_check,root_squash)\n" in files["files/nfs/tg-nfs/exports"]
+    )
 
 
 @pytest.mark.skipif(shutil.which("ansible-inventory") is None, reason="ansible-inventory is not installed")
@@ -308,10 +347,11 @@ def test_ansible_reads_the_storage_groups(tmp_path, files):
 def test_nfs_manifest_names_export_paths_and_each_unit_with_its_group(files):
     doc = json.loads(files["files/nfs/nfs.json"])
     assert doc["servers"] == {"hal-data": {"paths": ["/export/sw", "/export/backup", "/export/backup-mgmt2"]}}
-    assert doc["mounts"] == [{"group": "nfs_mount_sw", "mount_point": "/sw", "unit": "sw.mount"},
-                             {"group": "nfs_mount_backup", "mount_point": "/backup", "unit": "backup.mount"},
-                             {"group": "nfs_mount_backup_x2dmgmt2", "mount_point": "/backup-mgmt2",
-                              "unit": "backup\\x2dmgmt2.mount"}]
+    assert doc["mounts"] == [
+        {"group": "nfs_mount_sw", "mount_point": "/sw", "unit": "sw.mount"},
+        {"group": "nfs_mount_backup", "mount_point": "/backup", "unit": "backup.mount"},
+        {"group": "nfs_mount_backup_x2dmgmt2", "mount_point": "/backup-mgmt2", "unit": "backup\\x2dmgmt2.mount"},
+    ]
 
 
 def test_storage_renders_100000_nodes_quickly(edited):
@@ -328,6 +368,7 @@ def test_storage_renders_100000_nodes_quickly(edited):
 
 # ---- the sandbox ----------------------------------------------------------------------------
 
+
 def test_sandbox_keeps_only_what_its_hosts_can_carry(hal):
     before = hal.storage.model_dump(mode="json", exclude_none=True)
     keep = nodeset("hal-data,hal01,hal-login")
@@ -335,7 +376,11 @@ def test_sandbox_keeps_only_what_its_hosts_can_carry(hal):
     assert narrowed.gpfs is None and narrowed.arrays == hal.storage.arrays
     assert narrowed.nfs.exports[0].clients == "hal01,hal-login" and narrowed.nfs.exports[0].networks == []
     assert narrowed.nfs.mounts[0].clients == "hal01,hal-login"
-    assert narrow_storage(hal.storage, nodeset("hal01")).nfs.model_dump() == {"servers": [], "exports": [], "mounts": []}
+    assert narrow_storage(hal.storage, nodeset("hal01")).nfs.model_dump() == {
+        "servers": [],
+        "exports": [],
+        "mounts": [],
+    }
     assert hal.storage.model_dump(mode="json", exclude_none=True) == before  # the model narrowed is a new one
 
 
@@ -343,7 +388,8 @@ def test_sandbox_can_rehome_an_export_whose_server_it_does_not_keep(hal):
     before = hal.storage.model_dump(mode="json", exclude_none=True)
     narrowed = narrow_storage(hal.storage, nodeset("hal-mgmt1,hal-login"), rehome={"backup": "hal-login"})
     assert [(e.name, e.server, e.path, e.clients) for e in narrowed.nfs.exports] == [
-        ("backup", "hal-login", "/export/backup", "hal-mgmt1")]
+        ("backup", "hal-login", "/export/backup", "hal-mgmt1")
+    ]
     assert [(s.host, s.volumes) for s in narrowed.nfs.servers] == [("hal-login", ["/export"])]
     assert [(m.export, m.mount_point, m.clients) for m in narrowed.nfs.mounts] == [("backup", "/backup", "hal-mgmt1")]
     # Without it the export goes with its server; the full model never changes.
@@ -352,6 +398,7 @@ def test_sandbox_can_rehome_an_export_whose_server_it_does_not_keep(hal):
 
 
 # ---- benchmark ------------------------------------------------------------------------------
+
 
 def test_job_file_runs_the_three_patterns_in_turn():
     text = bench.job_file("/mnt/x", bench.SIZES["small"])
@@ -378,7 +425,8 @@ def test_failed_fio_job_is_an_error():
 def node(host: str, bws: list[float], stat: float = 1000.0, listing: float = 5000.0) -> dict:
     mib = 1 << 20
     return {
-        "host": host, "size": "small",
+        "host": host,
+        "size": "small",
         "ranks": {
             "small-random-reads": [{"bw_bytes": b * mib, "iops": b * 32, "ios": 1} for b in bws],
             "large-sequential": [{"bw_bytes": 2 * b * mib, "iops": 2 * b, "ios": 1} for b in bws],
@@ -395,7 +443,7 @@ def test_summary_has_per_node_rows_and_an_aggregate_with_the_spread_across_ranks
     a, b, total = small
     assert (a["mib_s"], a["cv"], b["cv"]) == (200.0, 50.0, 0.0)
     assert total["ranks"] == 4 and total["mib_s"] == 400.0
-    assert total["cv"] == pytest.approx(100 * (1250 ** 0.5) / 100)  # stdev of 50,150,100,100 over mean 100
+    assert total["cv"] == pytest.approx(100 * (1250**0.5) / 100)  # stdev of 50,150,100,100 over mean 100
     listing = [r for r in rows if r["pattern"] == "listing"]
     assert [(r["node"], r["iops"]) for r in listing] == [("a", 3000.0), ("b", 5000.0), ("ALL", 8000.0)]
 
@@ -419,8 +467,20 @@ def test_results_directory_without_results_is_an_error(tmp_path):
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed (apt-get install fio)")
 def test_benchmark_runs_on_local_disk_and_cleans_up(tmp_path):
-    result = runner.invoke(app, ["storage", "bench", "--local", "--mount", str(tmp_path / "fs"), "--size", "small",
-                                 "--out", str(tmp_path / "results")])
+    result = runner.invoke(
+        app,
+        [
+            "storage",
+            "bench",
+            "--local",
+            "--mount",
+            str(tmp_path / "fs"),
+            "--size",
+            "small",
+            "--out",
+            str(tmp_path / "results"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     [saved] = list((tmp_path / "results").glob("*.json"))
     doc = json.loads(saved.read_text())
@@ -436,6 +496,7 @@ def test_benchmark_without_fio_says_how_to_get_it(tmp_path):
 
 
 # ---- probe ----------------------------------------------------------------------------------
+
 
 def ticking(step_ms: float):
     now = [0.0]
@@ -457,8 +518,13 @@ def homes(tmp_path):
 
 
 def test_probe_line_protocol(homes):
-    sample = probe.measure(str(homes), str(homes / "alice" / "probe"), host="hal01", clock=ticking(2.5),
-                           now_ns=lambda: 1_700_000_000_000_000_000)
+    sample = probe.measure(
+        str(homes),
+        str(homes / "alice" / "probe"),
+        host="hal01",
+        clock=ticking(2.5),
+        now_ns=lambda: 1_700_000_000_000_000_000,
+    )
     assert probe.line_protocol(sample) == (
         f"storage_responsiveness,host=hal01,path={homes} entries=3i,list_home_ms=2.500,stat_ms=2.500 "
         "1700000000000000000"
@@ -494,8 +560,14 @@ def test_probe_command_prints_one_line_per_root_and_fails_if_one_fails(homes, tm
 def test_probe_runs_without_hal_provision_installed(homes):
     """The monitoring role can copy probe.py alone: it needs only the standard library."""
     source = Path(probe.__file__)
-    result = subprocess.run(["python3", "-S", "-I", str(source), str(homes), "--host", "n1"],
-                            capture_output=True, text=True, cwd="/", env={"PATH": os.environ["PATH"]})
+    result = subprocess.run(
+        ["python3", "-S", "-I", str(source), str(homes), "--host", "n1"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={"PATH": os.environ["PATH"]},
+    )
     assert result.returncode == 0, result.stderr
-    assert re.fullmatch(r"storage_responsiveness,host=n1,path=\S+ entries=3i,list_home_ms=[\d.]+,stat_ms=[\d.]+ \d+\n",
-                        result.stdout)
+    assert re.fullmatch(
+        r"storage_responsiveness,host=n1,path=\S+ entries=3i,list_home_ms=[\d.]+,stat_ms=[\d.]+ \d+\n", result.stdout
+    )

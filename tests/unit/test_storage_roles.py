@@ -40,9 +40,13 @@ def test_role_readme_says_what_is_and_is_not_exercised(role):
 @pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-playbook is not installed")
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_playbook_syntax(playbook):
-    result = subprocess.run(["ansible-playbook", "--syntax-check", str(REPO / "playbooks" / playbook)],
-                            capture_output=True, text=True, cwd=REPO,
-                            env={**os.environ, "ANSIBLE_ROLES_PATH": str(REPO / "roles")})
+    result = subprocess.run(
+        ["ansible-playbook", "--syntax-check", str(REPO / "playbooks" / playbook)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "ANSIBLE_ROLES_PATH": str(REPO / "roles")},
+    )
     assert result.returncode == 0, result.stderr
 
 

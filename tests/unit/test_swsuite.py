@@ -87,7 +87,9 @@ def test_every_hal_virtual_partition_is_in_the_table(hal_table):
 
 
 def test_smaller_cpu_share_and_passthrough(hal_table):
-    args = resolve(hal_table, Request("gpux2", cpus_per_gpu=8, time="0:30", slurm_args=["--account=proj", "--mem-per-cpu=2000"]))
+    args = resolve(
+        hal_table, Request("gpux2", cpus_per_gpu=8, time="0:30", slurm_args=["--account=proj", "--mem-per-cpu=2000"])
+    )
     o = _opts(args)
     assert o["ntasks-per-node"] == "16" and o["cores-per-socket"] == "4" and o["time"] == "00:30:00"
     # user options come after ours, so Slurm takes theirs
@@ -175,8 +177,12 @@ def test_swbatch_reads_directives_and_cli_wins(table_file, tmp_path, capsys):
 
 
 def test_console_scripts_help_lists_the_table(table_file):
-    out = subprocess.run([sys.executable, "-c", "from hal_provision.node.swsuite.cli import swrun; raise SystemExit(swrun(['--help']))"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "from hal_provision.node.swsuite.cli import swrun; raise SystemExit(swrun(['--help']))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "gpux4        4      1        160" in out
     assert "swrun -p gpux4 -c 40 -t 24" in out
 
@@ -216,8 +222,11 @@ def installed(tmp_path_factory, hal_table):
     tasks = yaml.safe_load((ROLE / "tasks" / "configure.yml").read_text())
     launcher = next(t for t in tasks if t["name"] == "Install the commands")["ansible.builtin.copy"]["content"]
     for command in role_vars["__swsuite_commands"]:
-        text = (launcher.replace("{{ __swsuite_python }}", sys.executable)
-                .replace("{{ swsuite_lib_dir | to_json }}", json.dumps(str(lib))).replace("{{ item }}", command))
+        text = (
+            launcher.replace("{{ __swsuite_python }}", sys.executable)
+            .replace("{{ swsuite_lib_dir | to_json }}", json.dumps(str(lib)))
+            .replace("{{ item }}", command)
+        )
         assert "{{" not in text, text
         (bin_dir / command).write_text(text)
         (bin_dir / command).chmod(0o755)
@@ -229,8 +238,9 @@ def installed(tmp_path_factory, hal_table):
 def run_installed(installed, command: str, *argv: str) -> subprocess.CompletedProcess:
     bin_dir, table = installed
     env = {"PATH": os.environ["PATH"], "SWSUITE_TABLE": str(table), "LANG": "C.UTF-8"}
-    return subprocess.run([str(bin_dir / command), *argv], capture_output=True, text=True, env=env, timeout=60,
-                          cwd=bin_dir.parent)
+    return subprocess.run(
+        [str(bin_dir / command), *argv], capture_output=True, text=True, env=env, timeout=60, cwd=bin_dir.parent
+    )
 
 
 FORMS = "use HOURS (e.g. 24 or 1.5), H:MM, H:MM:SS or D-HH:MM:SS"
@@ -278,11 +288,14 @@ def test_an_unknown_virtual_partition_is_one_line_however_long(installed):
     assert proc.stderr.startswith("swrun: error: unknown virtual partition '" + "x" * 36 + "...; valid: cpun1, cpun2")
 
 
-@pytest.mark.parametrize("line, why", [
-    ('#SWBATCH -p gpux1 --job-name="unbalanced', "No closing quotation"),
-    ("#SWBATCH -p gpux1 --comment='half", "No closing quotation"),
-    ("#SWBATCH -p gpux1 \\", "No escaped character"),
-])
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ('#SWBATCH -p gpux1 --job-name="unbalanced', "No closing quotation"),
+        ("#SWBATCH -p gpux1 --comment='half", "No closing quotation"),
+        ("#SWBATCH -p gpux1 \\", "No escaped character"),
+    ],
+)
 def test_an_unbalanced_quote_in_a_swbatch_line_is_one_line_naming_it(installed, tmp_path, line, why):
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/bash\n{line}\nhostname\n")
@@ -291,11 +304,14 @@ def test_an_unbalanced_quote_in_a_swbatch_line_is_one_line_naming_it(installed, 
     assert proc.stderr == f"swbatch: error: {script}, line 2: cannot split the #SWBATCH line: {why}\n"
 
 
-@pytest.mark.parametrize("what, message", [
-    ("missing", "cannot read {script}: No such file or directory"),
-    ("directory", "cannot read {script}: Is a directory"),
-    ("huge-time", "-t/--time: the time '99999999999999999999' is longer than Slurm can take"),
-])
+@pytest.mark.parametrize(
+    "what, message",
+    [
+        ("missing", "cannot read {script}: No such file or directory"),
+        ("directory", "cannot read {script}: Is a directory"),
+        ("huge-time", "-t/--time: the time '99999999999999999999' is longer than Slurm can take"),
+    ],
+)
 def test_swbatch_script_mistakes_are_one_line(installed, tmp_path, what, message):
     script = tmp_path / "job.sh"
     if what == "directory":

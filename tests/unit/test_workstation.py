@@ -31,8 +31,10 @@ def test_workstation_validates_with_one_warning_about_sharing_the_node():
     [warning] = loaded.findings
     line = WS.read_text().splitlines().index("  slurmctld: ws01") + 1
     assert warning.dotted == "services.slurmctld" and warning.line == line
-    assert ("slurmctld, slurmdbd and accounting_db run on node group 'ws', which also runs jobs: jobs get the "
-            "nodes' memory less slurm.memory_reserve_mib") in warning.message
+    assert (
+        "slurmctld, slurmdbd and accounting_db run on node group 'ws', which also runs jobs: jobs get the "
+        "nodes' memory less slurm.memory_reserve_mib"
+    ) in warning.message
 
 
 def test_one_group_plays_every_role_it_lists(ws):
@@ -59,11 +61,16 @@ def test_def_mem_per_cpu_given_is_kept(hal):
     assert hal.def_mem_per_cpu_mib == hal.slurm.def_mem_per_cpu_mib == 1200
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (("    also: [login, management]", "    also: [login]"),
-     "slurmctld placed on ws01, a compute/login node; it must run on management nodes (or add one of those roles "
-     "to node group 'ws' with `also:`)"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("    also: [login, management]", "    also: [login]"),
+            "slurmctld placed on ws01, a compute/login node; it must run on management nodes (or add one of those roles "
+            "to node group 'ws' with `also:`)",
+        ),
+    ],
+)
 def test_service_on_a_group_without_its_role_is_an_error(tmp_path, edit, message):
     path = tmp_path / "ws.yml"
     path.write_text(WS.read_text().replace(*edit))
@@ -75,7 +82,10 @@ def test_sandbox_of_the_workstation_is_one_container(ws):
     sb = derive_sandbox(ws, computes=1)
     [group] = sb.nodes
     assert (group.hosts, group.roles, str(group.addresses["lan"])) == (
-        "ws01", (Role.compute, Role.login, Role.management), "10.89.77.10")
+        "ws01",
+        (Role.compute, Role.login, Role.management),
+        "10.89.77.10",
+    )
     assert (sb.services.slurmctld, sb.services.slurmdbd, sb.services.accounting_db) == ("ws01",) * 3
     with pytest.raises(SandboxError, match="fewer than 2 hosts"):
         derive_sandbox(ws)  # the default asks for two compute nodes

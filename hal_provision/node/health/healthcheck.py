@@ -59,6 +59,7 @@ REASON_MAX = 120  # Slurm keeps long reasons; sinfo shows about this much
 
 # ---- checks: each returns a list of problems (empty: passed) ---------------------------------
 
+
 def check_cpus(want: dict, root: str) -> list[str]:
     per_core: dict[tuple[str, str], int] = {}
     cpus = 0
@@ -74,11 +75,17 @@ def check_cpus(want: dict, root: str) -> list[str]:
         return ["no CPU topology under /sys/devices/system/cpu"]
     # The largest socket and core count: one offline CPU shows as `cpus`, not as a smaller SMT.
     packages = {package for package, _core in per_core}
-    have = {"sockets": len(packages),
-            "cores_per_socket": max(sum(1 for p, _c in per_core if p == pkg) for pkg in packages),
-            "threads_per_core": max(per_core.values()), "cpus": cpus}
-    return [f"{key} {have[key]}, expected {want[key]}"
-            for key in ("sockets", "cores_per_socket", "threads_per_core", "cpus") if have[key] != want[key]]
+    have = {
+        "sockets": len(packages),
+        "cores_per_socket": max(sum(1 for p, _c in per_core if p == pkg) for pkg in packages),
+        "threads_per_core": max(per_core.values()),
+        "cpus": cpus,
+    }
+    return [
+        f"{key} {have[key]}, expected {want[key]}"
+        for key in ("sockets", "cores_per_socket", "threads_per_core", "cpus")
+        if have[key] != want[key]
+    ]
 
 
 def check_memory(want: dict, root: str) -> list[str]:
@@ -88,8 +95,10 @@ def check_memory(want: dict, root: str) -> list[str]:
         return ["no MemTotal in /proc/meminfo"]
     kib = int(m.group(1))
     if kib < want["min_kib"]:
-        return [f"{kib / 1048576:.1f} GiB, expected {want['memory_gib']} GiB "
-                f"(at least {want['min_kib'] / 1048576:.1f} GiB: {want['tolerance_pct']:g} % tolerance)"]
+        return [
+            f"{kib / 1048576:.1f} GiB, expected {want['memory_gib']} GiB "
+            f"(at least {want['min_kib'] / 1048576:.1f} GiB: {want['tolerance_pct']:g} % tolerance)"
+        ]
     return []
 
 
@@ -129,10 +138,18 @@ def check_gpu_model(want: dict, root: str) -> list[str]:
 
 
 # What the default XIDs of gpu_faults mean (the model's health.gpu_faults.xids says why these).
-XID_MEANING = {48: "double-bit ECC error", 63: "row remap or page retirement recorded",
-               64: "row remap or page retirement failed", 74: "NVLink error", 79: "fallen off the bus",
-               92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
-               119: "GSP RPC timeout", 120: "GSP error"}
+XID_MEANING = {
+    48: "double-bit ECC error",
+    63: "row remap or page retirement recorded",
+    64: "row remap or page retirement failed",
+    74: "NVLink error",
+    79: "fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
 XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)(?:\.\d+)?\): (\d+)\b")
 GPU_LOST = re.compile(r"^.*(?:GPU is lost|Unable to determine the device handle for GPU).*$", re.M | re.I)
 
@@ -148,7 +165,7 @@ def check_gpu_faults(want: dict, root: str) -> list[str]:
     if start < 0 or end < 0:  # on failure, _run adds stderr after the XML: cut the XML out
         return problems or [f"nvidia-smi -q -x failed (exit {rc}): {text.strip()[:80]}"]
     try:
-        gpus = ET.fromstring(text[start:end + len("</nvidia_smi_log>")]).findall("gpu")
+        gpus = ET.fromstring(text[start : end + len("</nvidia_smi_log>")]).findall("gpu")
     except ET.ParseError as exc:
         return problems + [f"nvidia-smi -q -x unreadable: {exc}"]
     if len(gpus) < want["count"]:
@@ -169,12 +186,20 @@ def _gpu_xml_faults(gpu, want: dict) -> list[str]:
     """The faults one <gpu> of nvidia-smi -q -x shows. Values a GPU does not report (N/A: ECC
     off, page retirement on GPUs that remap rows instead) are not faults."""
     problems = []
-    uncorrectable = sum(int(v.text) for v in gpu.findall("ecc_errors/volatile/*")  # sram_uncorrectable_parity, ...
-                        if "uncorrectable" in v.tag and (v.text or "").strip().isdigit())
-    uncorrectable += sum(int(v.text) for v in gpu.findall("ecc_errors/volatile/double_bit/total")  # older drivers
-                         if (v.text or "").strip().isdigit())
+    uncorrectable = sum(
+        int(v.text)
+        for v in gpu.findall("ecc_errors/volatile/*")  # sram_uncorrectable_parity, ...
+        if "uncorrectable" in v.tag and (v.text or "").strip().isdigit()
+    )
+    uncorrectable += sum(
+        int(v.text)
+        for v in gpu.findall("ecc_errors/volatile/double_bit/total")  # older drivers
+        if (v.text or "").strip().isdigit()
+    )
     if uncorrectable > want["max_uncorrectable_ecc"]:
-        problems.append(f"has {uncorrectable} volatile uncorrectable ECC errors (at most {want['max_uncorrectable_ecc']})")
+        problems.append(
+            f"has {uncorrectable} volatile uncorrectable ECC errors (at most {want['max_uncorrectable_ecc']})"
+        )
     if gpu.findtext("remapped_rows/remapped_row_pending", "").strip() == "Yes":
         problems.append("has a row remap pending (a GPU reset applies it)")
     if gpu.findtext("remapped_rows/remapped_row_failure", "").strip() == "Yes":
@@ -190,7 +215,9 @@ def _gpu_xml_faults(gpu, want: dict) -> list[str]:
     if want.get("pcie_generation") and gen and gen < want["pcie_generation"]:
         problems.append(f"PCIe link reaches gen {gen}, expected gen {want['pcie_generation']}")
     if want.get("pcie_width") and any(w and w < want["pcie_width"] for w in widths):
-        problems.append(f"PCIe link is x{widths[1] or '?'} (at most x{widths[0] or '?'}), expected x{want['pcie_width']}")
+        problems.append(
+            f"PCIe link is x{widths[1] or '?'} (at most x{widths[0] or '?'}), expected x{want['pcie_width']}"
+        )
     for reason in want.get("throttle_reasons", []):
         for group in ("clocks_event_reasons/clocks_event_reason_", "clocks_throttle_reasons/clocks_throttle_reason_"):
             if gpu.findtext(group + reason, "").strip() == "Active":  # the second: drivers before 535
@@ -340,10 +367,9 @@ def check_infiniband(want: dict, root: str) -> list[str]:
         pattern = f"sys/class/infiniband/{device or '*'}/ports/{port}"
         seen = []
         for port_dir in sorted(glob.glob(os.path.join(root, pattern))):
-            name = port_dir.split(os.sep)[-3]
             try:
                 state = _read(os.path.join(port_dir, "state"))  # "4: ACTIVE"
-                rate = _read(os.path.join(port_dir, "rate"))    # "100 Gb/sec (4X EDR)"
+                rate = _read(os.path.join(port_dir, "rate"))  # "100 Gb/sec (4X EDR)"
             except OSError:
                 continue
             have = float(rate.split()[0]) if rate.split() else 0.0
@@ -357,13 +383,24 @@ def check_infiniband(want: dict, root: str) -> list[str]:
             elif device:
                 problems.append(f"{where} {seen[0]}, expected ACTIVE at {gbps:g} Gb/s")
             else:
-                problems.append(f"no port {port} ACTIVE at {gbps:g} Gb/s"
-                                + (f" ({', '.join(seen)})" if seen else " (no InfiniBand adapter)"))
+                problems.append(
+                    f"no port {port} ACTIVE at {gbps:g} Gb/s"
+                    + (f" ({', '.join(seen)})" if seen else " (no InfiniBand adapter)")
+                )
     return problems
 
 
-CHECKS = {"cpus": check_cpus, "memory": check_memory, "gpus": check_gpus, "gpu_model": check_gpu_model,
-          "gpu_faults": check_gpu_faults, "dcgm": check_dcgm, "mounts": check_mounts, "services": check_services, "infiniband": check_infiniband}
+CHECKS = {
+    "cpus": check_cpus,
+    "memory": check_memory,
+    "gpus": check_gpus,
+    "gpu_model": check_gpu_model,
+    "gpu_faults": check_gpu_faults,
+    "dcgm": check_dcgm,
+    "mounts": check_mounts,
+    "services": check_services,
+    "infiniband": check_infiniband,
+}
 
 
 def run_checks(expectation: dict, root: str = "/") -> dict[str, list[str]]:
@@ -390,6 +427,7 @@ def drain_reason(prefix: str, results: dict[str, list[str]]) -> str | None:
 
 
 # ---- Slurm ------------------------------------------------------------------------------------
+
 
 def node_state(host: str) -> tuple[str, str]:
     """(state, reason) of the node as slurmctld sees it: ('idle', ''), ('drained', 'x: y')."""
@@ -428,6 +466,7 @@ def apply(host: str, action: str, reason: str) -> None:
 
 
 # ---- helpers ----------------------------------------------------------------------------------
+
 
 def _read(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -94,24 +94,36 @@ def parse_sdr_elist(text: str) -> list[Reading]:
         unit = normalise_unit(m.group(2))
         readings.append(Reading(name, number, status, entity, float(m.group(1)), unit, kind_of(unit, name)))
     if lines and not columns:
-        raise CollectorError("the output has no `name | number | status | entity | reading` line; "
-                             "is this `ipmitool sdr elist`?")
+        raise CollectorError(
+            "the output has no `name | number | status | entity | reading` line; is this `ipmitool sdr elist`?"
+        )
     return readings
 
 
 def points(readings: list[Reading]) -> list[Point]:
     seen = Counter(r.sensor for r in readings)
-    return [Point("bmc", {"sensor": f"{r.sensor} ({r.entity})" if seen[r.sensor] > 1 else r.sensor,
-                          "kind": r.kind, "unit": r.unit},
-                  {"value": r.value, "ok": r.ok}) for r in readings]
+    return [
+        Point(
+            "bmc",
+            {"sensor": f"{r.sensor} ({r.entity})" if seen[r.sensor] > 1 else r.sensor, "kind": r.kind, "unit": r.unit},
+            {"value": r.value, "ok": r.ok},
+        )
+        for r in readings
+    ]
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hal_monitoring bmc", description="Print the BMC's temperature, fan, "
-                                     "power, voltage and current sensors as InfluxDB line protocol (bmc).")
-    parser.add_argument("--command", default=" ".join(COMMAND),
-                        help="the sensor listing to run, e.g. 'ipmitool -I lanplus -H bmc01 -U monitor -E sdr "
-                             "elist full' (default: %(default)s, in-band)")
+    parser = argparse.ArgumentParser(
+        prog="hal_monitoring bmc",
+        description="Print the BMC's temperature, fan, "
+        "power, voltage and current sensors as InfluxDB line protocol (bmc).",
+    )
+    parser.add_argument(
+        "--command",
+        default=" ".join(COMMAND),
+        help="the sensor listing to run, e.g. 'ipmitool -I lanplus -H bmc01 -U monitor -E sdr "
+        "elist full' (default: %(default)s, in-band)",
+    )
     parser.add_argument("--timeout", type=float, default=25.0, help="seconds ipmitool may take (default 25)")
     args = parser.parse_args(argv)
     stamp = time.time_ns()

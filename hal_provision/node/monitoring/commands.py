@@ -26,8 +26,9 @@ def run(argv: Sequence[str], timeout: float = 30.0) -> subprocess.CompletedProce
     """Run `argv` (no shell) to completion, its exit status unchecked. CollectorError, naming
     the command, when it cannot be started or outlives `timeout` seconds (it is killed)."""
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout or None,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout or None, stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
         raise CollectorError(f"{argv[0]}: command not found") from None
     except PermissionError as exc:

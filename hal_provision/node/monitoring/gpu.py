@@ -42,6 +42,7 @@ NOT_AVAILABLE = {"", "N/A", "[N/A]", "Requested functionality has been deprecate
 
 # ---- the gpu collector ------------------------------------------------------------------------
 
+
 def _number(text: str) -> str:
     """The number in `81559 MiB`, `71.26 W`, `16x`."""
     words = text.strip().split()
@@ -67,16 +68,27 @@ def parse_query_csv(text: str) -> list[Point]:
             memory = int(_number(values["memory.total"]))
         except ValueError:
             raise CollectorError(f"memory.total {values['memory.total']!r} is not a number of MiB") from None
-        points.append(Point("gpu_info", {
-            "index": values["index"], "name": values["name"], "uuid": values["uuid"],
-            "pci_bus_id": values["pci.bus_id"], "driver_version": values["driver_version"],
-        }, {"memory_total_mib": memory, "ecc_enabled": int(values["ecc.mode.current"] == "Enabled")}))
+        points.append(
+            Point(
+                "gpu_info",
+                {
+                    "index": values["index"],
+                    "name": values["name"],
+                    "uuid": values["uuid"],
+                    "pci_bus_id": values["pci.bus_id"],
+                    "driver_version": values["driver_version"],
+                },
+                {"memory_total_mib": memory, "ecc_enabled": int(values["ecc.mode.current"] == "Enabled")},
+            )
+        )
     return points
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hal_monitoring gpu", description="Print each GPU's inventory facts "
-                                     "(nvidia-smi --query-gpu) as InfluxDB line protocol (gpu_info).")
+    parser = argparse.ArgumentParser(
+        prog="hal_monitoring gpu",
+        description="Print each GPU's inventory facts (nvidia-smi --query-gpu) as InfluxDB line protocol (gpu_info).",
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds nvidia-smi may take (default 5)")
     args = parser.parse_args(argv)
     stamp = time.time_ns()
@@ -150,8 +162,13 @@ GPU_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("module_power_draw", "float", "module_power_readings/power_draw"),
     ("module_power_draw", "float", "module_power_readings/instant_power_draw"),
 )
-GPU_TAGS = (("pstate", "performance_state"), ("name", "product_name"), ("arch", "product_architecture"),
-            ("uuid", "uuid"), ("compute_mode", "compute_mode"))
+GPU_TAGS = (
+    ("pstate", "performance_state"),
+    ("name", "product_name"),
+    ("arch", "product_architecture"),
+    ("uuid", "uuid"),
+    ("compute_mode", "compute_mode"),
+)
 
 
 def _text(node: ET.Element | None) -> str:
@@ -188,10 +205,16 @@ def nvidia_smi_points(xml_text: str) -> list[Point]:
         if fields:
             points.append(Point("nvidia_smi", tags, fields))
         for process in gpu.findall("processes/process_info"):
-            ptags = {k: _text(process.find(p)) for k, p in (("name", "process_name"), ("type", "type"))
-                     if _text(process.find(p))}
-            pfields = {k: v for k, p in (("pid", "pid"), ("used_memory", "used_memory"))
-                       if (v := _typed("int", _text(process.find(p)))) is not None}
+            ptags = {
+                k: _text(process.find(p))
+                for k, p in (("name", "process_name"), ("type", "type"))
+                if _text(process.find(p))
+            }
+            pfields = {
+                k: v
+                for k, p in (("pid", "pid"), ("used_memory", "used_memory"))
+                if (v := _typed("int", _text(process.find(p)))) is not None
+            }
             if pfields:
                 points.append(Point("nvidia_smi_process", ptags, pfields))
     return points

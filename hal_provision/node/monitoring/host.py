@@ -44,6 +44,7 @@ def _read(path: str) -> str:
 
 # ---- cpu ----------------------------------------------------------------------------------------
 
+
 def read_cpu_times(proc: str = PROC) -> dict[str, dict[str, float]]:
     """`cpu` -> seconds per state, and `cpuN` likewise, from /proc/stat."""
     hz = os.sysconf("SC_CLK_TCK")
@@ -51,7 +52,7 @@ def read_cpu_times(proc: str = PROC) -> dict[str, dict[str, float]]:
     for line in _read(f"{proc}/stat").splitlines():
         words = line.split()
         if words and words[0].startswith("cpu"):
-            values = [int(w) / hz for w in words[1:1 + len(CPU_STATES)]]
+            values = [int(w) / hz for w in words[1 : 1 + len(CPU_STATES)]]
             values += [0.0] * (len(CPU_STATES) - len(values))
             out[words[0]] = dict(zip(CPU_STATES, values))
     return out
@@ -88,18 +89,20 @@ class CpuStats:
             delta = _total(t) - _total(before) if before else 0.0
             if before and delta > 0:
                 d = {k: t[k] - before[k] for k in CPU_STATES}
-                fields.update({
-                    "usage_user": 100 * (d["user"] - d["guest"]) / delta,
-                    "usage_system": 100 * d["system"] / delta,
-                    "usage_idle": 100 * d["idle"] / delta,
-                    "usage_nice": 100 * (d["nice"] - d["guest_nice"]) / delta,
-                    "usage_iowait": 100 * d["iowait"] / delta,
-                    "usage_irq": 100 * d["irq"] / delta,
-                    "usage_softirq": 100 * d["softirq"] / delta,
-                    "usage_steal": 100 * d["steal"] / delta,
-                    "usage_guest": 100 * d["guest"] / delta,
-                    "usage_guest_nice": 100 * d["guest_nice"] / delta,
-                })
+                fields.update(
+                    {
+                        "usage_user": 100 * (d["user"] - d["guest"]) / delta,
+                        "usage_system": 100 * d["system"] / delta,
+                        "usage_idle": 100 * d["idle"] / delta,
+                        "usage_nice": 100 * (d["nice"] - d["guest_nice"]) / delta,
+                        "usage_iowait": 100 * d["iowait"] / delta,
+                        "usage_irq": 100 * d["irq"] / delta,
+                        "usage_softirq": 100 * d["softirq"] / delta,
+                        "usage_steal": 100 * d["steal"] / delta,
+                        "usage_guest": 100 * d["guest"] / delta,
+                        "usage_guest_nice": 100 * d["guest_nice"] / delta,
+                    }
+                )
                 if self.report_active:
                     fields["usage_active"] = 100 * (delta - d["idle"]) / delta
             if fields:
@@ -115,13 +118,30 @@ def _total(t: dict[str, float]) -> float:
 # ---- mem ----------------------------------------------------------------------------------------
 
 MEMINFO_FIELDS = {  # Telegraf field -> /proc/meminfo key
-    "total": "MemTotal", "free": "MemFree", "available": "MemAvailable", "buffered": "Buffers",
-    "active": "Active", "inactive": "Inactive", "shared": "Shmem", "slab": "Slab", "sreclaimable": "SReclaimable",
-    "sunreclaim": "SUnreclaim", "dirty": "Dirty", "write_back": "Writeback", "mapped": "Mapped",
-    "page_tables": "PageTables", "commit_limit": "CommitLimit", "committed_as": "Committed_AS",
-    "swap_total": "SwapTotal", "swap_free": "SwapFree", "swap_cached": "SwapCached",
-    "vmalloc_total": "VmallocTotal", "vmalloc_used": "VmallocUsed", "huge_pages_total": "HugePages_Total",
-    "huge_pages_free": "HugePages_Free", "huge_page_size": "Hugepagesize",
+    "total": "MemTotal",
+    "free": "MemFree",
+    "available": "MemAvailable",
+    "buffered": "Buffers",
+    "active": "Active",
+    "inactive": "Inactive",
+    "shared": "Shmem",
+    "slab": "Slab",
+    "sreclaimable": "SReclaimable",
+    "sunreclaim": "SUnreclaim",
+    "dirty": "Dirty",
+    "write_back": "Writeback",
+    "mapped": "Mapped",
+    "page_tables": "PageTables",
+    "commit_limit": "CommitLimit",
+    "committed_as": "Committed_AS",
+    "swap_total": "SwapTotal",
+    "swap_free": "SwapFree",
+    "swap_cached": "SwapCached",
+    "vmalloc_total": "VmallocTotal",
+    "vmalloc_used": "VmallocUsed",
+    "huge_pages_total": "HugePages_Total",
+    "huge_pages_free": "HugePages_Free",
+    "huge_page_size": "Hugepagesize",
 }
 UNITLESS = {"HugePages_Total", "HugePages_Free"}
 
@@ -162,8 +182,7 @@ def count_users(path: str = "/var/run/utmp") -> int | None:
     except OSError:
         return None
     size = UTMP_RECORD.size
-    return sum(1 for i in range(0, len(data) - size + 1, size)
-               if UTMP_RECORD.unpack_from(data, i)[0] == USER_PROCESS)
+    return sum(1 for i in range(0, len(data) - size + 1, size) if UTMP_RECORD.unpack_from(data, i)[0] == USER_PROCESS)
 
 
 def format_uptime(seconds: int) -> str:
@@ -176,9 +195,14 @@ def format_uptime(seconds: int) -> str:
 def system_points(proc: str = PROC, utmp: str = "/var/run/utmp") -> list[Point]:
     load = _read(f"{proc}/loadavg").split()
     uptime = int(float(_read(f"{proc}/uptime").split()[0]))
-    fields: dict[str, int | float | str] = {"load1": float(load[0]), "load5": float(load[1]),
-                                            "load15": float(load[2]), "n_cpus": os.cpu_count() or 0,
-                                            "uptime": uptime, "uptime_format": format_uptime(uptime)}
+    fields: dict[str, int | float | str] = {
+        "load1": float(load[0]),
+        "load5": float(load[1]),
+        "load15": float(load[2]),
+        "n_cpus": os.cpu_count() or 0,
+        "uptime": uptime,
+        "uptime_format": format_uptime(uptime),
+    }
     users = count_users(utmp)
     if users is not None:
         fields["n_users"] = users
@@ -186,6 +210,7 @@ def system_points(proc: str = PROC, utmp: str = "/var/run/utmp") -> list[Point]:
 
 
 # ---- disk ---------------------------------------------------------------------------------------
+
 
 def _unescape_mount(text: str) -> str:
     """/proc/mounts writes space, tab, newline and backslash in octal (\\040)."""
@@ -204,8 +229,12 @@ def read_mounts(proc: str = PROC) -> list[tuple[str, str, str, str]]:
     return mounts
 
 
-def disk_points(ignore_fs: tuple[str, ...] | list[str] | None = None, mount_points: list[str] | None = None,
-                proc: str = PROC, statvfs: Callable[[str], os.statvfs_result] = os.statvfs) -> list[Point]:
+def disk_points(
+    ignore_fs: tuple[str, ...] | list[str] | None = None,
+    mount_points: list[str] | None = None,
+    proc: str = PROC,
+    statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
+) -> list[Point]:
     ignored = set(DEFAULT_IGNORE_FS if ignore_fs is None else ignore_fs)
     points = []
     for device, path, fstype, options in read_mounts(proc):
@@ -221,22 +250,46 @@ def disk_points(ignore_fs: tuple[str, ...] | list[str] | None = None, mount_poin
         free = st.f_bavail * st.f_frsize
         used = (st.f_blocks - st.f_bfree) * st.f_frsize
         inodes_used = st.f_files - st.f_ffree
-        points.append(Point("disk", {
-            "path": path, "device": device.removeprefix("/dev/"), "fstype": fstype,
-            "mode": "ro" if "ro" in options.split(",") else "rw",
-        }, {
-            "total": total, "free": free, "used": used,
-            "used_percent": 100.0 * used / (used + free) if used + free else 0.0,
-            "inodes_total": st.f_files, "inodes_free": st.f_ffree, "inodes_used": inodes_used,
-        }))
+        points.append(
+            Point(
+                "disk",
+                {
+                    "path": path,
+                    "device": device.removeprefix("/dev/"),
+                    "fstype": fstype,
+                    "mode": "ro" if "ro" in options.split(",") else "rw",
+                },
+                {
+                    "total": total,
+                    "free": free,
+                    "used": used,
+                    "used_percent": 100.0 * used / (used + free) if used + free else 0.0,
+                    "inodes_total": st.f_files,
+                    "inodes_free": st.f_ffree,
+                    "inodes_used": inodes_used,
+                },
+            )
+        )
     return points
 
 
 # ---- net ----------------------------------------------------------------------------------------
 
 IFF_UP, IFF_LOOPBACK = 0x1, 0x8
-NET_DEV_FIELDS = ("bytes_recv", "packets_recv", "err_in", "drop_in", None, None, None, None,
-                  "bytes_sent", "packets_sent", "err_out", "drop_out")
+NET_DEV_FIELDS = (
+    "bytes_recv",
+    "packets_recv",
+    "err_in",
+    "drop_in",
+    None,
+    None,
+    None,
+    None,
+    "bytes_sent",
+    "packets_sent",
+    "err_out",
+    "drop_out",
+)
 
 
 def _interface_flags(name: str, sys_net: str) -> int | None:
@@ -259,20 +312,43 @@ def net_points(interfaces: list[str] | None = None, proc: str = PROC, sys_net: s
             if flags is None or flags & IFF_LOOPBACK or not flags & IFF_UP:
                 continue
         values = counters.split()
-        points.append(Point("net", {"interface": name},
-                            {key: int(v) for key, v in zip(NET_DEV_FIELDS, values) if key}))
+        points.append(Point("net", {"interface": name}, {key: int(v) for key, v in zip(NET_DEV_FIELDS, values) if key}))
     return points
 
 
 # ---- processes ------------------------------------------------------------------------------------
 
-STATE_FIELDS = {"R": "running", "S": "sleeping", "D": "blocked", "Z": "zombies", "X": "dead", "T": "stopped",
-                "t": "stopped", "W": "paging", "I": "idle", "P": "parked"}
+STATE_FIELDS = {
+    "R": "running",
+    "S": "sleeping",
+    "D": "blocked",
+    "Z": "zombies",
+    "X": "dead",
+    "T": "stopped",
+    "t": "stopped",
+    "W": "paging",
+    "I": "idle",
+    "P": "parked",
+}
 
 
 def processes_points(proc: str = PROC) -> list[Point]:
-    fields = dict.fromkeys(("blocked", "zombies", "stopped", "running", "sleeping", "total", "unknown", "dead",
-                            "paging", "total_threads", "idle"), 0)
+    fields = dict.fromkeys(
+        (
+            "blocked",
+            "zombies",
+            "stopped",
+            "running",
+            "sleeping",
+            "total",
+            "unknown",
+            "dead",
+            "paging",
+            "total_threads",
+            "idle",
+        ),
+        0,
+    )
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
@@ -280,7 +356,7 @@ def processes_points(proc: str = PROC) -> list[Point]:
             data = _read(f"{entry.path}/stat")
         except OSError:  # the process ended meanwhile
             continue
-        stats = data[data.rfind(")") + 2:].split()
+        stats = data[data.rfind(")") + 2 :].split()
         if len(stats) < 18:
             continue
         state = STATE_FIELDS.get(stats[0][0], "unknown")

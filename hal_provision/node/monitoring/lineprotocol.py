@@ -51,8 +51,9 @@ def format_value(value: FieldValue) -> str | None:
 def format_tags(tags: Mapping[str, str]) -> str:
     """`,k=v,k2=v2` with keys sorted (InfluxDB's preferred order), empty values left out
     (InfluxDB rejects them)."""
-    return "".join(f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items())
-                   if v is not None and _clean(v) != "")
+    return "".join(
+        f",{escape_key(k)}={escape_key(v)}" for k, v in sorted(tags.items()) if v is not None and _clean(v) != ""
+    )
 
 
 def format_fields(fields: Mapping[str, FieldValue]) -> str:
@@ -65,8 +66,9 @@ def format_fields(fields: Mapping[str, FieldValue]) -> str:
     return ",".join(parts)
 
 
-def format_point(measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue],
-                 timestamp_ns: int | None = None) -> str:
+def format_point(
+    measurement: str, tags: Mapping[str, str], fields: Mapping[str, FieldValue], timestamp_ns: int | None = None
+) -> str:
     """One point. Raises LineProtocolError when no field is left (a point needs one)."""
     return Point(measurement, tags, fields).format(timestamp_ns)
 
@@ -145,7 +147,7 @@ def _split_pairs(text: str, quoted: bool = False) -> list[tuple[str, str]]:
         eq = _scan(item, 0, "=")
         if eq >= len(item) or eq == 0:
             raise LineProtocolError(f"{item!r} is not key=value")
-        pairs.append((item[:eq], item[eq + 1:]))
+        pairs.append((item[:eq], item[eq + 1 :]))
         i = end + 1
     return pairs
 
@@ -161,7 +163,7 @@ def parse_line(line: str) -> Line | None:
     measurement = _unescape(series[:meas_end], ", ")
     if not measurement:
         raise LineProtocolError(f"no measurement in {line!r}")
-    tags = {_unescape(k, ",= "): _unescape(v, ",= ") for k, v in _split_pairs(series[meas_end + 1:])}
+    tags = {_unescape(k, ",= "): _unescape(v, ",= ") for k, v in _split_pairs(series[meas_end + 1 :])}
     rest = text[key_end:].lstrip(" ")
     fields_end = _scan(rest, 0, " ", quoted=True)
     fields_raw = rest[:fields_end]

@@ -41,8 +41,13 @@ class Sample:
     error: str | None = None
 
 
-def measure(root: str, stat_path: str | None = None, host: str | None = None,
-            clock: Callable[[], float] = time.perf_counter, now_ns: Callable[[], int] = time.time_ns) -> Sample:
+def measure(
+    root: str,
+    stat_path: str | None = None,
+    host: str | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+    now_ns: Callable[[], int] = time.time_ns,
+) -> Sample:
     """One sample of listing `root` (readdir + lstat of each entry) and stat-ing `stat_path`."""
     host = host or socket.gethostname()
     stamp = now_ns()

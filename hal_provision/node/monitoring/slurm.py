@@ -47,10 +47,25 @@ from dataclasses import dataclass
 from .commands import CollectorError, emit, run_command
 from .lineprotocol import Point
 
-SQUEUE_FIELDS = ("JobID", "Partition", "UserName", "Account", "State", "NumCPUs", "NumNodes", "TimeUsed",
-                 "tres-alloc", "Name")
-SQUEUE = ("squeue", "--noheader", "--all", "--array",
-          "--Format=" + ",".join(f"{name}:|" for name in SQUEUE_FIELDS[:-1]) + f",{SQUEUE_FIELDS[-1]}:")
+SQUEUE_FIELDS = (
+    "JobID",
+    "Partition",
+    "UserName",
+    "Account",
+    "State",
+    "NumCPUs",
+    "NumNodes",
+    "TimeUsed",
+    "tres-alloc",
+    "Name",
+)
+SQUEUE = (
+    "squeue",
+    "--noheader",
+    "--all",
+    "--array",
+    "--Format=" + ",".join(f"{name}:|" for name in SQUEUE_FIELDS[:-1]) + f",{SQUEUE_FIELDS[-1]}:",
+)
 SCONTROL_NODES = ("scontrol", "--all", "--oneliner", "show", "node")
 COMMANDS = {"squeue": SQUEUE, "scontrol-show-node": SCONTROL_NODES}  # fixture prefix -> command
 
@@ -66,6 +81,7 @@ MISSING = "(null)"  # what Slurm prints for an unset account or user
 
 
 # ---- GPU counts from TRES and GRES strings --------------------------------------------------
+
 
 def _split_outside_parens(text: str) -> list[str]:
     parts, depth, start = [], 0, 0
@@ -117,7 +133,7 @@ def gres_gpus(text: str | None) -> int:
         item = item.split("(", 1)[0]
         for prefix in ("gres:", "gres/"):
             if item.startswith(prefix):
-                item = item[len(prefix):]
+                item = item[len(prefix) :]
         parts = item.split(":")
         if parts[0] != "gpu":
             continue
@@ -144,6 +160,7 @@ def run_seconds(text: str) -> int:
 
 
 # ---- squeue -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Job:
@@ -176,8 +193,20 @@ def parse_squeue(text: str) -> list[Job]:
         state = state.strip().upper()
         state = "running" if state in RUNNING_STATES else "pending" if state in PENDING_STATES else state.lower()
         try:
-            jobs.append(Job(job_id.strip(), _tag(partition), _tag(user), _tag(account), state,
-                            int(cpus), int(nodes), run_seconds(used), tres_gpus(tres) or 0, name))
+            jobs.append(
+                Job(
+                    job_id.strip(),
+                    _tag(partition),
+                    _tag(user),
+                    _tag(account),
+                    state,
+                    int(cpus),
+                    int(nodes),
+                    run_seconds(used),
+                    tres_gpus(tres) or 0,
+                    name,
+                )
+            )
         except ValueError as exc:
             raise CollectorError(f"squeue line {number}: {exc}") from None
     return jobs
@@ -193,13 +222,27 @@ def job_points(jobs: list[Job]) -> list[Point]:
         for i, value in enumerate((1, job.gpus, job.cpus, job.nodes)):
             sums[i] += value
         if job.state == "running":
-            points.append(Point("slurm_job", {"job_id": job.job_id, "partition": job.partition, "user": job.user,
-                                              "account": job.account},
-                                {"gpus": job.gpus, "cpus": job.cpus, "nodes": job.nodes,
-                                 "run_seconds": job.run_seconds, "name": job.name}))
-    summary = [Point("slurm_jobs", {"partition": p, "user": u, "account": a, "state": s},
-                     {"jobs": n, "gpus": g, "cpus": c, "nodes": k})
-               for (p, u, a, s), (n, g, c, k) in sorted(totals.items())]
+            points.append(
+                Point(
+                    "slurm_job",
+                    {"job_id": job.job_id, "partition": job.partition, "user": job.user, "account": job.account},
+                    {
+                        "gpus": job.gpus,
+                        "cpus": job.cpus,
+                        "nodes": job.nodes,
+                        "run_seconds": job.run_seconds,
+                        "name": job.name,
+                    },
+                )
+            )
+    summary = [
+        Point(
+            "slurm_jobs",
+            {"partition": p, "user": u, "account": a, "state": s},
+            {"jobs": n, "gpus": g, "cpus": c, "nodes": k},
+        )
+        for (p, u, a, s), (n, g, c, k) in sorted(totals.items())
+    ]
     return summary + points
 
 
@@ -217,14 +260,14 @@ def parse_key_values(line: str) -> dict[str, str]:
     a reason is text; and the first occurrence of a key wins."""
     found, in_text = [], -1
     for m in _KEY.finditer(line):
-        if m.group(1) in FREE_TEXT_KEYS[in_text + 1:]:
+        if m.group(1) in FREE_TEXT_KEYS[in_text + 1 :]:
             in_text = FREE_TEXT_KEYS.index(m.group(1))
         elif in_text >= 0:
             continue
         found.append(m)
     out: dict[str, str] = {}
     for m, nxt in zip(found, found[1:] + [None]):
-        value = line[m.end(): nxt.start() if nxt else len(line)].strip()
+        value = line[m.end() : nxt.start() if nxt else len(line)].strip()
         out.setdefault(m.group(1), value)
     return out
 
@@ -306,8 +349,17 @@ def parse_scontrol_nodes(text: str) -> list[Node]:
             gpus_total, gpus_alloc = cfg, alloc or 0
         else:
             gpus_total, gpus_alloc = gres_gpus(record.get("Gres")), gres_gpus(record.get("GresUsed"))
-        nodes.append(Node(record["NodeName"], NodeState.parse(record["State"]), _int(record, "CPUTot"),
-                          _int(record, "CPUAlloc"), gpus_total, gpus_alloc, record.get("Reason", "")))
+        nodes.append(
+            Node(
+                record["NodeName"],
+                NodeState.parse(record["State"]),
+                _int(record, "CPUTot"),
+                _int(record, "CPUAlloc"),
+                gpus_total,
+                gpus_alloc,
+                record.get("Reason", ""),
+            )
+        )
     return nodes
 
 
@@ -315,9 +367,15 @@ def node_points(nodes: list[Node]) -> list[Point]:
     points = []
     for node in nodes:
         s = node.state
-        fields = {"up": int(not s.down and not s.drained), "down": int(s.down), "drained": int(s.drained),
-                  "gpus_total": node.gpus_total, "gpus_alloc": node.gpus_alloc,
-                  "cpus_total": node.cpus_total, "cpus_alloc": node.cpus_alloc}
+        fields = {
+            "up": int(not s.down and not s.drained),
+            "down": int(s.down),
+            "drained": int(s.drained),
+            "gpus_total": node.gpus_total,
+            "gpus_alloc": node.gpus_alloc,
+            "cpus_total": node.cpus_total,
+            "cpus_alloc": node.cpus_alloc,
+        }
         if node.reason:
             fields["reason"] = node.reason
         points.append(Point("slurm_node", {"node": node.name, "state": s.name}, fields))
@@ -329,10 +387,16 @@ def collect(squeue_text: str, scontrol_text: str) -> list[Point]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hal_monitoring slurm", description="Print Slurm's jobs and nodes as "
-                                     "InfluxDB line protocol (slurm_jobs, slurm_job, slurm_node).")
-    parser.add_argument("--timeout", type=float, default=7.0,
-                        help="seconds each Slurm command may take (they run side by side; default 7)")
+    parser = argparse.ArgumentParser(
+        prog="hal_monitoring slurm",
+        description="Print Slurm's jobs and nodes as InfluxDB line protocol (slurm_jobs, slurm_job, slurm_node).",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=7.0,
+        help="seconds each Slurm command may take (they run side by side; default 7)",
+    )
     args = parser.parse_args(argv)
     stamp = time.time_ns()
     with ThreadPoolExecutor(2) as pool:

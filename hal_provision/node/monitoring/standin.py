@@ -125,6 +125,7 @@ def substitute_env(text: str, env: Mapping[str, str], strict: bool = True) -> tu
 
 # ---- configuration --------------------------------------------------------------------------------
 
+
 @dataclass
 class Agent:
     interval: float = 10.0
@@ -193,8 +194,9 @@ class Config:
 
 def config_files(path: str, directory: str | None) -> list[str]:
     """The configuration, then the directory's *.conf in name order (Telegraf's order)."""
-    directory = directory if directory is not None else os.path.join(os.path.dirname(os.path.abspath(path)),
-                                                                      "telegraf.d")
+    directory = (
+        directory if directory is not None else os.path.join(os.path.dirname(os.path.abspath(path)), "telegraf.d")
+    )
     extra = sorted(glob.glob(os.path.join(glob.escape(directory), "*.conf"))) if os.path.isdir(directory) else []
     return [path] + extra
 
@@ -246,12 +248,20 @@ def _influx_output(table: dict, where: str) -> InfluxOutput:
     for url in urls:
         parsed = urllib.parse.urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ConfigError(f"{where} outputs.influxdb: {url!r} is not an http(s) URL (the stand-in writes over HTTP)")
-    return InfluxOutput(urls, str(table.get("database", "telegraf")), str(table.get("retention_policy", "")),
-                        str(table.get("username", "")), str(table.get("password", "")),
-                        parse_duration(table.get("timeout", "5s"), f"{where} outputs.influxdb timeout"),
-                        str(table.get("http_proxy", "")), str(table.get("tls_ca", "")),
-                        _bool(table.get("insecure_skip_verify", False), f"{where} outputs.influxdb insecure_skip_verify"))
+            raise ConfigError(
+                f"{where} outputs.influxdb: {url!r} is not an http(s) URL (the stand-in writes over HTTP)"
+            )
+    return InfluxOutput(
+        urls,
+        str(table.get("database", "telegraf")),
+        str(table.get("retention_policy", "")),
+        str(table.get("username", "")),
+        str(table.get("password", "")),
+        parse_duration(table.get("timeout", "5s"), f"{where} outputs.influxdb timeout"),
+        str(table.get("http_proxy", "")),
+        str(table.get("tls_ca", "")),
+        _bool(table.get("insecure_skip_verify", False), f"{where} outputs.influxdb insecure_skip_verify"),
+    )
 
 
 def _input(plugin: str, table: dict, where: str, agent: Agent) -> InputConfig:
@@ -263,7 +273,7 @@ def _input(plugin: str, table: dict, where: str, agent: Agent) -> InputConfig:
             except ValueError as exc:
                 raise ConfigError(f"{what}: command {command!r}: {exc}") from None
         if table.get("data_format", "influx") != "influx":
-            raise ConfigError(f"{what}: data_format {table['data_format']!r}; the stand-in reads only \"influx\"")
+            raise ConfigError(f'{what}: data_format {table["data_format"]!r}; the stand-in reads only "influx"')
         parse_duration(table.get("timeout", "5s"), f"{what} timeout")
     tags = table.get("tags", {})
     if not isinstance(tags, dict):
@@ -274,8 +284,9 @@ def _input(plugin: str, table: dict, where: str, agent: Agent) -> InputConfig:
     return InputConfig(plugin, table, interval, {str(k): str(v) for k, v in tags.items()}, where)
 
 
-def load_config(path: str, config_directory: str | None = None, env: Mapping[str, str] | None = None,
-                strict: bool = True) -> Config:
+def load_config(
+    path: str, config_directory: str | None = None, env: Mapping[str, str] | None = None, strict: bool = True
+) -> Config:
     """Read, substitute and check the configuration like Telegraf; ConfigError on an error."""
     env = os.environ if env is None else env
     config = Config(config_files(path, config_directory))
@@ -311,16 +322,20 @@ def load_config(path: str, config_directory: str | None = None, env: Mapping[str
         if plugin == "influxdb":
             config.outputs.append(_influx_output(table, name))
         else:
-            config.warnings.append(f"{name}: outputs.{plugin} is not emulated by the stand-in; nothing is written there")
+            config.warnings.append(
+                f"{name}: outputs.{plugin} is not emulated by the stand-in; nothing is written there"
+            )
     for plugin, name, table in raw_inputs:
         config.inputs.append(_input(plugin, table, name, config.agent))
         if plugin != "exec" and plugin not in EMULATED:
-            config.warnings.append(f"{name}: inputs.{plugin} is not emulated by the stand-in; its metrics will be "
-                                   "missing")
+            config.warnings.append(
+                f"{name}: inputs.{plugin} is not emulated by the stand-in; its metrics will be missing"
+            )
     return config
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Gathered:
@@ -414,9 +429,12 @@ def make_input(config: InputConfig) -> Input:
     if config.plugin == "nvidia_smi":
         return NvidiaSmiInput(config)
     if config.plugin == "cpu":
-        stats = host.CpuStats(percpu=o.get("percpu", True), totalcpu=o.get("totalcpu", True),
-                              collect_cpu_time=o.get("collect_cpu_time", False),
-                              report_active=o.get("report_active", False))
+        stats = host.CpuStats(
+            percpu=o.get("percpu", True),
+            totalcpu=o.get("totalcpu", True),
+            collect_cpu_time=o.get("collect_cpu_time", False),
+            report_active=o.get("report_active", False),
+        )
         return PointsInput(config, stats.points)
     simple: dict[str, Callable[[], list]] = {
         "mem": host.mem_points,
@@ -430,8 +448,9 @@ def make_input(config: InputConfig) -> Input:
     return IgnoredInput(config)
 
 
-def finish(line: Line, input_tags: Mapping[str, str], global_tags: Mapping[str, str], hostname: str | None,
-           rounding_ns: int) -> Line:
+def finish(
+    line: Line, input_tags: Mapping[str, str], global_tags: Mapping[str, str], hostname: str | None, rounding_ns: int
+) -> Line:
     """Telegraf's order: the input's tags replace the point's, global tags and host only fill in."""
     line.tags.update(input_tags)
     for key, value in global_tags.items():
@@ -444,6 +463,7 @@ def finish(line: Line, input_tags: Mapping[str, str], global_tags: Mapping[str, 
 
 
 # ---- output ---------------------------------------------------------------------------------------------
+
 
 class WriteError(Exception):
     pass
@@ -460,7 +480,9 @@ def tls_context(output: InfluxOutput, url: str) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=output.tls_ca or None)
     except (OSError, ssl.SSLError) as exc:
-        raise WriteError(f"{url}: tls_ca {output.tls_ca}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
+        raise WriteError(
+            f"{url}: tls_ca {output.tls_ca}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+        ) from None
 
 
 def post_lines(output: InfluxOutput, url: str, body: str) -> None:
@@ -468,10 +490,12 @@ def post_lines(output: InfluxOutput, url: str, body: str) -> None:
     params = {"db": output.database, "precision": "ns"}
     if output.retention_policy:
         params["rp"] = output.retention_policy
-    request = urllib.request.Request(f"{url.rstrip('/')}/write?{urllib.parse.urlencode(params)}",
-                                     data=body.encode("utf-8"), method="POST",
-                                     headers={"Content-Type": "text/plain; charset=utf-8",
-                                              "User-Agent": "hal-monitoring-standin"})
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/write?{urllib.parse.urlencode(params)}",
+        data=body.encode("utf-8"),
+        method="POST",
+        headers={"Content-Type": "text/plain; charset=utf-8", "User-Agent": "hal-monitoring-standin"},
+    )
     if output.username or output.password:
         token = base64.b64encode(f"{output.username}:{output.password}".encode()).decode()
         request.add_header("Authorization", f"Basic {token}")
@@ -500,8 +524,13 @@ def post_lines(output: InfluxOutput, url: str, body: str) -> None:
 class Writer:
     """One output with its buffer: what a failed write leaves is sent first next time."""
 
-    def __init__(self, output: InfluxOutput, batch_size: int, buffer_limit: int,
-                 post: Callable[[InfluxOutput, str, str], None] = post_lines):
+    def __init__(
+        self,
+        output: InfluxOutput,
+        batch_size: int,
+        buffer_limit: int,
+        post: Callable[[InfluxOutput, str, str], None] = post_lines,
+    ):
         self.output, self.batch_size, self.post = output, batch_size, post
         self.buffer: deque[str] = deque(maxlen=buffer_limit)
 
@@ -528,13 +557,16 @@ class Writer:
 
 # ---- the loop -------------------------------------------------------------------------------------------
 
+
 class StandIn:
-    def __init__(self, config: Config, log: Callable[[str], None],
-                 post: Callable[[InfluxOutput, str, str], None] = post_lines):
+    def __init__(
+        self, config: Config, log: Callable[[str], None], post: Callable[[InfluxOutput, str, str], None] = post_lines
+    ):
         self.config, self.log = config, log
         self.inputs = [make_input(c) for c in config.inputs]
-        self.writers = [Writer(o, config.agent.metric_batch_size, config.agent.metric_buffer_limit, post)
-                        for o in config.outputs]
+        self.writers = [
+            Writer(o, config.agent.metric_batch_size, config.agent.metric_buffer_limit, post) for o in config.outputs
+        ]
         self.hostname = config.hostname()
 
     def gather(self, inputs: list[Input]) -> Gathered:
@@ -546,8 +578,9 @@ class StandIn:
             results = list(pool.map(lambda i: (i, i.gather(now_ns)), inputs))
         rounding = self.config.agent.rounding_ns()
         for source, got in results:
-            done.lines += [finish(line, source.config.tags, self.config.global_tags, self.hostname, rounding)
-                           for line in got.lines]
+            done.lines += [
+                finish(line, source.config.tags, self.config.global_tags, self.hostname, rounding) for line in got.lines
+            ]
             done.errors += got.errors
         return done
 
@@ -587,8 +620,10 @@ class StandIn:
             for i in ready:
                 nxt = self._next_slot(i.config.interval, finished, due[id(i)])
                 if nxt - due[id(i)] > i.config.interval * 1.5:
-                    self.log(f"W! inputs.{i.config.plugin} skipped a collection: the round took "
-                             f"{finished - now:.1f} s, its interval is {i.config.interval:g} s")
+                    self.log(
+                        f"W! inputs.{i.config.plugin} skipped a collection: the round took "
+                        f"{finished - now:.1f} s, its interval is {i.config.interval:g} s"
+                    )
                 due[id(i)] = nxt
 
     def _next_slot(self, interval: float, now: float, last: float) -> float:
@@ -603,15 +638,17 @@ class StandIn:
 def check(config: Config) -> str:
     inputs = ", ".join(c.describe() for c in config.inputs) or "none"
     outputs = "; ".join(o.describe() for o in config.outputs) or "none"
-    return (f"{' + '.join(config.files)}: interval {config.agent.interval:g} s; outputs: {outputs}; "
-            f"inputs: {inputs}")
+    return f"{' + '.join(config.files)}: interval {config.agent.interval:g} s; outputs: {outputs}; inputs: {inputs}"
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hal_monitoring standin", description="Run a telegraf.conf where "
-                                     "Telegraf cannot be installed: HAL's exec collectors and emulations of "
-                                     "Telegraf's cpu, mem, system, disk, net, processes and nvidia_smi inputs, "
-                                     "written to InfluxDB.")
+    parser = argparse.ArgumentParser(
+        prog="hal_monitoring standin",
+        description="Run a telegraf.conf where "
+        "Telegraf cannot be installed: HAL's exec collectors and emulations of "
+        "Telegraf's cpu, mem, system, disk, net, processes and nvidia_smi inputs, "
+        "written to InfluxDB.",
+    )
     parser.add_argument("--config", required=True, help="the telegraf.conf, e.g. /etc/telegraf/telegraf.conf")
     parser.add_argument("--config-directory", help="more *.conf files (default: telegraf.d beside --config)")
     mode = parser.add_mutually_exclusive_group()
@@ -630,8 +667,9 @@ def main(argv: list[str]) -> int:
     for warning in config.warnings:
         log(f"W! {warning}")
     if args.check:
-        programs = {shlex.split(command)[0] for c in config.inputs if c.plugin == "exec"
-                    for command in c.options["commands"]}
+        programs = {
+            shlex.split(command)[0] for c in config.inputs if c.plugin == "exec" for command in c.options["commands"]
+        }
         for program in sorted(p for p in programs if not shutil.which(p)):
             log(f"W! inputs.exec runs {program}, which is not installed here (yet)")
         print(check(config))

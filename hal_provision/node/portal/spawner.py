@@ -23,8 +23,11 @@ CHOICE = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*):([A-Za-z][A-Za-z0-9_-]*)$")
 
 
 class CatalogueSpawner(SlurmSpawner):
-    apps = Dict(config=True, help="The rendered catalogue: app name -> title, kind, launch, default_url, "
-                                  "default_hours, virtual_partitions {name: {description, max_hours, options}}.")
+    apps = Dict(
+        config=True,
+        help="The rendered catalogue: app name -> title, kind, launch, default_url, "
+        "default_hours, virtual_partitions {name: {description, max_hours, options}}.",
+    )
 
     # ---- the form ----------------------------------------------------------------------------
 
@@ -40,8 +43,9 @@ class CatalogueSpawner(SlurmSpawner):
                 label = f"{app['title']} on {vp}: {spec['description']} (up to {spec['max_hours']} h)"
                 selected = " selected" if first else ""
                 first = False
-                opts.append(f'<option value="{html.escape(name)}:{html.escape(vp)}"{selected}>'
-                            f"{html.escape(label)}</option>")
+                opts.append(
+                    f'<option value="{html.escape(name)}:{html.escape(vp)}"{selected}>{html.escape(label)}</option>'
+                )
             title = app["title"] + (f" ({app['description']})" if app.get("description") else "")
             groups.append(f'<optgroup label="{html.escape(title)}">{"".join(opts)}</optgroup>')
         default_hours = next(iter(self.apps.values()))["default_hours"] if self.apps else 1
@@ -70,14 +74,16 @@ class CatalogueSpawner(SlurmSpawner):
         app_name, vp = m.groups()
         app = self.apps[app_name]
         if vp not in app["virtual_partitions"]:
-            raise ValueError(f"{app['title']} is not offered on {vp}; choose one of "
-                             f"{', '.join(app['virtual_partitions'])}")
+            raise ValueError(
+                f"{app['title']} is not offered on {vp}; choose one of {', '.join(app['virtual_partitions'])}"
+            )
         limit = app["virtual_partitions"][vp]["max_hours"]
         if not hours_text:
             hours = app["default_hours"]
         elif not hours_text.isdigit() or not 1 <= int(hours_text) <= limit:
-            raise ValueError(f"hours must be a whole number from 1 to {limit} for {app['title']} on {vp}; "
-                             f"got {hours_text!r}")
+            raise ValueError(
+                f"hours must be a whole number from 1 to {limit} for {app['title']} on {vp}; got {hours_text!r}"
+            )
         else:
             hours = int(hours_text)
         return {"app": app_name, "virtual_partition": vp, "hours": hours}

@@ -47,12 +47,12 @@ class StageError(Exception):
 
 @dataclass(frozen=True)
 class Staged:
-    path: Path       # the staged copy
+    path: Path  # the staged copy
     files: int
     bytes: int
-    seconds: float   # the copy's duration, whichever task made it
-    copied: bool     # this call made the copy
-    waited: float    # seconds this call waited for the lock
+    seconds: float  # the copy's duration, whichever task made it
+    copied: bool  # this call made the copy
+    waited: float  # seconds this call waited for the lock
 
     @property
     def mb_per_s(self) -> float:
@@ -63,7 +63,7 @@ class Staged:
         if self.copied:
             return f"hal-stage: copied {size} in {self.seconds:.2f} s ({self.mb_per_s:.1f} MB/s) to {self.path}"
         how = f"another task copied it, waited {self.waited:.2f} s" if self.waited >= 0.05 else "nothing copied"
-        return (f"hal-stage: {self.path} is already staged ({size}, copied in {self.seconds:.2f} s); {how}")
+        return f"hal-stage: {self.path} is already staged ({size}, copied in {self.seconds:.2f} s); {how}"
 
 
 def default_dest(source: Path, environ=None) -> Path:
@@ -86,12 +86,14 @@ def check_space(dest_parent: Path, files: int, size: int) -> None:
     """StageError unless the destination's file system has room for `size` bytes and `files` inodes."""
     free = shutil.disk_usage(dest_parent).free
     if size > free:
-        raise StageError(f"not enough space in {dest_parent}: the data set needs {size / 1e9:.2f} GB, "
-                         f"{free / 1e9:.2f} GB free")
+        raise StageError(
+            f"not enough space in {dest_parent}: the data set needs {size / 1e9:.2f} GB, {free / 1e9:.2f} GB free"
+        )
     st = os.statvfs(dest_parent)
     if st.f_files and files > st.f_favail:  # f_files 0: the file system has no inode limit
-        raise StageError(f"not enough inodes in {dest_parent}: the data set has {files} files, "
-                         f"{st.f_favail} inodes free")
+        raise StageError(
+            f"not enough inodes in {dest_parent}: the data set has {files} files, {st.f_favail} inodes free"
+        )
 
 
 def _read_marker(dest: Path) -> dict | None:
@@ -149,8 +151,9 @@ def stage(source: str | Path, dest: str | Path | None = None, environ=None, cloc
         dest.parent.mkdir(parents=True, exist_ok=True)
         lock = open(dest.parent / f".{dest.name}.lock", "a")
     except OSError as exc:
-        raise StageError(f"cannot use {dest.parent}: {exc.strerror or exc}"
-                         f"{': ' + str(exc.filename) if exc.filename else ''}") from None
+        raise StageError(
+            f"cannot use {dest.parent}: {exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
+        ) from None
     with lock:
         asked = clock()
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
@@ -167,8 +170,9 @@ def stage(source: str | Path, dest: str | Path | None = None, environ=None, cloc
             why = f"{failures[0][2]} ({len(failures)} file(s))" if failures else str(exc)
             raise StageError(f"copying {source} to {dest} failed: {why}") from None
         except OSError as exc:
-            raise StageError(f"copying {source} to {dest} failed: {exc.strerror or exc}"
-                             f"{': ' + exc.filename if exc.filename else ''}") from None
+            raise StageError(
+                f"copying {source} to {dest} failed: {exc.strerror or exc}{': ' + exc.filename if exc.filename else ''}"
+            ) from None
         record = {"source": str(source), "files": files, "bytes": size, "seconds": round(seconds, 3)}
         part = dest / (MARKER + ".part")
         part.write_text(json.dumps(record, sort_keys=True) + "\n")
@@ -181,13 +185,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hal-stage",
         description="Copy a data set from the shared file system to this node's local scratch, once per node "
-                    "per job: the first task copies, the others wait and find the copy.")
+        "per job: the first task copies, the others wait and find the copy.",
+    )
     parser.add_argument("source", help="the data set's directory on the shared file system")
-    parser.add_argument("--dest", default=None,
-                        help=f"where the copy goes (default: $TMPDIR or /tmp, then /{STAGE_DIR}/<source's name>)")
-    parser.add_argument("--print-path", action="store_true",
-                        help="print only the staged path on stdout (the summary goes to stderr): "
-                             "DATA=$(hal-stage --print-path SOURCE)")
+    parser.add_argument(
+        "--dest",
+        default=None,
+        help=f"where the copy goes (default: $TMPDIR or /tmp, then /{STAGE_DIR}/<source's name>)",
+    )
+    parser.add_argument(
+        "--print-path",
+        action="store_true",
+        help="print only the staged path on stdout (the summary goes to stderr): DATA=$(hal-stage --print-path SOURCE)",
+    )
     args = parser.parse_args(argv)
     try:
         staged = stage(args.source, args.dest)

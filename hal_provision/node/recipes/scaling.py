@@ -51,14 +51,14 @@ class ScalingError(Exception):
 class Run:
     """One benchmark job's figures."""
 
-    gpus: int               # 0 on CPUs
+    gpus: int  # 0 on CPUs
     nodes: int
     images_per_second: float
-    batch_per_gpu: int      # per rank on CPUs
+    batch_per_gpu: int  # per rank on CPUs
     job_id: str = ""
     partition: str = ""
     device: str = "cuda"
-    ranks: int = 0          # on CPUs: srun tasks (one per socket)
+    ranks: int = 0  # on CPUs: srun tasks (one per socket)
 
     @property
     def units(self) -> int:
@@ -80,7 +80,7 @@ def parse_result(text: str, source: str = "<output>") -> dict:
     for line in reversed(text.splitlines()):
         if line.startswith(RESULT_PREFIX):
             try:
-                result = json.loads(line[len(RESULT_PREFIX):])
+                result = json.loads(line[len(RESULT_PREFIX) :])
             except ValueError as exc:
                 raise ScalingError(f"{source}: the RESULT line is not JSON ({exc})") from None
             if not isinstance(result, dict):
@@ -93,16 +93,32 @@ def run_from_result(result: dict, job_id: str = "", partition: str = "", source:
     cpu = result.get("device") == "cpu"
     try:
         if cpu:
-            run = Run(0, int(result["nodes"]), float(result["images_per_second"]), int(result["batch_per_rank"]),
-                      job_id, partition, "cpu", int(result["ranks"]))
+            run = Run(
+                0,
+                int(result["nodes"]),
+                float(result["images_per_second"]),
+                int(result["batch_per_rank"]),
+                job_id,
+                partition,
+                "cpu",
+                int(result["ranks"]),
+            )
         else:
-            run = Run(int(result["gpus"]), int(result["nodes"]), float(result["images_per_second"]),
-                      int(result["batch_per_gpu"]), job_id, partition)
+            run = Run(
+                int(result["gpus"]),
+                int(result["nodes"]),
+                float(result["images_per_second"]),
+                int(result["batch_per_gpu"]),
+                job_id,
+                partition,
+            )
     except (KeyError, TypeError, ValueError) as exc:
         raise ScalingError(f"{source}: the RESULT line lacks or garbles {exc}") from None
     if run.units < 1 or run.images_per_second <= 0:
         unit = "nodes" if cpu else "gpus"
-        raise ScalingError(f"{source}: the RESULT line has {unit}={run.units}, images_per_second={run.images_per_second}")
+        raise ScalingError(
+            f"{source}: the RESULT line has {unit}={run.units}, images_per_second={run.images_per_second}"
+        )
     return run
 
 
@@ -125,8 +141,11 @@ def load_runs(directory: Path) -> tuple[list[Run], list[str]]:
             problems.append(str(exc))
     kinds = [run.device for _, run in loaded]
     kind = "cpu" if kinds.count("cpu") > kinds.count("cuda") else "cuda"
-    problems += [f"{path}: a {run.device} run among {kind} runs: give each kind its own directory"
-                 for path, run in loaded if run.device != kind]
+    problems += [
+        f"{path}: a {run.device} run among {kind} runs: give each kind its own directory"
+        for path, run in loaded
+        if run.device != kind
+    ]
     return [run for _, run in loaded if run.device == kind], problems
 
 
@@ -175,8 +194,14 @@ def plot(runs: list[Run], path: str | os.PathLike) -> None:
     ax.plot(gpus, [base.per_unit * g for g in gpus], linestyle="--", color="gray", label="ideal (linear)")
     ax.plot(gpus, [r.images_per_second for r in ordered], marker="o", label="measured")
     for run, eff in zip(ordered, efficiency(ordered)):
-        ax.annotate(f"{eff:.0%}", (run.units, run.images_per_second), textcoords="offset points",
-                    xytext=(0, 8), ha="center", fontsize=8)
+        ax.annotate(
+            f"{eff:.0%}",
+            (run.units, run.images_per_second),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=8,
+        )
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted(set(gpus)))
     ax.set_xticklabels([str(g) for g in sorted(set(gpus))])
@@ -184,8 +209,9 @@ def plot(runs: list[Run], path: str | os.PathLike) -> None:
     ax.set_xlabel("nodes (CPUs)" if cpu else "GPUs")
     ax.set_ylabel("images/s")
     batches = sorted({r.batch_per_gpu for r in ordered})
-    ax.set_title(f"ResNet-50 training throughput (batch {','.join(map(str, batches))} per "
-                 f"{'rank, on CPUs' if cpu else 'GPU'})")
+    ax.set_title(
+        f"ResNet-50 training throughput (batch {','.join(map(str, batches))} per {'rank, on CPUs' if cpu else 'GPU'})"
+    )
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -195,12 +221,26 @@ def plot(runs: list[Run], path: str | os.PathLike) -> None:
 def swbatch_command(partition: str, script: str, out: str, steps: int, recipe_args: list[str] = ()) -> list[str]:
     """One benchmark job: the script on `partition`, its output in OUT/VPART-JOBID.out; the
     recipe's own options (a smaller --arch or --image-size on CPUs) after the fixed ones."""
-    return ["swbatch", "-p", partition, f"--output={os.path.join(out, partition)}-%j.out", "--wait",
-            script, "--data", "synthetic", "--steps-per-epoch", str(steps), "--epochs", "1", *recipe_args]
+    return [
+        "swbatch",
+        "-p",
+        partition,
+        f"--output={os.path.join(out, partition)}-%j.out",
+        "--wait",
+        script,
+        "--data",
+        "synthetic",
+        "--steps-per-epoch",
+        str(steps),
+        "--epochs",
+        "1",
+        *recipe_args,
+    ]
 
 
-def submit(script: str, partitions: list[str], out: str, steps: int, dry_run: bool = False,
-           recipe_args: list[str] = ()) -> int:
+def submit(
+    script: str, partitions: list[str], out: str, steps: int, dry_run: bool = False, recipe_args: list[str] = ()
+) -> int:
     """Run the jobs one after another; then report. Exit status: 1 if a job or the report failed."""
     status = 0
     if not dry_run:
@@ -236,15 +276,16 @@ def report(directory: Path, plot_path: Path | None) -> int:
         try:
             plot(runs, plot_path)
         except ImportError:
-            print("scaling: matplotlib is not installed, so no plot (the table above has the figures)",
-                  file=sys.stderr)
+            print("scaling: matplotlib is not installed, so no plot (the table above has the figures)", file=sys.stderr)
         else:
             print(f"scaling: plot written to {plot_path}")
     return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scaling.py", description="ResNet-50 scaling benchmark over virtual partitions.")
+    parser = argparse.ArgumentParser(
+        prog="scaling.py", description="ResNet-50 scaling benchmark over virtual partitions."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("submit", help="run the job on each virtual partition, then report")
     s.add_argument("--script", required=True, help="the recipe's job script (resnet50.swbatch)")
@@ -252,8 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True, help="directory for the jobs' output files")
     s.add_argument("--steps", type=int, default=50, help="steps per job (default 50)")
     s.add_argument("--dry-run", action="store_true", help="print the swbatch commands only")
-    s.add_argument("recipe_args", nargs=argparse.REMAINDER,
-                   help="after --: options for train_resnet50.py in every job (e.g. -- --arch resnet18)")
+    s.add_argument(
+        "recipe_args",
+        nargs=argparse.REMAINDER,
+        help="after --: options for train_resnet50.py in every job (e.g. -- --arch resnet18)",
+    )
     r = sub.add_parser("report", help="table and plot of the results in DIR")
     r.add_argument("directory", help="directory of VPART-JOBID.out files")
     r.add_argument("--plot", default=None, help="PNG to write (default DIR/scaling.png)")

@@ -109,20 +109,23 @@ def from_slurm(environ: Mapping[str, str], hostname: str | None = None, gpus: bo
         raise SlurmEnvError(f"{per_node_var}={per_node_text!r} does not describe {world_size} tasks on {nnodes} nodes")
     local_world_size = per_node[node_rank]
     if local_rank >= local_world_size:
-        raise SlurmEnvError(f"SLURM_LOCALID={local_rank} is not below this node's {local_world_size} tasks "
-                            f"({per_node_var}={per_node_text!r})")
+        raise SlurmEnvError(
+            f"SLURM_LOCALID={local_rank} is not below this node's {local_world_size} tasks "
+            f"({per_node_var}={per_node_text!r})"
+        )
 
     visible = visible_devices(environ) if gpus or "CUDA_VISIBLE_DEVICES" in environ else []
     if gpus and len(visible) < local_world_size:
         raise SlurmEnvError(
             f"CUDA_VISIBLE_DEVICES={environ.get('CUDA_VISIBLE_DEVICES', '')!r} shows {len(visible)} GPU(s) to "
             f"{local_world_size} tasks on this node: start one task per GPU, every task seeing all the "
-            "node's GPUs (no --gpus-per-task or --gpu-bind)")
+            "node's GPUs (no --gpus-per-task or --gpu-bind)"
+        )
     _gpu_var, gpu_text = _optional(environ, "SLURM_STEP_GPUS", "SLURM_JOB_GPUS")
 
     return Rendezvous(
-        master_addr=environ.get("MASTER_ADDR") or first_host(_required(environ, "SLURM_STEP_NODELIST",
-                                                                       "SLURM_JOB_NODELIST")[1]),
+        master_addr=environ.get("MASTER_ADDR")
+        or first_host(_required(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")[1]),
         master_port=master_port(environ),
         world_size=world_size,
         rank=rank,

@@ -85,10 +85,11 @@ CLASSES = 1000
 DEVICES = ("auto", "cuda", "cpu")
 ARCHS = {"resnet50": ("bottleneck", (3, 4, 6, 3)), "resnet18": ("basic", (2, 2, 2, 2))}  # torchvision's layers
 LARGE_BATCH = 8192  # past this global batch the SC18 CPU study needed more than the linear rule
-LOSS_WINDOW = 10    # at most this many first and last steps' losses are compared
+LOSS_WINDOW = 10  # at most this many first and last steps' losses are compared
 
 
 # ---- options and schedule (no PyTorch) ------------------------------------------------------
+
 
 def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespace:
     """The recipe's options. The per-GPU batch defaults to $HAL_RECIPE_BATCH_PER_GPU, else 256."""
@@ -96,53 +97,104 @@ def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespac
     parser = argparse.ArgumentParser(
         prog="train_resnet50.py",
         description="ResNet-50 with PyTorch DistributedDataParallel, one process per GPU of the Slurm step "
-                    "(or per task on CPUs, over gloo).")
-    parser.add_argument("--data", default="synthetic",
-                        help="'synthetic' (a random batch made on the device once: the benchmark) or an ImageFolder path")
+        "(or per task on CPUs, over gloo).",
+    )
+    parser.add_argument(
+        "--data",
+        default="synthetic",
+        help="'synthetic' (a random batch made on the device once: the benchmark) or an ImageFolder path",
+    )
     device = environ.get(slurmenv.DEVICE_VAR, "")
-    parser.add_argument("--device", choices=DEVICES, default=device if device in DEVICES else "auto",
-                        help=f"auto (default; ${slurmenv.DEVICE_VAR} when set, as the job script's CPU branch "
-                             "does): the GPUs when the task sees one (CUDA_VISIBLE_DEVICES set and PyTorch finds "
-                             "it), else the CPUs over gloo")
-    parser.add_argument("--arch", choices=tuple(ARCHS), default="resnet50",
-                        help="the network (default resnet50; resnet18 for a short run on few cores)")
-    parser.add_argument("--image-size", type=int, default=IMAGE_SIZE,
-                        help=f"side of the images in pixels (default {IMAGE_SIZE}; at least 32)")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default=device if device in DEVICES else "auto",
+        help=f"auto (default; ${slurmenv.DEVICE_VAR} when set, as the job script's CPU branch "
+        "does): the GPUs when the task sees one (CUDA_VISIBLE_DEVICES set and PyTorch finds "
+        "it), else the CPUs over gloo",
+    )
+    parser.add_argument(
+        "--arch",
+        choices=tuple(ARCHS),
+        default="resnet50",
+        help="the network (default resnet50; resnet18 for a short run on few cores)",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=IMAGE_SIZE,
+        help=f"side of the images in pixels (default {IMAGE_SIZE}; at least 32)",
+    )
     parser.add_argument("--epochs", type=int, default=90, help="epochs to train (default 90)")
-    parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help="steps per epoch (synthetic: default 100; a data set: at most this many)")
-    parser.add_argument("--batch-per-gpu", "--batch-per-rank", dest="batch_per_gpu", type=int,
-                        default=_env_int(environ, BATCH_VAR, 256),
-                        help=f"images per GPU (per rank, on CPUs) per step (default ${BATCH_VAR}, else 256)")
-    parser.add_argument("--base-lr", type=float, default=0.1,
-                        help=f"learning rate for {REFERENCE_BATCH} images, scaled linearly by the global batch")
+    parser.add_argument(
+        "--steps-per-epoch",
+        type=int,
+        default=None,
+        help="steps per epoch (synthetic: default 100; a data set: at most this many)",
+    )
+    parser.add_argument(
+        "--batch-per-gpu",
+        "--batch-per-rank",
+        dest="batch_per_gpu",
+        type=int,
+        default=_env_int(environ, BATCH_VAR, 256),
+        help=f"images per GPU (per rank, on CPUs) per step (default ${BATCH_VAR}, else 256)",
+    )
+    parser.add_argument(
+        "--base-lr",
+        type=float,
+        default=0.1,
+        help=f"learning rate for {REFERENCE_BATCH} images, scaled linearly by the global batch",
+    )
     parser.add_argument("--warmup-epochs", type=float, default=5.0, help="linear warm-up epochs (default 5)")
-    parser.add_argument("--schedule", choices=("step", "cosine"), default="step",
-                        help="after warm-up: /10 at epochs 30, 60, 80 (step) or cosine decay to 0")
+    parser.add_argument(
+        "--schedule",
+        choices=("step", "cosine"),
+        default="step",
+        help="after warm-up: /10 at epochs 30, 60, 80 (step) or cosine decay to 0",
+    )
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=1e-4)
-    parser.add_argument("--no-bn-weight-decay", action="store_true",
-                        help="no weight decay on batch-norm weights and biases")
+    parser.add_argument(
+        "--no-bn-weight-decay", action="store_true", help="no weight decay on batch-norm weights and biases"
+    )
     parser.add_argument("--label-smoothing", type=float, default=0.0)
-    parser.add_argument("--precision", choices=("amp", "fp32"), default="amp",
-                        help="amp: fp16 autocast and a gradient scaler on GPUs (default); fp32 (always on CPUs)")
-    parser.add_argument("--stage", action="store_true",
-                        help="copy --data to this node's local scratch once (hal-stage) and train from there")
-    parser.add_argument("--stage-dest", default=None,
-                        help="where --stage copies to (default: $TMPDIR or /tmp, then /hal-stage/<data's name>)")
+    parser.add_argument(
+        "--precision",
+        choices=("amp", "fp32"),
+        default="amp",
+        help="amp: fp16 autocast and a gradient scaler on GPUs (default); fp32 (always on CPUs)",
+    )
+    parser.add_argument(
+        "--stage",
+        action="store_true",
+        help="copy --data to this node's local scratch once (hal-stage) and train from there",
+    )
+    parser.add_argument(
+        "--stage-dest",
+        default=None,
+        help="where --stage copies to (default: $TMPDIR or /tmp, then /hal-stage/<data's name>)",
+    )
     parser.add_argument("--workers", type=int, default=8, help="data loader processes per GPU (data sets only)")
-    parser.add_argument("--warmup-steps-timing", type=int, default=10,
-                        help="first steps left out of the throughput figure (default 10)")
+    parser.add_argument(
+        "--warmup-steps-timing", type=int, default=10, help="first steps left out of the throughput figure (default 10)"
+    )
     parser.add_argument("--log-every", type=int, default=50, help="rank 0 logs every N steps (default 50)")
-    parser.add_argument("--checkpoint-dir", default=None,
-                        help=f"rank 0 writes DIR/{CHECKPOINT_NAME} after every epoch")
-    parser.add_argument("--resume", action="store_true",
-                        help=f"continue from --checkpoint-dir/{CHECKPOINT_NAME} when it exists (a requeued job)")
+    parser.add_argument("--checkpoint-dir", default=None, help=f"rank 0 writes DIR/{CHECKPOINT_NAME} after every epoch")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help=f"continue from --checkpoint-dir/{CHECKPOINT_NAME} when it exists (a requeued job)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="compute threads per rank on CPUs (default: OMP_NUM_THREADS, which the job script sets "
-                        "to the cores of the task's socket, else SLURM_CPUS_PER_TASK); fewer where the nodes' CPUs "
-                        "are shared")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="compute threads per rank on CPUs (default: OMP_NUM_THREADS, which the job script sets "
+        "to the cores of the task's socket, else SLURM_CPUS_PER_TASK); fewer where the nodes' CPUs "
+        "are shared",
+    )
     args = parser.parse_args(argv)
 
     for name in ("epochs", "batch_per_gpu", "log_every"):
@@ -167,8 +219,10 @@ def parse_args(argv: list[str] | None = None, environ=None) -> argparse.Namespac
     if args.data == "synthetic":
         args.steps_per_epoch = args.steps_per_epoch or 100
         if args.epochs * args.steps_per_epoch <= args.warmup_steps_timing:
-            parser.error(f"{args.epochs * args.steps_per_epoch} steps leave none to time after "
-                         f"--warmup-steps-timing {args.warmup_steps_timing}")
+            parser.error(
+                f"{args.epochs * args.steps_per_epoch} steps leave none to time after "
+                f"--warmup-steps-timing {args.warmup_steps_timing}"
+            )
     return args
 
 
@@ -182,9 +236,15 @@ def scaled_lr(base_lr: float, global_batch: int) -> float:
     return base_lr * global_batch / REFERENCE_BATCH
 
 
-def learning_rate(epoch: float, base_lr: float, global_batch: int, warmup_epochs: float = 5.0,
-                  schedule: str = "step", total_epochs: float = 90.0,
-                  milestones: tuple[float, ...] = STEP_MILESTONES) -> float:
+def learning_rate(
+    epoch: float,
+    base_lr: float,
+    global_batch: int,
+    warmup_epochs: float = 5.0,
+    schedule: str = "step",
+    total_epochs: float = 90.0,
+    milestones: tuple[float, ...] = STEP_MILESTONES,
+) -> float:
     """The rate at `epoch` (fractional: epoch + step / steps_per_epoch).
 
     Warm-up climbs linearly from base_lr (the rate a 256-image batch trains with safely) to the
@@ -224,6 +284,7 @@ def result_line(result: dict) -> str:
 
 # ---- device, threads, the checks and the result (no PyTorch) ------------------------------------
 
+
 class DeviceError(Exception):
     """The device asked for cannot be had; the message says why."""
 
@@ -236,15 +297,17 @@ def cuda_visible(environ) -> bool:
 
 
 def choose_device(requested: str, environ, cuda_available) -> str:
-    """"cuda" or "cpu" for --device `requested`; `cuda_available` is asked only when it matters
+    """ "cuda" or "cpu" for --device `requested`; `cuda_available` is asked only when it matters
     (torch.cuda.is_available, which needs PyTorch). auto: the GPUs when Slurm shows the task
     some and PyTorch finds them (a CPU build of PyTorch finds none), else the CPUs."""
     if requested == "cpu":
         return "cpu"
     if requested == "cuda":
         if not cuda_available():
-            raise DeviceError("--device cuda, but PyTorch finds no GPU (a CPU build, or a job without GPUs: "
-                              "submit with swbatch -p gpuxN)")
+            raise DeviceError(
+                "--device cuda, but PyTorch finds no GPU (a CPU build, or a job without GPUs: "
+                "submit with swbatch -p gpuxN)"
+            )
         return "cuda"
     return "cuda" if cuda_visible(environ) and cuda_available() else "cpu"
 
@@ -270,11 +333,13 @@ def large_batch_warning(global_batch: int, warmup_epochs: float) -> str | None:
     clusters learned about large batches; None up to it."""
     if global_batch <= LARGE_BATCH:
         return None
-    return (f"train_resnet50: warning: a global batch of {global_batch} images (over {LARGE_BATCH}). Scaling "
-            "ResNet-50 on CPU clusters (SC18) found that batches this large lose accuracy under the linear "
-            f"learning-rate rule alone: keep a learning-rate warm-up (--warmup-epochs, now {warmup_epochs:g}; "
-            "5 or more), use layer-wise rate scaling (LARS-style, not in this recipe), or a smaller batch "
-            "(--batch-per-rank, or fewer nodes).")
+    return (
+        f"train_resnet50: warning: a global batch of {global_batch} images (over {LARGE_BATCH}). Scaling "
+        "ResNet-50 on CPU clusters (SC18) found that batches this large lose accuracy under the linear "
+        f"learning-rate rule alone: keep a learning-rate warm-up (--warmup-epochs, now {warmup_epochs:g}; "
+        "5 or more), use layer-wise rate scaling (LARS-style, not in this recipe), or a smaller batch "
+        "(--batch-per-rank, or fewer nodes)."
+    )
 
 
 def loss_window(steps: int) -> int:
@@ -301,14 +366,17 @@ class LossTrack:
         """The mean of the first and of the last losses, each read with `value`."""
         if not self.first:
             return math.nan, math.nan
-        return (sum(value(x) for x in self.first) / len(self.first),
-                sum(value(x) for x in self.last) / len(self.last))
+        return (sum(value(x) for x in self.first) / len(self.first), sum(value(x) for x in self.last) / len(self.last))
 
 
 def loss_fields(first: float, last: float, window: int) -> dict:
     """The RESULT line's account of the loss: it fell when the last steps' mean is below the first's."""
-    return {"loss_first": round(first, 4), "loss_last": round(last, 4), "loss_window": window,
-            "loss_fell": bool(last < first)}
+    return {
+        "loss_first": round(first, 4),
+        "loss_last": round(last, 4),
+        "loss_window": window,
+        "loss_fell": bool(last < first),
+    }
 
 
 def unequal_ranks(digests: list[str]) -> list[int]:
@@ -326,21 +394,43 @@ def cpu_name(cpuinfo: str) -> str:
     return fields.get("model name") or fields.get("cpu") or "?"
 
 
-def result_fields(*, device: str, ranks: int, nodes: int, batch_per_rank: int, steps: int, seconds: float,
-                  precision: str, arch: str, image_size: int, torch_version: str, device_name: str,
-                  threads: int | None = None) -> dict:
+def result_fields(
+    *,
+    device: str,
+    ranks: int,
+    nodes: int,
+    batch_per_rank: int,
+    steps: int,
+    seconds: float,
+    precision: str,
+    arch: str,
+    image_size: int,
+    torch_version: str,
+    device_name: str,
+    threads: int | None = None,
+) -> dict:
     """The RESULT line's figures (the checks' and the copy's fields are added to it). On GPUs
     the names scaling.py has always read (gpus, per_gpu, batch_per_gpu, gpu_name) stay."""
     total = throughput(ranks, batch_per_rank, steps, seconds)
     result = {
-        "device": device, "arch": arch, "image_size": image_size, "precision": precision,
-        "images_per_second": round(total, 1), "per_node": round(total / nodes, 1),
-        "per_rank": round(total / ranks, 1), "ranks": ranks, "nodes": nodes, "batch_per_rank": batch_per_rank,
-        "steps": steps, "seconds": round(seconds, 3), "torch": torch_version,
+        "device": device,
+        "arch": arch,
+        "image_size": image_size,
+        "precision": precision,
+        "images_per_second": round(total, 1),
+        "per_node": round(total / nodes, 1),
+        "per_rank": round(total / ranks, 1),
+        "ranks": ranks,
+        "nodes": nodes,
+        "batch_per_rank": batch_per_rank,
+        "steps": steps,
+        "seconds": round(seconds, 3),
+        "torch": torch_version,
     }
     if device == "cuda":
-        result.update({"gpus": ranks, "per_gpu": result["per_rank"], "batch_per_gpu": batch_per_rank,
-                       "gpu_name": device_name})
+        result.update(
+            {"gpus": ranks, "per_gpu": result["per_rank"], "batch_per_gpu": batch_per_rank, "gpu_name": device_name}
+        )
     else:
         result.update({"cpu_name": device_name, "threads_per_rank": threads})
     return result
@@ -353,9 +443,9 @@ class StepTimer:
 
     def __init__(self, skip: int, sync=lambda: None, clock=time.perf_counter):
         self.skip, self.sync, self.clock = skip, sync, clock
-        self.done = 0          # steps finished
+        self.done = 0  # steps finished
         self.seconds = 0.0
-        self._since = None     # clock value when the running interval began
+        self._since = None  # clock value when the running interval began
 
     @property
     def timed_steps(self) -> int:
@@ -382,6 +472,7 @@ class StepTimer:
 
 
 # ---- training (PyTorch) -----------------------------------------------------------------------
+
 
 def setup(rv: slurmenv.Rendezvous, device_type: str):
     """Join the world: env:// with the Slurm-derived settings; NCCL and this rank's GPU, or
@@ -450,13 +541,14 @@ def build_network(arch: str, classes: int = CLASSES):
             self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
             cin = 64
             for i, depth in enumerate(depths):
-                width, stride = 64 * 2 ** i, 1 if i == 0 else 2
+                width, stride = 64 * 2**i, 1 if i == 0 else 2
                 blocks = []
                 for j in range(depth):
                     down = None
                     if j == 0 and (stride != 1 or cin != width * block.expansion):
-                        down = nn.Sequential(conv(cin, width * block.expansion, 1, stride),
-                                             nn.BatchNorm2d(width * block.expansion))
+                        down = nn.Sequential(
+                            conv(cin, width * block.expansion, 1, stride), nn.BatchNorm2d(width * block.expansion)
+                        )
                     blocks.append(block(cin, width, stride if j == 0 else 1, down))
                     cin = width * block.expansion
                 setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
@@ -492,8 +584,9 @@ def build_model(args, device, world_size: int):
         groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     else:
         groups = [{"params": list(model.parameters()), "weight_decay": args.weight_decay}]
-    lr0 = learning_rate(0.0, args.base_lr, args.batch_per_gpu * world_size, args.warmup_epochs, args.schedule,
-                        args.epochs)
+    lr0 = learning_rate(
+        0.0, args.base_lr, args.batch_per_gpu * world_size, args.warmup_epochs, args.schedule, args.epochs
+    )
     optimizer = torch.optim.SGD(groups, lr=lr0, momentum=args.momentum)
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing).to(device)
     amp = effective_precision(args.precision, device.type) == "amp"
@@ -517,6 +610,7 @@ def synthetic_batches(args, device, rank: int, steps: int):
     def epoch(_epoch: int):
         for _ in range(steps):
             yield images, labels
+
     return epoch, steps
 
 
@@ -529,16 +623,29 @@ def folder_batches(args, device, rv: slurmenv.Rendezvous):
     from torchvision import transforms
 
     root = os.path.join(args.data, "train") if os.path.isdir(os.path.join(args.data, "train")) else args.data
-    dataset = torchvision.datasets.ImageFolder(root, transforms.Compose([
-        transforms.RandomResizedCrop(args.image_size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ]))
-    sampler = DistributedSampler(dataset, num_replicas=rv.world_size, rank=rv.rank, shuffle=True,
-                                 seed=args.seed, drop_last=True)
-    loader = DataLoader(dataset, batch_size=args.batch_per_gpu, sampler=sampler, num_workers=args.workers,
-                        pin_memory=device.type == "cuda", drop_last=True, persistent_workers=args.workers > 0)
+    dataset = torchvision.datasets.ImageFolder(
+        root,
+        transforms.Compose(
+            [
+                transforms.RandomResizedCrop(args.image_size),
+                transforms.RandomHorizontalFlip(),
+                transforms.ToTensor(),
+                transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+            ]
+        ),
+    )
+    sampler = DistributedSampler(
+        dataset, num_replicas=rv.world_size, rank=rv.rank, shuffle=True, seed=args.seed, drop_last=True
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_per_gpu,
+        sampler=sampler,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        drop_last=True,
+        persistent_workers=args.workers > 0,
+    )
     steps = len(loader) if args.steps_per_epoch is None else min(len(loader), args.steps_per_epoch)
     if steps < 1:
         raise SystemExit(f"train_resnet50: {root} has too few images for one batch of {args.batch_per_gpu} per rank")
@@ -548,8 +655,11 @@ def folder_batches(args, device, rv: slurmenv.Rendezvous):
         for step, (images, labels) in enumerate(loader):
             if step == steps:
                 break
-            yield (images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last),
-                   labels.to(device, non_blocking=True))
+            yield (
+                images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last),
+                labels.to(device, non_blocking=True),
+            )
+
     return epoch, steps
 
 
@@ -563,8 +673,16 @@ def save_checkpoint(args, epoch: int, model, optimizer, scaler) -> None:
 
     os.makedirs(args.checkpoint_dir, exist_ok=True)
     path = checkpoint_path(args)
-    torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scaler": scaler.state_dict(), "args": vars(args)}, path + ".tmp")
+    torch.save(
+        {
+            "epoch": epoch,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict(),
+            "args": vars(args),
+        },
+        path + ".tmp",
+    )
     os.replace(path + ".tmp", path)
 
 
@@ -617,8 +735,10 @@ def train(args, rv: slurmenv.Rendezvous, device_type: str, staged: hal_stage.Sta
         raise SystemExit(f"train_resnet50: the checkpoint in {args.checkpoint_dir} has all {args.epochs} epochs")
     total_steps = (args.epochs - start_epoch) * steps
     if total_steps <= args.warmup_steps_timing:
-        raise SystemExit(f"train_resnet50: {total_steps} steps leave none to time after "
-                         f"--warmup-steps-timing {args.warmup_steps_timing}")
+        raise SystemExit(
+            f"train_resnet50: {total_steps} steps leave none to time after "
+            f"--warmup-steps-timing {args.warmup_steps_timing}"
+        )
     global_batch = args.batch_per_gpu * rv.world_size
     precision = effective_precision(args.precision, device_type)
     amp = precision == "amp"
@@ -629,18 +749,21 @@ def train(args, rv: slurmenv.Rendezvous, device_type: str, staged: hal_stage.Sta
     warning = large_batch_warning(global_batch, args.warmup_epochs)
     if warning and rv.rank == 0:
         print(warning, file=sys.stderr, flush=True)
-    where = (f"{rv.world_size} GPUs" if cuda else
-             f"{rv.world_size} CPU ranks x {torch.get_num_threads()} threads (gloo)")
-    log(f"{args.arch}: {where} on {rv.nnodes} node(s), global batch {global_batch}, "
+    where = f"{rv.world_size} GPUs" if cuda else f"{rv.world_size} CPU ranks x {torch.get_num_threads()} threads (gloo)"
+    log(
+        f"{args.arch}: {where} on {rv.nnodes} node(s), global batch {global_batch}, "
         f"peak lr {scaled_lr(args.base_lr, global_batch):g}, {steps} steps/epoch, epochs {start_epoch}..{args.epochs - 1}, "
-        f"data {args.data}, images {args.image_size}px, precision {precision}", flush=True)
+        f"data {args.data}, images {args.image_size}px, precision {precision}",
+        flush=True,
+    )
 
     ddp.train()
     for epoch in range(start_epoch, args.epochs):
         timer.resume()
         for step, (images, labels) in enumerate(batches(epoch)):
-            lr = learning_rate(epoch + step / steps, args.base_lr, global_batch, args.warmup_epochs,
-                               args.schedule, args.epochs)
+            lr = learning_rate(
+                epoch + step / steps, args.base_lr, global_batch, args.warmup_epochs, args.schedule, args.epochs
+            )
             for group in optimizer.param_groups:
                 group["lr"] = lr
             with torch.autocast(device_type, dtype=torch.float16, enabled=amp):
@@ -673,17 +796,29 @@ def train(args, rv: slurmenv.Rendezvous, device_type: str, staged: hal_stage.Sta
     if rv.rank == 0:
         threads = None if cuda else torch.get_num_threads()
         result = result_fields(
-            device=device_type, ranks=rv.world_size, nodes=rv.nnodes, batch_per_rank=args.batch_per_gpu,
-            steps=timer.timed_steps, seconds=seconds[0].item(), precision=precision, arch=args.arch,
-            image_size=args.image_size, torch_version=torch.__version__,
+            device=device_type,
+            ranks=rv.world_size,
+            nodes=rv.nnodes,
+            batch_per_rank=args.batch_per_gpu,
+            steps=timer.timed_steps,
+            seconds=seconds[0].item(),
+            precision=precision,
+            arch=args.arch,
+            image_size=args.image_size,
+            torch_version=torch.__version__,
             device_name=torch.cuda.get_device_name(device) if cuda else cpu_name(_read("/proc/cpuinfo")),
-            threads=threads)
+            threads=threads,
+        )
         differing = unequal_ranks(digests)
         result.update(params_equal=not differing, params_checksum=checksum, params_digests=digests)
         result.update(loss_fields(*(loss_means / rv.world_size).tolist(), losses.window))
         if differing:
-            print(f"train_resnet50: the parameters of rank(s) {', '.join(map(str, differing))} differ from rank 0's "
-                  "after training (DDP replicas must stay equal)", file=sys.stderr, flush=True)
+            print(
+                f"train_resnet50: the parameters of rank(s) {', '.join(map(str, differing))} differ from rank 0's "
+                "after training (DDP replicas must stay equal)",
+                file=sys.stderr,
+                flush=True,
+            )
         if staged is not None:
             result.update(stage_fields(staged, seconds[1].item()))
     dist.destroy_process_group()
@@ -721,11 +856,15 @@ def main(argv: list[str] | None = None) -> int:
     needed = "PyTorch" if args.data == "synthetic" else "PyTorch and torchvision"
     try:
         import torch
+
         if args.data != "synthetic":
             import torchvision  # noqa: F401
     except ImportError as exc:
-        print(f"train_resnet50: {needed} {'is' if args.data == 'synthetic' else 'are'} needed ({exc}): load the "
-              "framework module or activate an environment that has it", file=sys.stderr)
+        print(
+            f"train_resnet50: {needed} {'is' if args.data == 'synthetic' else 'are'} needed ({exc}): load the "
+            "framework module or activate an environment that has it",
+            file=sys.stderr,
+        )
         return 2
     try:
         device_type = choose_device(args.device, os.environ, torch.cuda.is_available)
@@ -733,8 +872,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"train_resnet50: {exc}", file=sys.stderr)
         return 2
     if gpu_step and device_type == "cpu" and rv.rank == 0:
-        print(f"train_resnet50: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} but PyTorch "
-              f"{torch.__version__} finds no GPU: training on the CPUs", file=sys.stderr, flush=True)
+        print(
+            f"train_resnet50: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} but PyTorch "
+            f"{torch.__version__} finds no GPU: training on the CPUs",
+            file=sys.stderr,
+            flush=True,
+        )
     staged = None
     if args.stage:
         try:

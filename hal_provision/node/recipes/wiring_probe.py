@@ -72,9 +72,20 @@ MAX_RECORD_BYTES = 1 << 20
 
 # What a record must carry, and as what (rank 0 refuses anything else before `check`).
 FIELDS: dict[str, type | tuple[type, ...]] = {
-    "rank": int, "local_rank": int, "node_rank": int, "world_size": int, "local_world_size": int,
-    "nnodes": int, "hostname": str, "master_addr": str, "master_port": int, "visible_devices": list,
-    "device": int, "gpu_ids": list, "device_path": (str, type(None)), "device_ok": bool,
+    "rank": int,
+    "local_rank": int,
+    "node_rank": int,
+    "world_size": int,
+    "local_world_size": int,
+    "nnodes": int,
+    "hostname": str,
+    "master_addr": str,
+    "master_port": int,
+    "visible_devices": list,
+    "device": int,
+    "gpu_ids": list,
+    "device_path": (str, type(None)),
+    "device_ok": bool,
     "device_error": (str, type(None)),
 }
 
@@ -87,6 +98,7 @@ class ProbeError(Exception):
 
 
 # ---- this rank's record ------------------------------------------------------------------------
+
 
 def device_file(rv: slurmenv.Rendezvous, dev_dir: str = "/dev") -> str | None:
     """/dev/nvidiaN of this rank's GPU; None when neither list gives a GPU number."""
@@ -120,16 +132,31 @@ def record(rv: slurmenv.Rendezvous, dev_dir: str = "/dev", gpus: bool = True) ->
     if not gpus:
         ok, error = True, None
     elif path is None:
-        ok, error = False, (f"no device file for CUDA device {rv.device} (CUDA_VISIBLE_DEVICES="
-                            f"{','.join(rv.visible_devices)}, GPU ids={','.join(rv.gpu_ids) or 'none'})")
+        ok, error = (
+            False,
+            (
+                f"no device file for CUDA device {rv.device} (CUDA_VISIBLE_DEVICES="
+                f"{','.join(rv.visible_devices)}, GPU ids={','.join(rv.gpu_ids) or 'none'})"
+            ),
+        )
     else:
         ok, error = open_device(path)
     return {
-        "rank": rv.rank, "local_rank": rv.local_rank, "node_rank": rv.node_rank,
-        "world_size": rv.world_size, "local_world_size": rv.local_world_size, "nnodes": rv.nnodes,
-        "hostname": rv.hostname, "master_addr": rv.master_addr, "master_port": rv.master_port,
-        "visible_devices": list(rv.visible_devices), "device": rv.device, "gpu_ids": list(rv.gpu_ids),
-        "device_path": path, "device_ok": ok, "device_error": error,
+        "rank": rv.rank,
+        "local_rank": rv.local_rank,
+        "node_rank": rv.node_rank,
+        "world_size": rv.world_size,
+        "local_world_size": rv.local_world_size,
+        "nnodes": rv.nnodes,
+        "hostname": rv.hostname,
+        "master_addr": rv.master_addr,
+        "master_port": rv.master_port,
+        "visible_devices": list(rv.visible_devices),
+        "device": rv.device,
+        "gpu_ids": list(rv.gpu_ids),
+        "device_path": path,
+        "device_ok": ok,
+        "device_error": error,
     }
 
 
@@ -150,8 +177,11 @@ def mount_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> dict:
             point = _unescape(parts[4])
             inside = real == point or real.startswith(point.rstrip("/") + "/")
             if inside and len(point) >= len(best["mount_point"]):
-                best = {"mount_point": point, "mount_root": _unescape(parts[3]),
-                        "mount_source": _unescape(tail.split()[1])}
+                best = {
+                    "mount_point": point,
+                    "mount_root": _unescape(parts[3]),
+                    "mount_source": _unescape(tail.split()[1]),
+                }
     return best
 
 
@@ -165,8 +195,15 @@ def read_data(staged: hal_stage.Staged) -> dict:
             with open(os.path.join(dirpath, name), "rb") as f:
                 while chunk := f.read(1 << 20):
                     read += len(chunk)
-    return {"path": str(staged.path), "files": staged.files, "bytes": staged.bytes, "read_bytes": read,
-            "stage_seconds": round(staged.seconds, 3), "copied": staged.copied, **mount_of(str(staged.path))}
+    return {
+        "path": str(staged.path),
+        "files": staged.files,
+        "bytes": staged.bytes,
+        "read_bytes": read,
+        "stage_seconds": round(staged.seconds, 3),
+        "copied": staged.copied,
+        **mount_of(str(staged.path)),
+    }
 
 
 def malformed(obj) -> str | None:
@@ -182,6 +219,7 @@ def malformed(obj) -> str | None:
 
 
 # ---- the verdict ------------------------------------------------------------------------------
+
 
 def _ranks(values) -> str:
     return ", ".join(str(v) for v in sorted(values))
@@ -201,8 +239,9 @@ def check(records: list[dict]) -> list[str]:
         for rec in records:
             seen[rec[key]].append(rec["rank"])
         if len(seen) > 1:
-            problems.append(f"ranks disagree on {key}: "
-                            + ", ".join(f"{value} (ranks {_ranks(r)})" for value, r in seen.items()))
+            problems.append(
+                f"ranks disagree on {key}: " + ", ".join(f"{value} (ranks {_ranks(r)})" for value, r in seen.items())
+            )
     world = _rank0(records)["world_size"]
     nnodes = _rank0(records)["nnodes"]
 
@@ -283,12 +322,14 @@ def summary(records: list[dict]) -> str:
     per_node = [len(recs) for recs in hosts.values()]
     shown = str(per_node[0]) if len(set(per_node)) == 1 else ",".join(map(str, per_node))
     first = _rank0(records)
-    line = (f"world={len(records)} nodes={len(hosts)} per_node={shown} "
-            f"master={first['master_addr']}:{first['master_port']}")
+    line = (
+        f"world={len(records)} nodes={len(hosts)} per_node={shown} master={first['master_addr']}:{first['master_port']}"
+    )
     data = [r["data"] for r in records if isinstance(r.get("data"), dict)]
     if data:
-        line += (f" staged={data[0]['files']} files {data[0]['bytes']} bytes "
-                 f"{max(d['stage_seconds'] for d in data):.3f} s")
+        line += (
+            f" staged={data[0]['files']} files {data[0]['bytes']} bytes {max(d['stage_seconds'] for d in data):.3f} s"
+        )
     return line
 
 
@@ -300,6 +341,7 @@ def report_lines(records: list[dict], problems: list[str]) -> list[str]:
 
 
 # ---- the exchange -----------------------------------------------------------------------------
+
 
 def _send_line(sock: socket.socket, obj) -> None:
     sock.sendall(json.dumps(obj, sort_keys=True).encode() + b"\n")
@@ -319,8 +361,11 @@ def collect(own: dict, timeout: float, bind: str = "0.0.0.0") -> tuple[list[dict
         server = socket.create_server((bind, port), backlog=max(world, 1))
     except OSError as exc:
         why = os.strerror(exc.errno) if exc.errno else str(exc)
-        return records, [f"rank 0 cannot listen on {bind}:{port}: {why} "
-                         f"(set {slurmenv.PORT_VAR} to another port)"], conns
+        return (
+            records,
+            [f"rank 0 cannot listen on {bind}:{port}: {why} (set {slurmenv.PORT_VAR} to another port)"],
+            conns,
+        )
     deadline = time.monotonic() + timeout
     with server:
         while len(records) < world and (left := deadline - time.monotonic()) > 0:
@@ -399,11 +444,15 @@ def join(own: dict, timeout: float, clock=time.monotonic, pause=time.sleep) -> d
 
 
 def main(argv: list[str] | None = None, environ=None) -> int:
-    parser = argparse.ArgumentParser(description="Check that every srun task of the job joins one world with its own GPU.")
+    parser = argparse.ArgumentParser(
+        description="Check that every srun task of the job joins one world with its own GPU."
+    )
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the other ranks (default 60)")
     parser.add_argument("--bind", default="0.0.0.0", help="rank 0's listening address (default 0.0.0.0)")
     parser.add_argument("--data", default=None, help="a data set to stage and read (with --stage), as the recipe's")
-    parser.add_argument("--stage", action="store_true", help="copy --data to the node's local scratch first (hal-stage)")
+    parser.add_argument(
+        "--stage", action="store_true", help="copy --data to the node's local scratch first (hal-stage)"
+    )
     parser.add_argument("--stage-dest", default=None, help="where --stage copies to (default: as hal-stage)")
     args = parser.parse_args(argv)
     if args.stage != bool(args.data) or (args.stage_dest and not args.stage):

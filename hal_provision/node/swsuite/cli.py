@@ -20,7 +20,9 @@ def load_table(path: str | None = None) -> dict:
     try:
         return json.loads(p.read_text())
     except FileNotFoundError:
-        raise SwError(f"no virtual-partition table at {p} (set {TABLE_ENV} or deploy it with the swsuite role)") from None
+        raise SwError(
+            f"no virtual-partition table at {p} (set {TABLE_ENV} or deploy it with the swsuite role)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise SwError(f"cannot read the virtual-partition table {p}: {exc}") from None
 
@@ -44,7 +46,9 @@ def partitions_help(table: dict) -> str:
                 cpus = "?"
         else:
             gpus, nodes, cpus = 0, vp["nodes"], threads
-        rows.append(f"  {name:<9} {gpus:>4}  {nodes:>5}  {cpus:>9}  {vp['mem_per_cpu_mib']:>5} MiB  {vp['max_time_hours']:>5} h  {vp['partition']}")
+        rows.append(
+            f"  {name:<9} {gpus:>4}  {nodes:>5}  {cpus:>9}  {vp['mem_per_cpu_mib']:>5} MiB  {vp['max_time_hours']:>5} h  {vp['partition']}"
+        )
     return "\n".join(rows)
 
 
@@ -86,6 +90,7 @@ def _parse(prog: str, argv: list[str]) -> tuple[Request, list[str], bool, bool]:
     command: list[str] = []
     while i < len(argv):
         a = argv[i]
+
         def value() -> str:
             nonlocal i
             if "=" in a and a.startswith("--"):
@@ -94,8 +99,9 @@ def _parse(prog: str, argv: list[str]) -> tuple[Request, list[str], bool, bool]:
                 raise SwError(f"{a} needs a value")
             i += 1
             return argv[i]
+
         if a == "--":
-            command = argv[i + 1:]
+            command = argv[i + 1 :]
             break
         if a in ("-h", "--help"):
             help_ = True
@@ -172,7 +178,7 @@ def script_directives(script: Path) -> list[str]:
             continue
         if s.startswith("#SWBATCH"):
             try:
-                out.extend(shlex.split(s[len("#SWBATCH"):]))
+                out.extend(shlex.split(s[len("#SWBATCH") :]))
             except ValueError as exc:  # an unbalanced quote, a backslash at the end
                 raise SwError(f"{script}, line {n + 1}: cannot split the #SWBATCH line: {exc}") from None
         elif s and not s.startswith("#"):

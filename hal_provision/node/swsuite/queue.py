@@ -37,14 +37,16 @@ def nodes(scontrol_out: str) -> list[dict]:
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
         if "NodeName" not in fields:
             continue
-        out.append({
-            "node": fields["NodeName"],
-            "state": fields.get("State", "?").lower(),
-            "gpus": _gpus(fields.get("CfgTRES", "")),
-            "gpus_used": _gpus(fields.get("AllocTRES", "")),
-            "cpus": int(fields.get("CPUTot", 0) or 0),
-            "cpus_used": int(fields.get("CPUAlloc", 0) or 0),
-        })
+        out.append(
+            {
+                "node": fields["NodeName"],
+                "state": fields.get("State", "?").lower(),
+                "gpus": _gpus(fields.get("CfgTRES", "")),
+                "gpus_used": _gpus(fields.get("AllocTRES", "")),
+                "cpus": int(fields.get("CPUTot", 0) or 0),
+                "cpus_used": int(fields.get("CPUAlloc", 0) or 0),
+            }
+        )
     return out
 
 
@@ -56,7 +58,9 @@ def render_plain(job_rows: list[list[str]], node_rows: list[dict]) -> str:
     lines.append("GPU use per node")
     for n in node_rows:
         bar = "#" * n["gpus_used"] + "." * (n["gpus"] - n["gpus_used"])
-        lines.append(f"{n['node']} {n['state']} GPUs {n['gpus_used']}/{n['gpus']} [{bar}] CPUs {n['cpus_used']}/{n['cpus']}")
+        lines.append(
+            f"{n['node']} {n['state']} GPUs {n['gpus_used']}/{n['gpus']} [{bar}] CPUs {n['cpus_used']}/{n['cpus']}"
+        )
     return "\n".join(lines)
 
 

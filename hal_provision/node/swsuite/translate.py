@@ -38,7 +38,7 @@ SLURM_MAX_MINUTES = 2**32 - 3
 def shown(text: str, limit: int = 40) -> str:
     """TEXT's repr for a message, cut to LIMIT characters: a user's argument may be long."""
     r = repr(text)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 def parse_time(text: str) -> int:
@@ -52,9 +52,11 @@ def parse_time(text: str) -> int:
             raise longer
         minutes = math.ceil(hours * 60)
     else:
-        m = (re.fullmatch(r"([0-9]+)-([0-9]{1,2}):([0-9]{2}):([0-9]{2})", t)
-             or re.fullmatch(r"()([0-9]+):([0-9]{2}):([0-9]{2})", t)
-             or re.fullmatch(r"()([0-9]+):([0-9]{2})()", t))
+        m = (
+            re.fullmatch(r"([0-9]+)-([0-9]{1,2}):([0-9]{2}):([0-9]{2})", t)
+            or re.fullmatch(r"()([0-9]+):([0-9]{2}):([0-9]{2})", t)
+            or re.fullmatch(r"()([0-9]+):([0-9]{2})()", t)
+        )
         if not m or int(m.group(3)) > 59 or int(m.group(4) or 0) > 59:
             raise SwError(f"-t/--time: cannot read the time {shown(text)}: use {TIME_FORMS}")
         try:
@@ -165,12 +167,12 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
     node = vp["node"]
     shape = job_shape(req.virtual_partition, vp, node, req.cpus_per_gpu)
     if shape.nodes > node["count"]:
-        raise SwError(f"{req.virtual_partition} needs {shape.nodes} nodes; partition {vp['partition']} has {node['count']}")
+        raise SwError(
+            f"{req.virtual_partition} needs {shape.nodes} nodes; partition {vp['partition']} has {node['count']}"
+        )
     tasks = shape.tasks_per_node
     if tasks * vp["mem_per_cpu_mib"] > node["real_memory_mib"]:
-        raise SwError(
-            f"{tasks} CPUs x {vp['mem_per_cpu_mib']} MiB exceed a node's {node['real_memory_mib']} MiB"
-        )
+        raise SwError(f"{tasks} CPUs x {vp['mem_per_cpu_mib']} MiB exceed a node's {node['real_memory_mib']} MiB")
     minutes = parse_time(req.time) if req.time is not None else vp["default_time_hours"] * 60
     if minutes > vp["max_time_hours"] * 60:
         raise SwError(
@@ -183,8 +185,11 @@ def resolve(table: dict, req: Request, one_task_per_node: bool = False) -> list[
         # --ntasks too: without it srun derives the task count from sockets x cores x threads
         # (40 tasks of 40 CPUs for gpux1) and refuses: "Requested node configuration is not
         # available" (seen with Slurm 22.05 on the sandbox; sbatch does not do this).
-        *([f"--ntasks-per-node=1", f"--ntasks={shape.nodes}", f"--cpus-per-task={tasks}"]
-          if one_task_per_node else [f"--ntasks-per-node={tasks}"]),
+        *(
+            ["--ntasks-per-node=1", f"--ntasks={shape.nodes}", f"--cpus-per-task={tasks}"]
+            if one_task_per_node
+            else [f"--ntasks-per-node={tasks}"]
+        ),
         f"--sockets-per-node={shape.sockets_per_node}",
         f"--cores-per-socket={shape.cores_per_socket}",
         f"--threads-per-core={node['threads_per_core']}",

@@ -20,11 +20,17 @@ TEST_USER, TEST_UID, TEST_ACCOUNT = "haltest", 3001, "hal"
 RENDERED = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "rendered" / "files"
 
 SERVICES = [
-    (MGMT, "munge"), (MGMT, "mariadb"), (MGMT, "slurmdbd"), (MGMT, "slurmctld"),
-    (MGMT2, "munge"), (MGMT2, "slurmctld"),
+    (MGMT, "munge"),
+    (MGMT, "mariadb"),
+    (MGMT, "slurmdbd"),
+    (MGMT, "slurmctld"),
+    (MGMT2, "munge"),
+    (MGMT2, "slurmctld"),
     (LOGIN, "munge"),
-    (COMPUTE, "munge"), (COMPUTE, "slurmd"), (COMPUTE, "ssh"),
-    (COMPUTE, "chrony"),   # privileged: CAP_SYS_TIME present (chronyd runs with -x here)
+    (COMPUTE, "munge"),
+    (COMPUTE, "slurmd"),
+    (COMPUTE, "ssh"),
+    (COMPUTE, "chrony"),  # privileged: CAP_SYS_TIME present (chronyd runs with -x here)
 ]
 
 
@@ -115,12 +121,11 @@ def test_slurmdbd_conf_is_rendered_text_plus_secret():
     assert "StoragePass" not in rendered.replace("# StoragePass", "")
     text = conf.content_string
     assert text.startswith(rendered)
-    assert re.fullmatch(r"StoragePass=[A-Za-z0-9]{32}\n", text[len(rendered):])
+    assert re.fullmatch(r"StoragePass=[A-Za-z0-9]{32}\n", text[len(rendered) :])
 
 
 def test_mariadb_has_slurm_innodb_settings():
-    out = node(MGMT).check_output(
-        "mysql -N -B -e 'select @@innodb_lock_wait_timeout, @@innodb_log_file_size'")
+    out = node(MGMT).check_output("mysql -N -B -e 'select @@innodb_lock_wait_timeout, @@innodb_log_file_size'")
     assert out.split() == ["900", str(64 * 1024 * 1024)]
 
 
@@ -143,7 +148,7 @@ def test_controllers_share_one_state_directory():
     marks = {name: node(name).check_output(f"stat -c '%U %a %i' {path} && ls {path}") for name in (MGMT, MGMT2)}
     assert marks[MGMT] == marks[MGMT2], marks
     assert marks[MGMT].startswith("slurm 755 "), marks
-    assert "heartbeat" in marks[MGMT].split(), marks   # the primary's, which the backup reads
+    assert "heartbeat" in marks[MGMT].split(), marks  # the primary's, which the backup reads
 
 
 def test_compute_node_idle_with_its_gpus():
@@ -153,8 +158,9 @@ def test_compute_node_idle_with_its_gpus():
 
 
 def test_job_runs_as_test_user_with_requested_gpus():
-    out = node(LOGIN).check_output(as_test_user(
-        "srun -N1 -n1 --gres=gpu:v100:2 -t 1 bash -c 'echo $(id -un) $(hostname) $CUDA_VISIBLE_DEVICES'"))
+    out = node(LOGIN).check_output(
+        as_test_user("srun -N1 -n1 --gres=gpu:v100:2 -t 1 bash -c 'echo $(id -un) $(hostname) $CUDA_VISIBLE_DEVICES'")
+    )
     assert out.split() == [TEST_USER, COMPUTE, "0,1"]
 
 
@@ -162,9 +168,11 @@ def test_batch_job_is_accounted_to_test_account():
     out = node(LOGIN).check_output(as_test_user("sbatch --parsable --wait -t 1 --wrap 'sleep 1'"))
     job = out.strip().split(";")[0]
 
-    line = poll(lambda: node(LOGIN).check_output(
-        as_test_user(f"sacct -n -X -P -j {job} -o State,Account,User,AllocTRES")),
-        lambda r: "COMPLETED" in r, timeout=30)
+    line = poll(
+        lambda: node(LOGIN).check_output(as_test_user(f"sacct -n -X -P -j {job} -o State,Account,User,AllocTRES")),
+        lambda r: "COMPLETED" in r,
+        timeout=30,
+    )
     state, account, user, tres = line.strip().split("|")
     assert (state, account, user) == ("COMPLETED", TEST_ACCOUNT, TEST_USER)
     assert "cpu=" in tres
@@ -174,9 +182,10 @@ def test_qos_of_the_model_are_in_accounting():
     """cluster.yml's QOS, as sacctmgr lists them; debug was added, normal (made by slurmdbd)
     was given the model's priority, wall time and the model's description (its name)."""
     out = node(LOGIN).check_output(
-        "sacctmgr --noheader --parsable2 list qos format=Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description")
+        "sacctmgr --noheader --parsable2 list qos format=Name,Priority,MaxWall,MaxTRESPU,MaxJobsPU,Description"
+    )
     assert sorted(out.splitlines()) == [
-        "debug|100|04:00:00|gres/gpu=1||short test jobs",   # sacctmgr lower-cases descriptions
+        "debug|100|04:00:00|gres/gpu=1||short test jobs",  # sacctmgr lower-cases descriptions
         "normal|10|1-00:00:00|||normal",
     ]
 
@@ -190,14 +199,18 @@ def test_job_in_debug_qos_runs():
 def test_user_ssh_key():
     """A key that lets the test user ssh from the compute node to itself."""
     host = node(COMPUTE)
-    host.check_output(as_test_user(
-        "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
-        " cp ~/.ssh/id_ed25519.pub ~/.ssh/authorized_keys"))
+    host.check_output(
+        as_test_user(
+            "test -f ~/.ssh/id_ed25519 || ssh-keygen -q -t ed25519 -N '' -f ~/.ssh/id_ed25519;"
+            " cp ~/.ssh/id_ed25519.pub ~/.ssh/authorized_keys"
+        )
+    )
     return host
 
 
-SSH = ("ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
-       f"{COMPUTE} cat /proc/self/cgroup")
+SSH = (
+    f"ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null {COMPUTE} cat /proc/self/cgroup"
+)
 
 
 def test_ssh_without_a_job_is_refused(test_user_ssh_key):
@@ -210,8 +223,9 @@ def test_ssh_with_a_job_is_adopted_into_it(test_user_ssh_key):
     job = node(LOGIN).check_output(as_test_user(f"sbatch --parsable -w {COMPUTE} -t 2 --wrap 'sleep 60'"))
     job = job.strip().split(";")[0]
     try:
-        state = poll(lambda: node(LOGIN).check_output(f"squeue -h -j {job} -o %T"),
-                     lambda s: s == "RUNNING", timeout=30)
+        state = poll(
+            lambda: node(LOGIN).check_output(f"squeue -h -j {job} -o %T"), lambda s: s == "RUNNING", timeout=30
+        )
         assert state == "RUNNING"
         result = test_user_ssh_key.run(as_test_user(SSH))
         assert result.rc == 0, result.stderr
@@ -220,7 +234,7 @@ def test_ssh_with_a_job_is_adopted_into_it(test_user_ssh_key):
         node(LOGIN).run(f"scancel {job}")
 
 
-SERVED = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")   # what the compute node fetches
+SERVED = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")  # what the compute node fetches
 
 
 def test_configless_compute_node_keeps_no_slurm_files_and_runs_on_the_fetched_ones():
@@ -230,7 +244,9 @@ def test_configless_compute_node_keeps_no_slurm_files_and_runs_on_the_fetched_on
     compute = node(COMPUTE)
     for name in SERVED:
         assert not compute.file(f"/etc/slurm/{name}").exists, f"{COMPUTE} has /etc/slurm/{name}"
-        assert compute.file(f"/run/slurm/conf/{name}").content_string == (RENDERED / "etc/slurm" / name).read_text(), name
+        assert compute.file(f"/run/slurm/conf/{name}").content_string == (RENDERED / "etc/slurm" / name).read_text(), (
+            name
+        )
     port = _slurm_conf("SlurmctldPort")
     assert f"--conf-server {MGMT}:{port},{MGMT2}:{port}" in compute.check_output("ps -o args= -C slurmd")
     assert node(LOGIN).file("/etc/slurm/slurm.conf").content_string == (RENDERED / "etc/slurm/slurm.conf").read_text()
@@ -267,11 +283,16 @@ def test_a_limit_changed_on_the_controllers_reaches_the_configless_node_through_
     changed = original.replace(" MaxTime=1-00:00:00 ", " MaxTime=12:00:00 ")
     try:
         for name in (MGMT, MGMT2):
-            node(name).check_output(f"sed -i 's/^\\(PartitionName=gpu .*\\) MaxTime=1-00:00:00 /\\1 MaxTime=12:00:00 /' {conf}")
+            node(name).check_output(
+                f"sed -i 's/^\\(PartitionName=gpu .*\\) MaxTime=1-00:00:00 /\\1 MaxTime=12:00:00 /' {conf}"
+            )
             assert node(name).file(conf).content_string == changed, name
         node(MGMT).check_output("scontrol reconfigure")
-        fetched = poll(lambda: node(COMPUTE).file("/run/slurm/conf/slurm.conf").content_string,
-                       lambda text: text == changed, timeout=30)
+        fetched = poll(
+            lambda: node(COMPUTE).file("/run/slurm/conf/slurm.conf").content_string,
+            lambda text: text == changed,
+            timeout=30,
+        )
         assert fetched == changed, "the compute node's slurmd did not get the reconfigured slurm.conf"
         assert _partition_max_time(COMPUTE) == "12:00:00"
         assert not node(COMPUTE).file(conf).exists
@@ -279,8 +300,14 @@ def test_a_limit_changed_on_the_controllers_reaches_the_configless_node_through_
         for name in (MGMT, MGMT2):
             node(name).run(f"sed -i 's/^\\(PartitionName=gpu .*\\) MaxTime=12:00:00 /\\1 MaxTime=1-00:00:00 /' {conf}")
         node(MGMT).run("scontrol reconfigure")
-    assert poll(lambda: node(COMPUTE).file("/run/slurm/conf/slurm.conf").content_string,
-                lambda text: text == original, timeout=30) == original
+    assert (
+        poll(
+            lambda: node(COMPUTE).file("/run/slurm/conf/slurm.conf").content_string,
+            lambda text: text == original,
+            timeout=30,
+        )
+        == original
+    )
     assert _partition_max_time(COMPUTE) == "1-00:00:00"
 
 
@@ -310,24 +337,32 @@ def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
     cluster as it found it."""
     timeout = int(_slurm_conf("SlurmctldTimeout"))
     login, mgmt, backup = node(LOGIN), node(MGMT), node(MGMT2)
-    flag = f"/home/{TEST_USER}/failover-go"   # /home is shared by the login and compute nodes
+    flag = f"/home/{TEST_USER}/failover-go"  # /home is shared by the login and compute nodes
     login.check_output(as_test_user(f"rm -f {flag}"))
-    job = login.check_output(as_test_user(
-        f"sbatch --parsable -t 5 --wrap 'while [ ! -e {flag} ]; do sleep 1; done'")).strip().split(";")[0]
+    job = (
+        login.check_output(as_test_user(f"sbatch --parsable -t 5 --wrap 'while [ ! -e {flag} ]; do sleep 1; done'"))
+        .strip()
+        .split(";")[0]
+    )
     standbys = _log_count(MGMT2, STANDING_BY)
     try:
-        assert poll(lambda: login.check_output(f"squeue -h -j {job} -o %T"), lambda s: s == "RUNNING",
-                    timeout=30) == "RUNNING"
+        assert (
+            poll(lambda: login.check_output(f"squeue -h -j {job} -o %T"), lambda s: s == "RUNNING", timeout=30)
+            == "RUNNING"
+        )
         assert _log_count(MGMT2, TAKING_OVER) == 0, "the backup took over before the primary stopped"
 
         stopped = time.monotonic()
         mgmt.check_output("systemctl stop slurmctld")
         took_over = poll(lambda: _log_count(MGMT2, TAKING_OVER), lambda n: n > 0, timeout=timeout * 2)
         takeover_s = time.monotonic() - stopped
-        say(f"failover: the backup took control {takeover_s:.1f} s after the primary stopped "
-            f"(SlurmctldTimeout {timeout} s)")
+        say(
+            f"failover: the backup took control {takeover_s:.1f} s after the primary stopped "
+            f"(SlurmctldTimeout {timeout} s)"
+        )
         assert took_over, f"no takeover {timeout * 2} s after the primary stopped:\n" + backup.check_output(
-            f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}")
+            f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}"
+        )
         assert takeover_s <= timeout + timeout / 3 + 3, f"takeover after {takeover_s:.1f} s"
         # It answers once it has read the shared state (the log line comes first).
         backup_up = [f"Slurmctld(primary) at {MGMT} is DOWN", f"Slurmctld(backup) at {MGMT2} is UP"]
@@ -338,29 +373,41 @@ def test_backup_controller_takes_over_a_running_job_and_hands_control_back():
         assert login.check_output(f"squeue -h -j {job} -o %T") == "RUNNING"
         node(COMPUTE).check_output(as_test_user(f"touch {flag}"))
         assert poll(lambda: login.check_output(f"squeue -h -j {job} -o %T"), lambda s: s == "", timeout=60) == "", (
-            f"job {job} did not end under the backup")
-        assert poll(lambda: login.check_output(f"sacct -n -X -P -j {job} -o State"), lambda s: s == "COMPLETED",
-                    timeout=30) == "COMPLETED"
+            f"job {job} did not end under the backup"
+        )
+        assert (
+            poll(
+                lambda: login.check_output(f"sacct -n -X -P -j {job} -o State"), lambda s: s == "COMPLETED", timeout=30
+            )
+            == "COMPLETED"
+        )
         # A new job is accepted and runs.
         out = login.check_output(as_test_user("srun -N1 -n1 -t 1 bash -c 'echo $SLURM_JOB_ID $(hostname)'"))
         assert out.split()[1:] == [COMPUTE], out
 
-        say(f"failover: the job completed and a new one ran under the backup "
-            f"{time.monotonic() - stopped:.1f} s after the primary stopped")
+        say(
+            f"failover: the job completed and a new one ran under the backup "
+            f"{time.monotonic() - stopped:.1f} s after the primary stopped"
+        )
         started = time.monotonic()
         mgmt.check_output("systemctl start slurmctld")
         say(f"failover: systemctl start slurmctld on the primary returned after {time.monotonic() - started:.1f} s")
         assert poll(lambda: _log_count(MGMT2, STANDING_BY), lambda n: n > standbys, timeout=60) > standbys, (
             "the backup did not stand by again when the primary came back:\n"
-            + backup.check_output(f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}"))
-        ping = poll(lambda: login.run("scontrol ping").stdout.splitlines(),
-                    lambda p: p[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"],
-                    timeout=30)
+            + backup.check_output(f"tail -n 30 {_slurm_conf('SlurmctldLogFile')}")
+        )
+        ping = poll(
+            lambda: login.run("scontrol ping").stdout.splitlines(),
+            lambda p: p[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"],
+            timeout=30,
+        )
         assert ping[:2] == [f"Slurmctld(primary) at {MGMT} is UP", f"Slurmctld(backup) at {MGMT2} is UP"], ping
         out = login.check_output(as_test_user("srun -N1 -n1 -t 1 hostname"))
         assert out.strip() == COMPUTE
-        say(f"failover: the primary took control back and ran a job {time.monotonic() - started:.1f} s "
-            "after it was started")
+        say(
+            f"failover: the primary took control back and ran a job {time.monotonic() - started:.1f} s "
+            "after it was started"
+        )
     finally:
         mgmt.run("systemctl start slurmctld")
         node(COMPUTE).run(as_test_user(f"touch {flag}"))

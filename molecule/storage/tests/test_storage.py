@@ -37,6 +37,7 @@ def run(name: str, command: str):
 
 # ---- NFS server -----------------------------------------------------------------------------
 
+
 def test_exports_are_the_rendered_file():
     assert host(SERVER).file("/etc/exports").content_string == (FILES / "nfs" / SERVER / "exports").read_text()
 
@@ -69,8 +70,11 @@ BAD_EXPORTS = [
 @pytest.mark.parametrize(("text", "reason"), BAD_EXPORTS, ids=["bad-option", "missing-path", "unknown-client"])
 def test_exports_checker_refuses_a_bad_file_and_changes_nothing(text, reason):
     before = run(SERVER, "md5sum /etc/exports /var/lib/nfs/etab").stdout
-    checked = run(SERVER, f"f=$(mktemp); printf '{text}' > $f; /usr/local/libexec/hal-provision/exports-check $f; "
-                          "rc=$?; rm -f $f; exit $rc")
+    checked = run(
+        SERVER,
+        f"f=$(mktemp); printf '{text}' > $f; /usr/local/libexec/hal-provision/exports-check $f; "
+        "rc=$?; rm -f $f; exit $rc",
+    )
     assert checked.rc == 1 and reason in checked.stderr, checked.stderr
     assert run(SERVER, "md5sum /etc/exports /var/lib/nfs/etab").stdout == before
 
@@ -86,6 +90,7 @@ def test_nfsd_threads_come_from_the_model():
 
 # ---- NFS clients ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("client", CLIENTS)
 def test_client_has_exactly_its_mount_units(client):
     installed = run(client, "ls /etc/systemd/system/*.mount 2>/dev/null | xargs -rn1 basename").stdout.split()
@@ -99,7 +104,9 @@ def test_mount_unit_is_rendered_verified_and_enabled(client, unit):
     assert node.run(f"systemctl is-enabled {unit}").stdout.strip() == "enabled"
     verified = node.run(f"systemd-analyze verify /etc/systemd/system/{unit}")
     assert verified.rc == 0 and verified.stderr == "", verified.stderr
-    shown = dict(line.split("=", 1) for line in node.run(f"systemctl show -p What -p Where -p Type {unit}").stdout.split())
+    shown = dict(
+        line.split("=", 1) for line in node.run(f"systemctl show -p What -p Where -p Type {unit}").stdout.split()
+    )
     mount = next(m for m in MANIFEST["mounts"] if m["unit"] == unit)
     assert shown["Where"] == mount["mount_point"] and shown["What"].startswith(f"{SERVER}:/export/")
     assert node.file(mount["mount_point"]).is_directory
@@ -107,6 +114,7 @@ def test_mount_unit_is_rendered_verified_and_enabled(client, unit):
 
 
 # ---- Spectrum Scale (through the test double) -----------------------------------------------
+
 
 def expected_plan() -> gpfs.Plan:
     desired = json.loads((FILES / "gpfs" / "tuning.json").read_text())["scopes"]
@@ -150,6 +158,7 @@ def test_gpfs_tuning_skipped_where_spectrum_scale_is_absent():
 
 
 # ---- the benchmark --------------------------------------------------------------------------
+
 
 def test_benchmark_collected_every_pattern_from_every_client():
     results = bench.load_results(*(BENCH / f"{c}.json" for c in CLIENTS))

@@ -33,8 +33,10 @@ class ActionModule(ActionBase):
         try:
             from hal_provision.model import gpfs_plan as gpfs
         except ImportError as exc:
-            raise AnsibleActionFail(f"hal-provision is not importable by the controller's Python ({exc}); "
-                                    "install it (pip install -e .) for the Python that runs Ansible") from None
+            raise AnsibleActionFail(
+                f"hal-provision is not importable by the controller's Python ({exc}); "
+                "install it (pip install -e .) for the Python that runs Ansible"
+            ) from None
         args = self._task.args
         if "desired" not in args:
             raise AnsibleActionFail("gpfs_tuning needs desired: the rendered tuning.json")
@@ -48,14 +50,22 @@ class ActionModule(ActionBase):
 
         listed = self._run_on_node([f"{mm_bin}/mmlsconfig", "-Y"])
         if listed["rc"] != 0:
-            raise AnsibleActionFail(f"mmlsconfig -Y failed (exit {listed['rc']}): {listed['stderr'] or listed['stdout']}")
+            raise AnsibleActionFail(
+                f"mmlsconfig -Y failed (exit {listed['rc']}): {listed['stderr'] or listed['stdout']}"
+            )
         try:
             plan = gpfs.plan(desired, gpfs.parse_mmlsconfig(listed["stdout"]))
         except gpfs.MmlsconfigError as exc:
             raise AnsibleActionFail(str(exc)) from None
         doc = plan.to_json()
-        result.update(changed=doc["changed"], changes=[c["text"] for c in doc["changes"]], commands=doc["commands"],
-                      restart=doc["restart"], deferred=doc["deferred"], overrides=doc["overrides"])
+        result.update(
+            changed=doc["changed"],
+            changes=[c["text"] for c in doc["changes"]],
+            commands=doc["commands"],
+            restart=doc["restart"],
+            deferred=doc["deferred"],
+            overrides=doc["overrides"],
+        )
         if doc["changed"]:
             result["diff"] = {"before_header": "mmlsconfig -Y", "after_header": "rendered tuning.json", **doc["diff"]}
         if self._task.check_mode or not apply or not doc["changed"]:
@@ -64,8 +74,11 @@ class ActionModule(ActionBase):
         for argv in doc["commands"]:
             ran = self._run_on_node([f"{mm_bin}/{argv[0]}", *argv[1:]])
             if ran["rc"] != 0:
-                result.update(failed=True, applied=applied,
-                              msg=f"{' '.join(argv)} failed (exit {ran['rc']}): {ran['stderr'] or ran['stdout']}")
+                result.update(
+                    failed=True,
+                    applied=applied,
+                    msg=f"{' '.join(argv)} failed (exit {ran['rc']}): {ran['stderr'] or ran['stdout']}",
+                )
                 return result
             applied.append(" ".join(argv))
         result["applied"] = applied

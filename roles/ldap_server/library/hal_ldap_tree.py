@@ -169,8 +169,10 @@ class Directory(object):
         for dn, attrs in result:
             if dn is None:  # a referral
                 continue
-            out[normalize_dn(dn)] = (dn, dict(
-                (name.lower(), (name, sorted(decode(v) for v in values))) for name, values in attrs.items()))
+            out[normalize_dn(dn)] = (
+                dn,
+                dict((name.lower(), (name, sorted(decode(v) for v in values))) for name, values in attrs.items()),
+            )
         return out
 
 
@@ -251,7 +253,10 @@ def main():
     if module._diff:
         result["diff"] = (
             [dict(before_header=dn, after_header=dn, before="", after=ldif(dn, want)) for dn, want in adds]
-            + [dict(before_header=dn, after_header=dn, before=ldif(dn, have), after=ldif(dn, want)) for dn, have, want, _ in mods]
+            + [
+                dict(before_header=dn, after_header=dn, before=ldif(dn, have), after=ldif(dn, want))
+                for dn, have, want, _ in mods
+            ]
             + [dict(before_header=dn, after_header=dn, before=ldif(dn, have), after="") for dn, have in deletes]
         )
 
@@ -260,13 +265,23 @@ def main():
         try:
             for dn, want in adds:
                 done = dn
-                directory.conn.add_s(dn, ldap.modlist.addModlist(
-                    dict((name, [v.encode("utf-8") for v in values]) for name, values in want.values())))
+                directory.conn.add_s(
+                    dn,
+                    ldap.modlist.addModlist(
+                        dict((name, [v.encode("utf-8") for v in values]) for name, values in want.values())
+                    ),
+                )
             for dn, _, _, changes in mods:
                 done = dn
-                directory.conn.modify_s(dn, [
-                    (ldap.MOD_REPLACE, name, [v.encode("utf-8") for v in values]) if values else (ldap.MOD_DELETE, name, None)
-                    for name, values in changes])
+                directory.conn.modify_s(
+                    dn,
+                    [
+                        (ldap.MOD_REPLACE, name, [v.encode("utf-8") for v in values])
+                        if values
+                        else (ldap.MOD_DELETE, name, None)
+                        for name, values in changes
+                    ],
+                )
             for dn, _ in deletes:
                 done = dn
                 directory.conn.delete_s(dn)

@@ -25,7 +25,12 @@ sys.path.insert(0, str(REPO))
 
 from hal_provision.loader import load  # noqa: E402
 from tests.acceptance.slurm_harness import (  # noqa: E402
-    Controller, Rewrite, Scratch, _prog, apply_rewrites, synthetic_topology,
+    Controller,
+    Rewrite,
+    Scratch,
+    _prog,
+    apply_rewrites,
+    synthetic_topology,
 )
 
 NODE = "hal16"
@@ -50,17 +55,23 @@ def main(out_dir: Path) -> None:
     conf.write_text(apply_rewrites(conf.read_text(), CAPTURE_REWRITES, "slurm.conf"))
     passwd = scratch.root / "passwd"
     group = scratch.root / "group"
-    passwd.write_text(Path("/etc/passwd").read_text() + "".join(
-        f"{name}:x:{uid}:{gid}::/tmp:/bin/sh\n" for name, (uid, gid, _group) in USERS.items()))
-    group.write_text(Path("/etc/group").read_text() + "".join(
-        f"{group_name}:x:{gid}:\n" for _name, (_uid, gid, group_name) in USERS.items()))
+    passwd.write_text(
+        Path("/etc/passwd").read_text()
+        + "".join(f"{name}:x:{uid}:{gid}::/tmp:/bin/sh\n" for name, (uid, gid, _group) in USERS.items())
+    )
+    group.write_text(
+        Path("/etc/group").read_text()
+        + "".join(f"{group_name}:x:{gid}:\n" for _name, (_uid, gid, group_name) in USERS.items())
+    )
     controller = Controller(scratch, "hal-mgmt1")
     ns = controller.service.ns
     try:
         node_address = "172.22.1.16"
-        for step in (["ip", "addr", "add", f"{node_address}/32", "dev", "lo"],
-                     ["mount", "--bind", str(passwd), "/etc/passwd"],
-                     ["mount", "--bind", str(group), "/etc/group"]):
+        for step in (
+            ["ip", "addr", "add", f"{node_address}/32", "dev", "lo"],
+            ["mount", "--bind", str(passwd), "/etc/passwd"],
+            ["mount", "--bind", str(group), "/etc/group"],
+        ):
             subprocess.run(ns.argv(*step), check=True)
         profile = cluster.hardware["ac922"]
         xml = scratch.root / "ac922.xml"
@@ -72,8 +83,15 @@ def main(out_dir: Path) -> None:
             "exec " + shlex.join([_prog("slurmd"), "-D", "-N", NODE, "-f", str(conf)]),
         ]
         slurmd = controller.service.spawn(
-            "slurmd", "unshare", "--mount", "--", "sh", "-ec", "\n".join(steps),
-            env={"HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"})
+            "slurmd",
+            "unshare",
+            "--mount",
+            "--",
+            "sh",
+            "-ec",
+            "\n".join(steps),
+            env={"HWLOC_XMLFILE": str(xml), "HWLOC_THISSYSTEM": "1"},
+        )
         env = {"SLURM_CONF": str(conf)}
         for _ in range(100):
             state = ns.run("sinfo", "-h", "-n", NODE, "-o", "%T", env=env).stdout.strip()
@@ -87,16 +105,43 @@ def main(out_dir: Path) -> None:
 
         def submit(user: str, *args: str) -> str:
             uid, gid, _group = USERS[user]
-            done = ns.run("setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-                          "sbatch", "--parsable", "--chdir=/tmp", "--output=/dev/null", *args, env=env)
+            done = ns.run(
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={gid}",
+                "--clear-groups",
+                "sbatch",
+                "--parsable",
+                "--chdir=/tmp",
+                "--output=/dev/null",
+                *args,
+                env=env,
+            )
             if done.returncode != 0:
                 raise SystemExit(f"sbatch as {user} failed: {done.stderr}")
             return done.stdout.strip()
 
-        submit("jdoe", "--job-name=resnet50", "--partition=gpu", f"--nodelist={NODE}", "--nodes=1",
-               "--gres=gpu:v100:2", "--time=02:00:00", "--mem=64G", "--wrap=sleep 600")
-        submit("rsmith", "--job-name=fold-sweep", "--partition=gpu", "--nodes=4", "--gres=gpu:v100:4",
-               "--time=20:00:00", "--mem=200G", "--wrap=sleep 600")
+        submit(
+            "jdoe",
+            "--job-name=resnet50",
+            "--partition=gpu",
+            f"--nodelist={NODE}",
+            "--nodes=1",
+            "--gres=gpu:v100:2",
+            "--time=02:00:00",
+            "--mem=64G",
+            "--wrap=sleep 600",
+        )
+        submit(
+            "rsmith",
+            "--job-name=fold-sweep",
+            "--partition=gpu",
+            "--nodes=4",
+            "--gres=gpu:v100:4",
+            "--time=20:00:00",
+            "--mem=200G",
+            "--wrap=sleep 600",
+        )
         for _ in range(100):
             states = ns.run("squeue", "-h", "-o", "%T", env=env).stdout.split()
             if "RUNNING" in states and "PENDING" in states:

@@ -35,6 +35,7 @@ requirements:
 author: hal-provision
 """
 
+
 def _message(data: dict) -> str:
     """What a person needs of a failed result: its message and, for a command, the end of what
     it wrote to stderr (a loop: the first failed item's)."""
@@ -106,8 +107,13 @@ class CallbackModule(CallbackBase):
         host = result._host.get_name()
         task = result._task
         began = self._started.pop((host, task._uuid), None)
-        fields = dict(host=host, task=task.get_name().strip(), uuid=task._uuid, status=status,
-                      seconds=round(time.time() - began, 3) if began else None)
+        fields = dict(
+            host=host,
+            task=task.get_name().strip(),
+            uuid=task._uuid,
+            status=status,
+            seconds=round(time.time() - began, 3) if began else None,
+        )
         if status in ("failed", "ignored", "unreachable"):
             fields["msg"] = _message(result._result)
         self._emit("result", **fields)

@@ -108,8 +108,11 @@ class InventoryModule(BaseInventoryPlugin):
         if unknown:  # Ansible ignores them; a misspelt cluster_file would silently mean HAL
             import difflib
 
-            hints = [f"{key!r}" + "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(key, list(self._options), 1))
-                     for key in unknown]
+            hints = [
+                f"{key!r}"
+                + "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(key, list(self._options), 1))
+                for key in unknown
+            ]
             raise AnsibleParserError(f"{path}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(hints)}")
         try:
             from hal_provision.inventory import source as cluster_source
