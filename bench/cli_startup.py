@@ -18,7 +18,7 @@ imports (`python -X importtime -m hal_provision.cli validate`), with the modules
 chain and of the modules those import directly).
 
 The target: validate at most 0.35 s (median of 5) on HAL. The bench prints figures;
-nothing here asserts on them (tests/unit/test_cli.py guards what validate imports instead).
+nothing here asserts on them (tests/unit/cli/test_cli.py guards what validate imports instead).
 """
 
 from __future__ import annotations

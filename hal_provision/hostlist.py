@@ -7,7 +7,7 @@ At 100,000 hosts ClusterShell's general parser, iterator and folding cost second
 RangeSet is a set of index strings that it sorts with a Python key function on every pass.
 `nodeset`, `expand`, `chunks`, `fold` and `fold_hostlists` therefore build, list and fold the
 common shapes (ranges, numbered and plain names) themselves, from the text where they can,
-with exactly ClusterShell's results (tests/unit/test_render.py and test_scale_fabric.py compare
+with exactly ClusterShell's results (tests/unit/render/test_render.py and test_scale_fabric.py compare
 them), and hand every other shape to ClusterShell. Index strings are made once and shared by
 every set that holds them, and a list of ranges shares its pieces' sets: a 100,000-node
 description names its compute nodes in a dozen places.

@@ -51,7 +51,7 @@ root_pid=$!
 # those fill the time the first lane waits for its daemons (about half of it: a 2-core machine
 # was half idle behind two lanes) without slowing it. Within a lane the scenarios run one after
 # another, in the file's order; their containers, networks, subnets and work directories are
-# apart from every other scenario's (tests/unit/test_molecule_lanes.py). Every scenario prints
+# apart from every other scenario's (tests/unit/molecule/test_molecule_lanes.py). Every scenario prints
 # its output as it goes, each line after "[NAME] ". Each is timed.
 run_scenario() {  # NAME LOG PREFIX [NICE...]: one molecule test, its output printed as it goes
   # (each line after PREFIX) and kept in LOG; its result line goes to $logs/NAME.result

@@ -24,7 +24,7 @@ from .. import __version__
 # Sub-commands kept in their own modules: name -> (module, attribute: a command function or a
 # Typer app, the line `hal-provision --help` shows for it). The line stands in for the
 # command's own help so that listing the commands imports none of them;
-# tests/unit/test_cli.py holds each line to the first paragraph of the loaded command's help.
+# tests/unit/cli/test_cli.py holds each line to the first paragraph of the loaded command's help.
 LAZY: dict[str, tuple[str, str, str]] = {
     "init": (
         "hal_provision.cli.init",

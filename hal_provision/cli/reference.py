@@ -1,7 +1,7 @@
 """docs/cluster-yml.md, generated from the model: each section and key with its type, default and
 description (the model's own Field descriptions), and the semantic checks that concern it.
 
-Regenerate with `hal-provision schema --markdown > docs/cluster-yml.md`; tests/unit/test_reference.py
+Regenerate with `hal-provision schema --markdown > docs/cluster-yml.md`; tests/unit/cli/test_reference.py
 fails while the file differs from what this module makes.
 
 "The checks that concern a key" are found by reading the check modules' source (ast): a check

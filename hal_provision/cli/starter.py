@@ -5,7 +5,7 @@ file's text out. The required sections are live and filled from the Starter, and
 NFS /home from the management node (a login or compute node without a shared home is a
 warning); every other optional section follows, commented out, with what it brings in and what it needs. Each commented
 block is the file's own line behind "# ", so an editor's "uncomment" turns it into valid YAML;
-tests/unit/test_init.py uncomments each one (with what its "Needs:" names) and validates.
+tests/unit/cli/test_init.py uncomments each one (with what its "Needs:" names) and validates.
 """
 
 from __future__ import annotations

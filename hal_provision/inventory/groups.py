@@ -2,7 +2,7 @@
 variables, each host's variables merged as Ansible merges them, and the listing
 `ansible-inventory --list` prints. Built from the parsed documents (documents.py), in the order
 Ansible reads the directory, for the plain groups the renderers write: what Ansible's yaml
-plugin and inventory do with them (tests/unit/test_bundle.py compares the listing with real
+plugin and inventory do with them (tests/unit/pull/test_bundle.py compares the listing with real
 `ansible-inventory`).
 
 Not Ansible's own InventoryManager: it reads files, not parsed data, and takes seconds where

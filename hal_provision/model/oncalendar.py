@@ -1,7 +1,7 @@
 """systemd calendar expressions (a timer's OnCalendar=, systemd.time(7)): the common forms,
 checked without systemd. Standard library only.
 
-Accepted (each is also accepted by systemd; tests/unit/test_backup.py compares the two where
+Accepted (each is also accepted by systemd; tests/unit/render/test_backup.py compares the two where
 `systemd-analyze` exists):
 
 - a shorthand, in any case: minutely, hourly, daily, weekly, monthly, quarterly,

@@ -104,7 +104,7 @@ VERSIONED: tuple[Versioned, ...] = (
     ),
 )
 
-# slurm.conf keys hal-provision writes itself, from the model (tests/unit/test_slurm_versions.py
+# slurm.conf keys hal-provision writes itself, from the model (tests/unit/model/test_slurm_versions.py
 # holds this list to every rendered slurm.conf); slurm.extra may not name them.
 RENDERED_KEYS = frozenset(
     k.lower()

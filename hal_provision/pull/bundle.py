@@ -102,7 +102,7 @@ def rendered_members(files: dict[str, str], inventory: dict) -> dict[str, bytes]
 def static_inventory(listing: dict) -> dict:
     """An `ansible-inventory --list` listing as an inventory file Ansible's yaml plugin reads
     (JSON is YAML): every host under `all` with its merged variables, the groups nested as
-    listed. `ansible-inventory -i` of it lists the same (tests/unit/test_bundle.py)."""
+    listed. `ansible-inventory -i` of it lists the same (tests/unit/pull/test_bundle.py)."""
     done: set[str] = set()
 
     def nest(name: str) -> dict:

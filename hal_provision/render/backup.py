@@ -32,7 +32,7 @@ FORMAT = 2
 PROGRAM = "/usr/local/sbin/hal-backup"
 
 # The secret files each service's role generates on its host (the role variable named with
-# each; tests/unit/test_backup.py compares them with the roles).
+# each; tests/unit/render/test_backup.py compares them with the roles).
 SECRETS_DIR = "/etc/hal-provision/secrets"
 SECRET_FILES = {
     "slurmctld": ["/etc/munge/munge.key"],  # munge: __munge_key_path, made on munge_key_host

@@ -43,7 +43,7 @@ from .common import header, json_comment
 COLLECT = "/usr/local/bin/hal-collect"
 SUDO = "/usr/bin/sudo"
 # The system user Telegraf's package makes and the stand-in runs as (the telegraf role's
-# __telegraf_user; tests/unit/test_monitoring.py compares the two).
+# __telegraf_user; tests/unit/render/test_monitoring.py compares the two).
 TELEGRAF_USER = "telegraf"
 BACKUP_AGE = f"{BACKUP_PROGRAM} age --influx"  # what the sudoers rule allows, argument for argument
 PASSWORD_ENV = "HAL_INFLUX_PASSWORD"  # in /etc/default/telegraf, made by the telegraf role

@@ -30,7 +30,7 @@ from pathlib import Path
 # The Debian releases a sandbox node can run, each with the Slurm major its archive ships (the
 # sandbox renders for that major, whatever the description's slurm.version says): the model's
 # OPERATING_SYSTEMS (model/slurm_versions.py), written out here because the system's Python runs
-# this builder without the model's packages; tests/unit/test_sandbox.py keeps the two equal.
+# this builder without the model's packages; tests/unit/sandbox/test_sandbox.py keeps the two equal.
 RELEASE_SLURM = {"bookworm": "22.05", "trixie": "24.11"}
 DEFAULT_RELEASE = "bookworm"  # cluster.os's default, debian12
 

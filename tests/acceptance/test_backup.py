@@ -1,5 +1,5 @@
 """hal-backup against the real daemons whose state it dumps (the node program:
-hal_provision/node/backup.py; the files kind and the rest are in tests/unit/test_backup_program.py).
+hal_provision/node/backup.py; the files kind and the rest are in tests/unit/node/test_backup_program.py).
 
 - slapd: HAL's rendered directory loaded with a real slapadd into a scratch cn=config and mdb
   database (the schemas the ldap_server role gives slapd); the slapd kind's slapcat, pointed at
@@ -291,7 +291,7 @@ def test_a_read_only_destination_fails_the_run_in_one_line(tmp_path, capsys):
 def test_a_full_destination_says_no_space_left_on_device(tmp_path, capsys):
     """A real full file system (a 64 KiB tmpfs, a 1 MiB payload): GNU tar's last words are
     "Error is not recoverable"; the error says what happened, in one line, and no partial
-    snapshot is left. (A manifest that finds the disk full: tests/unit/test_backup_program.py.)"""
+    snapshot is left. (A manifest that finds the disk full: tests/unit/node/test_backup_program.py.)"""
     dest = tmp_path / "dest"
     with tmpfs(dest, "size=64k"):
         rc, _out, err = run_files_job(tmp_path, capsys, os.urandom(1 << 20))

@@ -2,7 +2,7 @@
 a100 group offers mps (CUDA MPS) and one whose h100 group is split into MIG instances are
 loaded by slurmctld as slurm.conf declares them, and slurmd -G registers the GRES the rendered
 gres.conf gives (shards and mps spread over the GPUs; MIG profiles as GPU types). MPS itself
-(hal-mps starting nvidia-cuda-mps-control) needs a GPU: tests/unit/test_mps_program.py runs it
+(hal-mps starting nvidia-cuda-mps-control) needs a GPU: tests/unit/node/test_mps_program.py runs it
 against a stand-in.
 
 Debian's slurmd has no NVML, so the MIG node's AutoDetect=nvml finds nothing here: what is
