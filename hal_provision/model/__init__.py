@@ -37,7 +37,7 @@ from .sharing import GpuSharing, MigInstances
 from .placement import NodeGroups, Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
-from .monitoring import Grafana as Grafana, InfluxDb as InfluxDb, Monitoring  # re-exported
+from .monitoring import Monitoring
 from .recipes import Recipes
 from .slurm import Cgroup, Partition, Priority, Qos, Slurm, SwSuite, VirtualPartition
 from .slurm_versions import operating_system
