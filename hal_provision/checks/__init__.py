@@ -36,6 +36,7 @@ CHECK_MODULES = (
     "network",
     "nodes",
     "portal",
+    "provisioning",
     "recipes",
     "services",
     "sharing",

@@ -424,4 +424,19 @@ def _optional(s: Starter, mgmt1: str, gpus: bool) -> list[str]:
             '  schedule: "*:0/30"                    # the nodes\' timer (systemd OnCalendar)',
         ],
     )
+    out += _block(
+        "Bare metal: node images the management node keeps and boots the nodes from (DHCP, iPXE, HTTP).",
+        "dnsmasq, the iPXE scripts and the image store's web site on the boot server; `hal-provision image "
+        "build`, `power`, `reimage`.",
+        "in each node group that boots it: `image: compute`, `boot_macs` (discover prints them) and, for power "
+        "and reimage, a `bmc` (protocol, credentials: {file: PATH}) with the `bmc` network above.",
+        [
+            "provisioning:",
+            "  network: mgmt",
+            f"  boot_server: {mgmt1}",
+            "  images:",
+            "    compute:",
+            "      roles: [common, munge, slurm, fleet_node]   # their packages are in the image",
+        ],
+    )
     return out

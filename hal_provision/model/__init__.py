@@ -37,6 +37,7 @@ from .sharing import GpuSharing, MigInstances
 from .placement import NodeGroups, Placement, resolving
 from .services import Services
 from .portal import Portal, PortalApp
+from .provisioning import Bmc, Image, Provisioning
 from .monitoring import Monitoring
 from .recipes import Recipes
 from .slurm import Cgroup, Partition, Priority, Qos, Slurm, SwSuite, VirtualPartition
@@ -107,6 +108,29 @@ class NodeBuild(NamedTuple):
     hosts: str  # a hostlist
 
 
+class BootEntry(NamedTuple):
+    """A host the boot server answers: its boot MAC, its address on the provisioning network
+    (None where its group has none there), its group and the image it boots."""
+
+    host: str
+    mac: str
+    address: str | None
+    group: str
+    image: str
+
+
+class BmcTarget(NamedTuple):
+    """How to reach one host's BMC: Redfish base URL (or IPMI address), the system (None: the
+    only one), whether TLS is verified, where the credentials are."""
+
+    host: str
+    protocol: str
+    address: str
+    system: str | None
+    verify_tls: bool
+    credentials: object
+
+
 class Cluster(Strict):
     """A HAL-class cluster, described once."""
 
@@ -149,6 +173,12 @@ class Cluster(Strict):
         default_factory=Deploy,
         description="How the nodes are converged: pushed from the controller (default), or pulled by the compute "
         "nodes from a bundle published on distribution points (mode pull).",
+    )
+    provisioning: Provisioning | None = Field(
+        None,
+        description="Bare metal: the node images, the network boot the management node serves (DHCP, iPXE, "
+        "HTTP) and, with each node group's `bmc`, power and reimaging. None: the nodes' OS is installed by other "
+        "means.",
     )
 
     @field_validator("nodes", mode="before")
@@ -705,6 +735,62 @@ class Cluster(Strict):
             return None
         return str(group.addresses[primary] + expand(group.hosts).index(host))
 
+    def address_on(self, host: str, network: str) -> str | None:
+        """The host's address on `network` (its group's first address there plus its place in
+        the group); None where the group has none there."""
+        group = self.group_of(host)
+        if group is None or network not in group.addresses:
+            return None
+        return str(group.addresses[network] + expand(group.hosts).index(host))
+
+    @property
+    def booted_groups(self) -> list[NodeGroup]:
+        """The node groups that boot an image from the network (provisioning set and `image` named)."""
+        if self.provisioning is None:
+            return []
+        return [g for g in self.nodes if g.image is not None]
+
+    def boot_entries(self) -> list[BootEntry]:
+        """Every network-booted host with a boot MAC, in model order: what the boot server answers."""
+        out = []
+        prov = self.provisioning
+        if prov is None:
+            return out
+        for group in self.booted_groups:
+            for host in expand(group.hosts):
+                mac = group.boot_macs.get(host)
+                if mac is not None:
+                    out.append(BootEntry(host, mac, self.address_on(host, prov.network), group.name, group.image))
+        return out
+
+    def bmc_network(self, group: NodeGroup) -> str | None:
+        """The network a group's BMCs answer on: its `bmc.network`, else the model's one network of
+        kind bmc (None where there is none or several)."""
+        if group.bmc is None:
+            return None
+        if group.bmc.network is not None:
+            return group.bmc.network
+        kinds = [name for name, net in self.networks.items() if net.kind == "bmc"]
+        return kinds[0] if len(kinds) == 1 else None
+
+    def bmc_of(self, host: str) -> BmcTarget | None:
+        """Where a host's BMC answers: protocol, base URL or address, system, credentials; None
+        for a host without a `bmc` (or without an address on the BMC network)."""
+        group = self.group_of(host)
+        if group is None or group.bmc is None:
+            return None
+        bmc = group.bmc
+        if bmc.endpoint is not None:
+            address = bmc.endpoint.rstrip("/")
+        else:
+            network = self.bmc_network(group)
+            ip = self.address_on(host, network) if network else None
+            if ip is None:
+                return None
+            address = f"https://{ip}" if bmc.protocol == "redfish" else ip
+        system = bmc.system.replace("{host}", host) if bmc.system else None
+        return BmcTarget(host, bmc.protocol, address, system, bmc.verify_tls, bmc.credentials)
+
     def real_memory_mib(self, profile: HardwareProfile) -> int:
         return profile.memory_gib * 1024 - self.slurm.memory_reserve_mib
 
@@ -736,6 +822,11 @@ class Cluster(Strict):
 
 __all__ = [
     "Accounts",
+    "Bmc",
+    "BmcTarget",
+    "BootEntry",
+    "Image",
+    "Provisioning",
     "Backup",
     "Deploy",
     "DeployPoint",

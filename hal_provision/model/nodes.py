@@ -9,6 +9,7 @@ from ipaddress import IPv4Address
 from pydantic import Field, model_validator
 
 from .base import AbsolutePath, Hostlist, Name, Strict
+from .bmc import Bmc, Mac
 from .sharing import GpuSharing
 
 
@@ -66,6 +67,21 @@ class NodeGroup(Strict):
         description="How small jobs share these compute nodes' GPUs: Slurm shards of whole GPUs "
         "(shards_per_gpu), CUDA MPS shares of whole GPUs (mps_per_gpu) or MIG instances as GPU types (mig). "
         "None: a job takes whole GPUs.",
+    )
+    image: Name | None = Field(
+        None,
+        description="Key of an image under `provisioning.images`: these nodes boot it from the network "
+        "(`boot_macs` says which interface). None: the nodes' OS is installed by other means.",
+    )
+    boot_macs: dict[str, Mac] = Field(
+        default_factory=dict,
+        description="Per host of the group: the MAC of the interface it boots from (on `provisioning.network`), "
+        "as `discover` or the vendor's sheet gives it. The boot server answers these MACs only.",
+    )
+    bmc: Bmc | None = Field(
+        None,
+        description="How to reach these nodes' BMCs (power, boot device): Redfish or IPMI, at each node's address "
+        "on the BMC network or behind one `endpoint`; credentials by reference only.",
     )
     description: str = Field("", description="Free text.")
 

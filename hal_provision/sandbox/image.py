@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from hal_provision.images.debian import ImageError, host_mirror
+from hal_provision.images.debian import apt_sources_for as apt_sources_for  # the tests import it from here
+from hal_provision.images.debian import copy_apt_sources as _copy_apt_sources
+from hal_provision.images.recipe import role_vars
 
 # The Debian releases a sandbox node can run, each with the Slurm major its archive ships (the
 # sandbox renders for that major, whatever the description's slurm.version says): the model's
@@ -47,7 +51,6 @@ IMAGE = image_name()
 # Bumped whenever what the image holds changes, so an older local image is rebuilt.
 REVISION = "2"
 REVISION_LABEL = "io.hal-provision.image-revision"
-SUITE = "bookworm"
 # openssh-server: Ansible and the tests reach every node over SSH, as on a real cluster.
 PACKAGES = [
     "python3",
@@ -100,35 +103,9 @@ NODE_SECRETS = [
 ]
 
 
-class ImageError(RuntimeError):
-    pass
-
-
 def _role_vars(roles: Path, family: str, pattern: str) -> set[str]:
-    """Plain names in the roles' `vars/<family>*.yml` under keys matching `pattern` (string
-    values, lists, or dicts of either). Templated values (a vendor's download URL) are not
-    distribution names and are left out."""
-    import yaml
-
-    found: set[str] = set()
-
-    def add(value) -> None:
-        if isinstance(value, str):
-            if "{{" not in value and "/" not in value:
-                found.add(value)
-        elif isinstance(value, list):
-            for item in value:
-                add(item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                add(item)
-
-    for path in sorted(roles.glob(f"*/vars/{family}*.yml")):
-        data = yaml.safe_load(path.read_text()) or {}
-        for key, value in data.items():
-            if re.fullmatch(pattern, key):
-                add(value)
-    return found
+    """Plain names in the roles' `vars/<family>*.yml` under keys matching `pattern` (images/recipe.py)."""
+    return role_vars(roles, family, pattern)
 
 
 def role_packages(roles: Path = REPO / "roles", family: str = "Debian") -> list[str]:
@@ -156,32 +133,6 @@ def packages_revision(packages: list[str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def host_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
-    """The first Debian archive URI of the host's apt sources that carries the main suite."""
-    candidates: list[str] = []
-    for src in sorted((etc_apt / "sources.list.d").glob("*.sources")):
-        for stanza in src.read_text().split("\n\n"):
-            fields = dict(
-                (k.strip(), v.strip())
-                for k, _, v in (ln.partition(":") for ln in stanza.splitlines() if ":" in ln and not ln.startswith("#"))
-            )
-            suites = fields.get("Suites", "").split()
-            if any(
-                s == SUITE or s.startswith(SUITE) and "security" not in s for s in suites
-            ) and "security" not in fields.get("URIs", ""):
-                candidates.extend(fields.get("URIs", "").split())
-    lists = [etc_apt / "sources.list", *sorted((etc_apt / "sources.list.d").glob("*.list"))]
-    for lst in lists:
-        if lst.is_file():
-            for ln in lst.read_text().splitlines():
-                m = re.match(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", ln.strip())
-                if m and m.group(2) == SUITE and "security" not in m.group(1):
-                    candidates.append(m.group(1))
-    if not candidates:
-        raise ImageError(f"no Debian '{SUITE}' archive found in the host's apt sources under {etc_apt}")
-    return candidates[0]
-
-
 def _label(image: str, label: str) -> str | None:
     proc = subprocess.run(
         ["podman", "image", "inspect", "--format", f'{{{{index .Labels "{label}"}}}}', image],
@@ -204,31 +155,6 @@ def packages_image_exists(packages: list[str], image: str = PACKAGES_IMAGE) -> b
 def _run(cmd: list[str], **kw) -> None:
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, **kw)
-
-
-def apt_sources_for(text: str, release: str) -> str:
-    """The host's apt sources (one-line or deb822) for another release of the same archives:
-    each suite word bookworm (bookworm-updates, bookworm-security, ...) becomes `release`."""
-    return re.sub(rf"(?<![\w.-]){SUITE}(?=(-[a-z]+)?(\s|$))", release, text)
-
-
-def _copy_apt_sources(root: Path, release: str) -> None:
-    """The container uses the same archives as the host, for its own release."""
-    for rel in ("sources.list", "sources.list.d"):
-        src = Path("/etc/apt") / rel
-        dst = root / "etc/apt" / rel
-        if src.is_dir():
-            shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(src, dst)
-            files = [p for p in dst.rglob("*") if p.is_file()]
-        elif src.is_file():
-            shutil.copy2(src, dst)
-            files = [dst]
-        else:
-            continue
-        if release != SUITE:
-            for f in files:
-                f.write_text(apt_sources_for(f.read_text(), release))
 
 
 def build(image: str | None = None, force: bool = False, release: str = DEFAULT_RELEASE) -> str:

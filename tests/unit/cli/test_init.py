@@ -76,6 +76,7 @@ OPTIONAL = {
     "recipes": ("recipes",),
     "health": ("health",),
     "deploy": ("deploy",),
+    "provisioning": ("provisioning",),
 }
 
 
