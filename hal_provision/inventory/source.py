@@ -1,9 +1,10 @@
 """The rendered Ansible inventory as data, for the `hal.provision.cluster` inventory plugin.
 
 The plugin must give Ansible exactly the groups and variables of a rendered inventory
-directory, so it does not group anything itself: it renders the same two files
+directory, so it does not group anything itself: it renders the same files
 (render/inventory.py's `inventory/hosts.yml`, render/storage.py's `inventory/storage.yml`,
-render/deploy.py's `inventory/deploy.yml` in pull mode) and
+render/deploy.py's `inventory/deploy.yml` in pull mode, render/provisioning.py's
+`inventory/provisioning.yml` with a provisioning section) and
 parses them as Ansible's yaml plugin would read them from that directory (documents.py).
 
 Checking a 100,000-node description and parsing its rendered inventory take about 5.5 s (the
@@ -61,10 +62,11 @@ class InventoryData:
 
 def inventory_files(cluster) -> dict[str, str]:
     """The rendered inventory files of the cluster: {relative path: text}, as render_all has them."""
-    from ..render import deploy, inventory, storage
+    from ..render import deploy, inventory, provisioning, storage
 
     files = dict(inventory.render(cluster))
     files.update(deploy.inventory_files(cluster))
+    files.update(provisioning.inventory_files(cluster))
     groups = storage.inventory(cluster)
     if groups is not None:
         files[storage.INVENTORY] = groups

@@ -18,6 +18,7 @@ from . import (
     ood,
     policy,
     portal,
+    provisioning,
     recipes,
     scratch,
     slurm,
@@ -45,6 +46,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(health.render(cluster))
     files.update(backup.render(cluster))
     files.update(deploy.render(cluster))
+    files.update(provisioning.render(cluster))
     files.update(scratch.render(cluster))
     files.update(swsuite.render(cluster))
     files.update(storage.render(cluster))

@@ -229,6 +229,23 @@ def _first_host(expr: str) -> str:
     return nodeset(expr)[0]
 
 
+REBOOT_PROGRAM = "/usr/sbin/reboot"  # systemd-sysv's, on every image
+
+
+def reboot_lines(cluster: Cluster) -> str:
+    """Where nodes boot an image from the network: the program slurmd reboots them with (for
+    `scontrol reboot ASAP`, which `hal-provision reimage` uses so no job is killed) and how long
+    a rebooting node has to come back before slurmctld marks it DOWN."""
+    if not cluster.booted_groups:
+        return ""
+    return (
+        "\n# Network-booted nodes: `hal-provision reimage` reboots them through Slurm (scontrol reboot ASAP,\n"
+        "# after their jobs); each has ResumeTimeout to boot its image, be enrolled and converge.\n"
+        f"RebootProgram={REBOOT_PROGRAM}\n"
+        f"ResumeTimeout={cluster.provisioning.reboot_timeout_s}\n"
+    )
+
+
 def slurm_conf(cluster: Cluster) -> str:
     s = cluster.slurm
     svc = cluster.services
@@ -304,6 +321,7 @@ def slurm_conf(cluster: Cluster) -> str:
             else ""
         )
         + health_lines(cluster)
+        + reboot_lines(cluster)
         + extra_lines(cluster)
     )
     out.append(
