@@ -29,16 +29,19 @@ The rendered /etc/hal-provision/deploy.json (the same on every host) names this 
 
 The result goes atomically (0644) to deploy.json's version_file:
     {"host", "version", "previous", "state", "changed", "failed_task", "drained",
-     "serial", "expires", "started", "finished", "seconds"}
+     "serial", "expires", "image", "started", "finished", "seconds"}
 state: current | changed | failed | waiting | refused | unreachable-source. `version` is the
 version this run dealt with (the published one; the running one when the source is unreachable
 or its release was refused), `serial` and `expires` those of the newest release this node
 accepted (a later release must not have a smaller serial), `previous`
-the version the node had converged successfully before this run (null: never). The version a
+the version the node had converged successfully before this run (null: never), `image` the
+network-boot image the node runs, NAME@VERSION from /etc/hal-provision/image.json (null on a
+node installed by other means). The version a
 node runs is therefore `version` when state is current or changed, else `previous`.
 
 A node that Slurm does not know yet (first converge: no Slurm yet, or sinfo does not list the
-node) has no jobs to wait for: it converges without a drain.
+node) has no jobs to wait for: it converges without a drain; one that has never converged either
+(a new node, a stateless node after its boot) skips the check run too.
 
     hal-converge [--config F] [--host H] [--bundles DIR] [--force] [--poll-s S]
 
@@ -497,6 +500,18 @@ def short_hostname() -> str:
     return name
 
 
+IMAGE_RECORD = Path("/etc/hal-provision/image.json")  # images/recipe.py's IMAGE_RECORD, baked into each image
+
+
+def booted_image(record: Path = IMAGE_RECORD) -> str | None:
+    """NAME@VERSION of the network-boot image this node runs; None without one (or unreadable)."""
+    try:
+        data = json.loads(record.read_text())
+        return f"{data['name']}@{data['version']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s: float = 10.0) -> dict:
     """One run; returns the result (not yet written)."""
     last = read_last(Path(config["version_file"]))
@@ -518,6 +533,7 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
         "drained_for_change": False,
         "serial": last_serial,
         "expires": last.get("expires"),
+        "image": booted_image(),
     }
     try:
         current = published(url, config, last_serial)
@@ -540,7 +556,10 @@ def converge(config: dict, host: str, bundles: Path, force: bool = False, poll_s
         return result
     bundle = target / "bundle"
 
-    changed, failed, _tasks = ansible(bundle, host, check=True)
+    # A node that never converged and that Slurm does not know (a new or freshly booted stateless
+    # node) has nothing to drain nor keep: the check run, which only spares a drain, is skipped.
+    first = before is None and node is None
+    changed, failed, _tasks = (1, None, []) if first else ansible(bundle, host, check=True)
     if not changed and not failed:
         # Nothing to change; a drain left by an earlier run (waiting, failed) is ours to lift.
         if drained_by_us(node):

@@ -164,9 +164,12 @@ class FakeSlurm:
         self.known, self.state, self.reason = known, "idle", "none"
         self.jobs = jobs or []  # squeue's answers in turn; the last one repeats
         self.calls: list[list[str]] = []
+        self.playbooks: list[list[str]] = []  # each ansible-playbook run's arguments
 
     def __call__(self, argv, *, env=None, cwd=None, timeout=None):
         tool = argv[0]
+        if tool == "ansible-playbook":
+            self.playbooks.append(list(argv[1:]))
         if tool in ("sinfo", "scontrol", "squeue", "hostname"):
             self.calls.append(list(argv))
         if tool == "hostname":
@@ -273,6 +276,7 @@ def test_result_json_layout(node):
             "drained_for_change",
             "serial",
             "expires",
+            "image",
             "started",
             "finished",
             "seconds",
@@ -280,6 +284,7 @@ def test_result_json_layout(node):
     )
     assert isinstance(result["serial"], int) and result["expires"].endswith("Z")
     assert result["host"] == HOST
+    assert result["image"] is None  # this host did not boot a network image
     assert result["started"].endswith("Z") and result["finished"] >= result["started"]
     assert isinstance(result["seconds"], float) and result["seconds"] >= 0
 
@@ -389,6 +394,15 @@ def test_a_node_slurm_does_not_know_yet_converges_without_a_drain(node):
     assert run() == 0
     assert slurm.updates() == [] and not any(c[0] == "squeue" for c in slurm.calls)
     assert last(paths)["state"] == "changed"
+    # Never converged and unknown to Slurm (a freshly booted stateless node): no check run first.
+    assert len(slurm.playbooks) == 1 and "--check" not in slurm.playbooks[0]
+
+
+def test_a_node_slurm_knows_checks_first_even_on_its_first_converge(node):
+    run, slurm, paths = node
+    make_bundle(paths["point"], "v1", "hello\n", paths["target"])
+    assert run() == 0
+    assert ["--check" in p for p in slurm.playbooks] == [True, False]
 
 
 def test_an_unreachable_source_is_recorded_and_exits_1(node, capsys):
@@ -677,3 +691,16 @@ def test_a_point_that_sends_more_than_the_signed_size_is_cut_off(node, capsys):
     result = last(paths)
     assert result["state"] == "failed" and f"more than {current['size'] // 2:,} bytes: refused" in result["failed_task"]
     assert not (paths["target"] / "motd").exists()
+
+
+def test_the_record_names_the_network_boot_image_the_node_runs(tmp_path):
+    from hal_provision.images.recipe import IMAGE_RECORD
+    from hal_provision.node import converge
+
+    assert str(converge.IMAGE_RECORD) == IMAGE_RECORD  # where images/build.py writes it
+    record = tmp_path / "image.json"
+    record.write_text('{"name": "compute", "version": "1b4e0f63d936", "release": "bookworm"}\n')
+    assert converge.booted_image(record) == "compute@1b4e0f63d936"
+    record.write_text("{not json")
+    assert converge.booted_image(record) is None
+    assert converge.booted_image(tmp_path / "absent.json") is None
