@@ -65,10 +65,12 @@ done_step() { echo "== $STEP_NAME: $(clock "$STEP_START")"; }
 # Graphviz (dot) for `hal-provision diagram`; minisign, which signs pull mode's releases
 # (`hal-provision bundle`) and verifies them in the tests; sudo, whose visudo checks the rendered
 # sudoers rules; python3-yaml for the node image's builder, which
-# runs under the system's Python beside the virtual environment's set-up.
+# runs under the system's Python beside the virtual environment's set-up; ipmitool, which
+# `hal-provision power` drives IPMI BMCs with; dnsmasq-base (the daemon, no service), which
+# checks and answers the rendered network boot's configuration in the unit tests.
 APT_PACKAGES=(python3 python3-venv python3-yaml slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux
               iproute2 fio iptables podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd
-              ldap-utils ruby chromium chromium-driver influxdb graphviz minisign sudo)
+              ldap-utils ruby chromium chromium-driver influxdb graphviz minisign sudo ipmitool dnsmasq-base)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,3 @@
+"""The real BMCs of realbmc.py, as this directory's fixtures."""
+
+from realbmc import ipmi, redfish  # noqa: F401
