@@ -127,6 +127,9 @@ BELOW_THE_CLI = (
     "release",
     "health_deep",
     "ansible_collections",
+    "images",
+    "bmc",
+    "hostkeys",
 )
 
 

@@ -26,6 +26,8 @@ needs_ansible = pytest.mark.skipif(not Path(ANSIBLE_PLAYBOOK).exists(), reason="
 CONTROL_PLANE_ONLY = {"accounting.yml", "slurm-controller.yml", "slurm-login.yml", "swsuite.yml"}
 # The record copies the controller's rendered tree (delegate_to: localhost): never on a node.
 CONTROLLER_ONLY = {"record.yml"}
+# The boot server is a management host (provisioning.boot_server): a node never serves its own boot.
+MANAGEMENT_ONLY = {"boot-server.yml"}
 
 
 def _yaml(path: Path):
@@ -53,14 +55,14 @@ def test_pull_imports_every_tier_that_reaches_a_compute_node_in_site_order_with_
     site = [e["ansible.builtin.import_playbook"] for e in _imports("site.yml")]
     pull = _imports("pull.yml")
     assert [e["ansible.builtin.import_playbook"] for e in pull] == [
-        p for p in site if p not in CONTROL_PLANE_ONLY | CONTROLLER_ONLY
+        p for p in site if p not in CONTROL_PLANE_ONLY | CONTROLLER_ONLY | MANAGEMENT_ONLY
     ]
     assert all(e["vars"]["hal_pull"] is True for e in pull)
     # The node installs the hal-converge of the bundle it runs (bundle/hal_provision/node/converge.py).
     assert pull[-1]["vars"]["fleet_node_program_src"] == "{{ playbook_dir }}/../hal_provision/node/converge.py"
 
 
-@pytest.mark.parametrize("playbook", sorted(CONTROL_PLANE_ONLY))
+@pytest.mark.parametrize("playbook", sorted(CONTROL_PLANE_ONLY | MANAGEMENT_ONLY))
 def test_the_tiers_left_out_of_pull_never_target_a_compute_node(playbook):
     for play in _yaml(PLAYBOOKS / playbook):
         hosts = play["hosts"]
