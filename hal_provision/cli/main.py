@@ -95,11 +95,28 @@ LAZY: dict[str, tuple[str, str, str]] = {
         "app",
         "Node health beyond the periodic check: NVIDIA DCGM's active diagnostic on nodes taken out of service (deep).",
     ),
+    "image": (
+        "hal_provision.cli.image",
+        "app",
+        "Node images for network boot: build them from the model (debootstrap, the roles' packages, a "
+        "squashfs root), list the store, prune old versions.",
+    ),
+    "reimage": (
+        "hal_provision.cli.reimage",
+        "reimage",
+        "Reboot network-booted nodes into the image version the model names, through Slurm (`scontrol "
+        "reboot ASAP`: after their jobs, none killed), enrol them, and wait until they are back in service.",
+    ),
     "fleet": (
         "hal_provision.cli.fleet",
         "app",
         "The pull-mode compute nodes: what each runs against what is published (status), and converging "
         "them now (converge).",
+    ),
+    "power": (
+        "hal_provision.cli.power",
+        "app",
+        "Nodes' power through their BMCs (Redfish or IPMI, as each node group's `bmc` says): on, off, cycle, status.",
     ),
 }
 

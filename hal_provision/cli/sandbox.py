@@ -13,7 +13,9 @@ import typer
 from .. import tools
 from ..model import Role
 from ..render.writer import WriteError
+from ..hostlist import fold
 from ..sandbox import lifecycle
+from ..sandbox.baremetal import BareMetalError
 from ..sandbox.derive import DEFAULT_SUBNET, SandboxError
 from ..sandbox.image import DEFAULT_RELEASE, RELEASE_SLURM, ImageError
 from ..sandbox.wheelhouse import WheelhouseError
@@ -33,11 +35,19 @@ def _plan(
     caches: bool = True,
     cpu_only: bool = False,
     release: Optional[str] = None,
+    bare_metal: int = 0,
 ) -> lifecycle.Sandbox:
     _loaded, model = checked(file)
     try:
         return lifecycle.plan(
-            model, workdir, computes=computes, subnet=subnet, caches=caches, cpu_only=cpu_only, release=release
+            model,
+            workdir,
+            computes=computes,
+            subnet=subnet,
+            caches=caches,
+            cpu_only=cpu_only,
+            release=release,
+            bare_metal=bare_metal,
         )
     except SandboxError as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
@@ -87,17 +97,34 @@ def up(
         f"release other than {DEFAULT_RELEASE} runs without the caches (they are Debian 12's).",
         show_default=False,
     ),
+    bare_metal: int = typer.Option(
+        0,
+        "--bare-metal",
+        min=0,
+        max=4,
+        help="Make the compute nodes N QEMU guests with empty disks that boot the model's image from the "
+        "management node (DHCP, iPXE, HTTP), powered through a Redfish BMC emulator, then enrolled and converged "
+        "by pull mode (needs a description with a `provisioning` section, /dev/kvm and libvirt).",
+        show_default=False,
+    ),
 ) -> None:
     """Build the node image if missing, start the containers, render and run site.yml."""
-    sb = _plan(file, workdir, computes, subnet, caches, cpu_only, release)
+    sb = _plan(file, workdir, computes, subnet, caches, cpu_only, release, bare_metal)
     if sb.release != DEFAULT_RELEASE and caches:
         out.print(f"release {sb.release}: without this machine's caches (they are Debian 12's)", markup=False)
     try:
         sb = lifecycle.create(sb, log=lambda m: out.print(m, markup=False))
-    except (lifecycle.LifecycleError, ImageError, WheelhouseError, WriteError, subprocess.CalledProcessError) as exc:
+    except (
+        lifecycle.LifecycleError,
+        ImageError,
+        WheelhouseError,
+        WriteError,
+        BareMetalError,
+        subprocess.CalledProcessError,
+    ) as exc:
         err.print(f"error: {exc}", style="bold red", markup=False)
         raise typer.Exit(2) from None
-    lifecycle.record_source(sb, file, computes, subnet, cpu_only)  # sb carries the release
+    lifecycle.record_source(sb, file, bare_metal or computes, subnet, cpu_only)  # sb carries the release
     for stray in lifecycle.strays(sb):  # never removed here: it may still run jobs
         out.print(
             f"container {stray} is no longer in the model: drain it (playbooks/rolling.yml -e hosts={stray}), "
@@ -106,8 +133,10 @@ def up(
         )
     if converge:
         log = None if verbose else _log_path(sb)
+        # The guests are enrolled once they boot (Ansible's patterns take names, not hostlist ranges).
+        limit = ("--limit", "all" + "".join(f":!{g}" for g in sb.guests)) if sb.guests else ()
         try:
-            run = converge_sandbox(sb, log=log, progress=None if verbose else runner.Progress("site.yml"))
+            run = converge_sandbox(sb, *limit, log=log, progress=None if verbose else runner.Progress("site.yml"))
         except runner.RunnerError as exc:  # no ansible-playbook: say so, no traceback
             err.print(f"error: {exc}", style="bold red", markup=False)
             raise typer.Exit(2) from None
@@ -115,6 +144,8 @@ def up(
         if run.returncode != 0:
             err.print("fix it and run `hal-provision sandbox up` again", style="bold red", markup=False)
             raise typer.Exit(1)
+        if sb.guests:
+            bring_up_guests(sb, log=_log_path(sb, "baremetal"))
     login = sb.cluster.groups_with_role(Role.login)[0].hosts
     comps = list(sb.cluster.slurm_nodes)
     # Every line works pasted into a new shell: absolute paths, the console script as invoked.
@@ -135,11 +166,86 @@ def up(
     )
 
 
-def _log_path(sb: lifecycle.Sandbox) -> Path:
-    """Where a converge's Ansible output goes: WORKDIR/logs/site-<time>.log, one per run."""
+def _log_path(sb: lifecycle.Sandbox, what: str = "site") -> Path:
+    """Where a converge's Ansible output goes: WORKDIR/logs/<what>-<time>.log, one per run."""
     logs = sb.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    return (logs / f"site-{time.strftime('%Y%m%d-%H%M%S')}.log").absolute()
+    return (logs / f"{what}-{time.strftime('%Y%m%d-%H%M%S')}.log").absolute()
+
+
+GUEST_BOOT_TIMEOUT_S = 600
+
+
+def bring_up_guests(sb: lifecycle.Sandbox, log: Path) -> dict[str, dict[str, float]]:
+    """The bare-metal guests from power-off to idle in Slurm, as a site brings up new nodes: powered
+    on through their BMC (Redfish), booted from the network, their new SSH host keys recorded when
+    they answer, the pull-mode bundle published, each enrolled (playbooks/enroll.yml: the munge key,
+    hal-converge, a converge from the bundle) and waited for until Slurm has it idle. Each step's
+    seconds since power-on per guest go to WORKDIR/baremetal-timings.json (bench/baremetal.py)."""
+    import json
+
+    from .. import hostkeys
+    from ..bmc import BmcError, power as bmc
+    from .bundle import write_bundle
+
+    guests = list(sb.guests)
+    names = fold(guests)
+    say = lambda m: out.print(m, markup=False)  # noqa: E731
+    try:
+        found = bmc.targets(sb.cluster, guests)
+        results = bmc.run(found, bmc.load_credentials(found), "on")
+    except BmcError as exc:
+        _fail_up(f"the guests' BMC: {exc}")
+    started = time.monotonic()
+    failed = [r for r in results if not r.ok]
+    if failed:
+        _fail_up("; ".join(f"{r.host}: power on: {r.outcome}" for r in failed))
+    say(f"{names}: powered on through their BMC (Redfish)")
+    timings: dict[str, dict[str, float]] = {h: {} for h in guests}
+    waiting = set(guests)
+    while waiting:
+        for host in sorted(waiting):
+            key = hostkeys.offered(sb.addresses[host])
+            if key is not None:
+                hostkeys.record(sb.ssh.known_hosts, [host, sb.addresses[host]], key)
+                timings[host]["ssh_s"] = round(time.monotonic() - started, 1)
+                say(f"{host}: booted its image, sshd answers after {timings[host]['ssh_s']:.0f} s")
+                waiting.discard(host)
+        if waiting and time.monotonic() - started > GUEST_BOOT_TIMEOUT_S:
+            _fail_up(
+                f"{fold(waiting)}: no sshd after {GUEST_BOOT_TIMEOUT_S} s: see their consoles, "
+                f"{sb.workdir / 'logs'}/<host>-console.log"
+            )
+        if waiting:
+            time.sleep(2)
+    bundles = sb.workdir / "bundles"
+    write_bundle(sb.cluster, lifecycle.rendered_files(sb), bundles, 30, None)
+    inventories = lifecycle.inventories(sb.inventory)
+    for playbook, extra in (
+        ("publish.yml", ("-e", f"bundle_dir={bundles.absolute()}")),
+        ("enroll.yml", ("--limit", ",".join(guests))),
+        (
+            "reimage.yml",
+            ("-e", f"reimage_hosts={names}", "-e", "reimage_reason=enrolled", "--tags", "wait"),
+        ),
+    ):
+        run = runner.run_playbook(runner.playbook_cmd(playbook, inventories, *extra), log=log)
+        if run.returncode != 0:
+            runner.report(run, playbook, sys.stderr)
+            _fail_up(f"{playbook} failed on the guests (Ansible's output: {log})")
+        now = round(time.monotonic() - started, 1)
+        for host in guests:
+            timings[host][{"publish.yml": "published_s", "enroll.yml": "enrolled_s"}.get(playbook, "idle_s")] = now
+        say(f"{playbook}: done after {now:.0f} s since power-on")
+    (sb.workdir / "baremetal-timings.json").write_text(json.dumps(timings, indent=1, sort_keys=True) + "\n")
+    say(f"{names}: idle in Slurm {max(t['idle_s'] for t in timings.values()):.0f} s after power-on")
+    return timings
+
+
+def _fail_up(message: str) -> None:
+    err.print(f"error: {message}", style="bold red", markup=False)
+    err.print("fix it and run `hal-provision sandbox up` again", style="bold red", markup=False)
+    raise typer.Exit(1)
 
 
 def _gpu_type(sb: lifecycle.Sandbox) -> str:

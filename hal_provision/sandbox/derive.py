@@ -24,7 +24,7 @@ not), and each job's private /tmp under <mount point>/jobs unless the group name
 
 from __future__ import annotations
 
-from ipaddress import IPv4Network
+from ipaddress import IPv4Address, IPv4Network
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -44,10 +44,26 @@ class SandboxError(ValueError):
 
 
 def derive_sandbox(
-    cluster: Cluster, computes: int = 2, subnet: str = DEFAULT_SUBNET, cpu_only: bool = False, os: str | None = None
+    cluster: Cluster,
+    computes: int = 2,
+    subnet: str = DEFAULT_SUBNET,
+    cpu_only: bool = False,
+    os: str | None = None,
+    bare_metal: bool = False,
+    bmc_credentials: str = "/var/lib/hal-provision/sandbox/bmc/credentials.yml",
 ) -> Cluster:
     """The sandbox's model of `cluster`; `os`: the nodes' cluster.os when it is not the description's
-    (sandbox up --release)."""
+    (sandbox up --release). `bare_metal`: the compute nodes are QEMU guests that boot the model's
+    image from the management node (sandbox up --bare-metal N), with the sandbox's Redfish emulator
+    as their BMC (its credentials in the file `bmc_credentials`, which `up` makes); without it the
+    sandbox's nodes are containers and the model's network boot is left out."""
+    if bare_metal:
+        comps = cluster.groups_with_role(Role.compute)
+        if cluster.provisioning is None or not comps or comps[0].image is None:
+            raise SandboxError(
+                "--bare-metal needs a description whose first compute group boots an image from the network "
+                "(a `provisioning` section and the group's `image`; tests/data/clusters/baremetal.yml is one)"
+            )
     data = cluster.model_dump(mode="json", exclude_none=True)
     primary = cluster.cluster.primary_network
     mgmt_host = cluster.controllers[0]  # the primary
@@ -174,6 +190,7 @@ def derive_sandbox(
     # whatever the description's own packages (slurm.build_own) would be.
     data["cluster"]["os"] = os or cluster.cluster.os
     data["slurm"]["version"] = operating_system(data["cluster"]["os"]).slurm
+    _sandbox_provisioning(data, cluster, mgmt_host, first_compute.name, net, bare_metal, bmc_credentials)
     if cpu_only:
         _cpu_only(data, first_compute.name)
     data["cluster"]["description"] = f"sandbox of {cluster.cluster.name}: " + data["cluster"].get("description", "")
@@ -189,6 +206,66 @@ def without_module_packages(cluster: Cluster, modules: set[str]) -> Cluster:
         if f"{module['name']}/{module['version']}" in modules:
             module.pop("pip", None)
     return Cluster.model_validate(data)
+
+
+# The sandbox's Redfish emulator (sushy-tools, on the sandbox's host) answers for every guest on
+# a loopback address derived from the sandbox's subnet: the controller reaches it, the nodes never do.
+BMC_PORT = 8000
+BMC_CREDENTIALS = "bmc/credentials.yml"  # under the sandbox's work directory, 0600, made by `up`
+
+
+def bmc_endpoint(net: IPv4Network) -> tuple[str, str]:
+    """(the emulator's network, its address) for a sandbox on `net`: 127.B.C.0/24 and .1."""
+    b, c = str(net.network_address).split(".")[1:3]
+    return f"127.{b}.{c}.0/24", f"127.{b}.{c}.1"
+
+
+def _sandbox_provisioning(
+    data: dict, cluster: Cluster, mgmt_host: str, compute: str, net, bare_metal: bool, credentials: str
+) -> None:
+    """Bare metal: the network boot on the sandbox's network, served by its management host, each
+    kept guest's boot MAC (the model's, else one made from its address), and the emulator as the
+    guests' BMC. Otherwise the nodes are containers: no network boot, no BMCs."""
+    if not bare_metal:
+        data.pop("provisioning", None)
+        for g in data["nodes"]:
+            for key in ("image", "boot_macs", "bmc"):
+                g.pop(key, None)
+        return
+    primary = cluster.cluster.primary_network
+    prov = data["provisioning"]
+    prov["network"] = primary
+    prov["boot_server"] = mgmt_host
+    # The guests reach the archives as the containers do: through the podman bridge's gateway, the
+    # sandbox host, which also answers DNS there (aardvark-dns).
+    gateway = str(net.network_address + 1)
+    prov["gateway"], prov["dns_servers"] = gateway, [gateway]
+    bmc_net = next((n for n, v in cluster.networks.items() if v.kind == "bmc"), "bmc")
+    cidr, address = bmc_endpoint(net)
+    data["networks"][bmc_net] = {"kind": "bmc", "cidr": cidr, "description": "the sandbox's Redfish emulator"}
+    for g in data["nodes"]:
+        if g["name"] != compute:
+            for key in ("image", "boot_macs", "bmc"):
+                g.pop(key, None)
+            continue
+        first = int(IPv4Address(g["addresses"][primary]))
+        macs = dict(g.get("boot_macs") or {})
+        g["boot_macs"] = {
+            host: macs.get(host) or _guest_mac(IPv4Address(first + i)) for i, host in enumerate(nodeset(g["hosts"]))
+        }
+        g["bmc"] = {
+            "protocol": "redfish",
+            "network": bmc_net,
+            "endpoint": f"http://{address}:{BMC_PORT}",
+            "system": "{host}",
+            "verify_tls": False,
+            "credentials": {"file": credentials},
+        }
+
+
+def _guest_mac(address: IPv4Address) -> str:
+    """A guest's MAC: QEMU's prefix and the last three octets of its address."""
+    return "52:54:00:" + ":".join(f"{int(o):02x}" for o in str(address).split(".")[1:])
 
 
 def _cpu_only(data: dict, compute: str) -> None:

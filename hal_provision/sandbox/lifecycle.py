@@ -17,9 +17,10 @@ from ..hostlist import nodeset
 from ..model import Cluster
 from ..model.slurm_versions import operating_system, os_of_release
 from ..render.writer import write_tree
+from . import baremetal
 from . import image as image_mod
 from . import wheelhouse
-from .derive import DEFAULT_SUBNET, SandboxError, derive_sandbox, without_module_packages
+from .derive import BMC_PORT, DEFAULT_SUBNET, SandboxError, bmc_endpoint, derive_sandbox, without_module_packages
 from .overlay import NODE_PIP_CERT, SANDBOX_INVENTORY, SshAccess, privileged_hosts, sandbox_files
 from .storage import shared_mounts
 
@@ -70,6 +71,19 @@ class Sandbox:
     # The module environments whose Python packages this machine's pip could not find when the
     # sandbox was made: written without packages (create).
     without_packages: tuple[str, ...] = ()
+    # Bare metal (sandbox up --bare-metal N): the compute nodes are QEMU guests that boot the
+    # model's image from the management node (baremetal.py), not containers.
+    bare_metal: bool = False
+
+    @property
+    def guests(self) -> dict[str, str]:
+        """The bare-metal guests: host -> boot MAC (empty for a sandbox of containers)."""
+        return {e.host: e.mac for e in self.cluster.boot_entries()} if self.bare_metal else {}
+
+    @property
+    def images(self) -> Path:
+        """The image store of a bare-metal sandbox, bound into its boot server at provisioning.image_store."""
+        return self.workdir.resolve() / "images"
 
     @property
     def rendered(self) -> Path:
@@ -127,23 +141,39 @@ def plan(
     caches: bool = True,
     cpu_only: bool = False,
     release: str | None = None,
+    bare_metal: int = 0,
 ) -> Sandbox:
     """The sandbox of `full`: its derived model, rendered for the Slurm major of the nodes'
     release (None: the release of the description's cluster.os). The caches (the packages image
-    and the wheelhouse) are Debian 12's: another release runs without them."""
+    and the wheelhouse) are Debian 12's: another release runs without them. `bare_metal`: that many
+    compute nodes, QEMU guests booting the model's image (instead of `computes` containers)."""
     release = release or operating_system(full.cluster.os).release
     if release not in image_mod.RELEASE_SLURM:
         raise SandboxError(
             f"no sandbox nodes of Debian release {release!r} (known: {', '.join(image_mod.RELEASE_SLURM)})"
         )
     caches = caches and release == image_mod.DEFAULT_RELEASE
-    cluster = derive_sandbox(full, computes=computes, subnet=subnet, cpu_only=cpu_only, os=os_of_release(release).name)
+    cluster = derive_sandbox(
+        full,
+        computes=bare_metal or computes,
+        subnet=subnet,
+        cpu_only=cpu_only,
+        os=os_of_release(release).name,
+        bare_metal=bare_metal > 0,
+        bmc_credentials=str(baremetal.credentials_path(workdir)),
+    )
     keep = nodeset(",".join(g.hosts for g in cluster.nodes))
     shared = tuple(
         SharedMount(name, mount_point, tuple(hosts)) for (name, mount_point), hosts in shared_mounts(full, keep).items()
     )
     return Sandbox(
-        name=sandbox_name(full), workdir=workdir, cluster=cluster, shared=shared, caches=caches, release=release
+        name=sandbox_name(full),
+        workdir=workdir,
+        cluster=cluster,
+        shared=shared,
+        caches=caches,
+        release=release,
+        bare_metal=bare_metal > 0,
     )
 
 
@@ -159,6 +189,7 @@ def record_source(sb: Sandbox, file: Path | None, computes: int, subnet: str, cp
         "release": sb.release,
         "shared": [[m.name, m.mount_point, list(m.hosts)] for m in sb.shared],
         "without_packages": list(sb.without_packages),
+        "bare_metal": len(sb.guests),
     }
     (sb.workdir / SOURCE).write_text(json.dumps(doc, indent=1) + "\n")
 
@@ -189,6 +220,7 @@ def made_again(workdir: Path, full: Cluster) -> Sandbox:
         caches=source.get("caches", True),
         cpu_only=source.get("cpu_only", False),
         release=source.get("release"),
+        bare_metal=source.get("bare_metal", 0),
     )
     missing = tuple(source.get("without_packages", []))
     if missing:
@@ -200,6 +232,8 @@ def up_options(workdir: Path, full: Cluster) -> list[str]:
     """The options of `sandbox up FULL` that make the sandbox at WORKDIR again as it was made."""
     source = _source(workdir)
     args = ["--workdir", str(workdir), "--computes", str(source.get("computes", 2))]
+    if source.get("bare_metal"):
+        args += ["--bare-metal", str(source["bare_metal"])]
     if source.get("subnet", DEFAULT_SUBNET) != DEFAULT_SUBNET:
         args += ["--subnet", source["subnet"]]
     if source.get("cpu_only"):
@@ -290,6 +324,7 @@ def load(workdir: Path) -> Sandbox:
         caches=source.get("caches", True),
         release=source.get("release", image_mod.DEFAULT_RELEASE),
         without_packages=tuple(source.get("without_packages", [])),
+        bare_metal=bool(source.get("bare_metal")),
     )
 
 
@@ -321,6 +356,16 @@ def make_user_keys(sb: Sandbox, log=print) -> None:
     keys the sandbox cannot have, so the sandbox logs in as them with keys of its own."""
     for user in sb.cluster.accounts.users if sb.cluster.accounts else []:
         _keygen(sb.ssh.user_keys / user.name, f"{user.name}@{sb.name}", lambda _m: None)
+
+
+def with_root_key(sb: Sandbox, cluster: Cluster) -> Cluster:
+    """A bare-metal sandbox's model with its root public key baked into the images (what the
+    enrolling push and Ansible reach the guests with), when made."""
+    pub = Path(f"{sb.ssh.private_key}.pub")
+    if not sb.bare_metal or cluster.provisioning is None or not pub.is_file():
+        return cluster
+    prov = cluster.provisioning.model_copy(update={"ssh_authorized_keys": [pub.read_text().strip()]})
+    return cluster.model_copy(update={"provisioning": prov})
 
 
 def with_user_keys(sb: Sandbox) -> Cluster:
@@ -370,6 +415,10 @@ def create(sb: Sandbox, log=print) -> Sandbox:
             raise LifecycleError(f"{tool} is not installed (./bootstrap.sh demo installs it)")
     make_root_key(sb, log)
     make_user_keys(sb, log)
+    if sb.bare_metal:  # the root key in the model's images: model.json and the tree say the same version
+        sb = replace(sb, cluster=with_root_key(sb, sb.cluster))
+        baremetal.ensure_libvirtd(log)
+        build_images(sb, log)
     render(sb)
     image = image_mod.build_packages(release=sb.release) if sb.caches else image_mod.build(release=sb.release)
     wheels = None
@@ -395,7 +444,11 @@ def create(sb: Sandbox, log=print) -> Sandbox:
     privileged = privileged_hosts(sb.cluster)
     for mount in sb.shared:
         sb.backing(mount).mkdir(parents=True, exist_ok=True)
+    guests = sb.guests
+    boot_server = sb.cluster.provisioning.boot_server if sb.bare_metal else None
     for host, ip in sb.addresses.items():
+        if host in guests:
+            continue
         state = _podman("container", "inspect", "--format", "{{.State.Status}}", host, check=False)
         if state.returncode == 0:
             if state.stdout.strip() != "running":
@@ -423,6 +476,9 @@ def create(sb: Sandbox, log=print) -> Sandbox:
         ]
         if host in privileged:
             args.append("--privileged")
+        if host == boot_server:  # dnsmasq answers the guests' DHCP; nginx serves the store read-only
+            args += ["--cap-add", "NET_ADMIN,NET_RAW"]
+            args += ["--mount", f"type=bind,src={sb.images},dst={sb.cluster.provisioning.image_store},ro=true"]
         args += cpu_shares_args()
         # The scratch's disks: a host loop device over a sparse file each, bound at the model's
         # device path (--device is ignored for privileged containers; a bound node is not).
@@ -442,13 +498,32 @@ def create(sb: Sandbox, log=print) -> Sandbox:
         _podman(*args, image, "/sbin/init")
         log(f"container {host} {ip}{' (privileged)' if host in privileged else ''}")
     for host in sb.hosts:
-        _wait_booted(host)
+        if host not in guests:
+            _wait_booted(host)
     for host in sb.scratch_disks():
-        _settle_mount_namespaces(host, log)
+        if host not in guests:
+            _settle_mount_namespaces(host, log)
     write_known_hosts(sb)
     for host, ip in sb.addresses.items():
-        _wait_ssh(host, ip)
+        if host not in guests:
+            _wait_ssh(host, ip)
+    if guests:
+        baremetal.define_guests(sb.name, sb.workdir, guests, net, log)
+        address = bmc_endpoint(sb.cluster.networks[primary].cidr)[1]
+        baremetal.start_emulator(sb.workdir, address, BMC_PORT, list(guests), log)
     return sb
+
+
+def build_images(sb: Sandbox, log=print) -> list:
+    """The images the sandbox's guests boot, built into its store (images/build.py; nothing when
+    the version is there), from its model (which has the sandbox's root key in them: create)."""
+    from ..images import build as image_build
+    from ..images import recipe as recipes
+
+    cluster = sb.cluster
+    prov = cluster.provisioning
+    names = sorted({g.image for g in cluster.booted_groups})
+    return [image_build.build(n, recipes.of_model(prov, n), sb.images, log=log) for n in names]
 
 
 def _loop_device(backing: Path, size_gib: int) -> str:
@@ -559,6 +634,8 @@ def write_known_hosts(sb: Sandbox) -> None:
     its name and address, so Ansible connects with strict host key checking as on a real site."""
     lines = []
     for host, ip in sb.addresses.items():
+        if host in sb.guests:  # a guest's key is new at each boot: recorded when it boots (baremetal)
+            continue
         key = _podman("exec", host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
         if len(key) < 2:
             raise LifecycleError(f"{host}: no SSH host key (is sshd in the node image?)")
@@ -612,6 +689,9 @@ KEPT = ("screenshots",)
 
 
 def destroy(name: str, workdir: Path | None, log=print) -> None:
+    baremetal.destroy_guests(name, log)
+    if workdir is not None:
+        baremetal.stop_emulator(workdir)
     for c in containers(name):
         cname = c["Names"][0]
         # A container that stops by itself while podman kills it fails the first rm

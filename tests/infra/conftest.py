@@ -46,6 +46,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "pull: pull mode's nodes converging themselves (a sandbox with deploy.mode pull: the fleet scenario)"
     )
+    config.addinivalue_line(
+        "markers",
+        "baremetal: network-booted QEMU guests (sandbox up --bare-metal: the baremetal scenario)",
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

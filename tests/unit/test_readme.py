@@ -189,7 +189,7 @@ def test_command_line_block_names_every_command():
     commands = typer.main.get_group(app).commands
     assert set(listed) == set(commands)
     for name, subs in listed.items():
-        group = import_command(name) if name in ("sandbox", "storage", "recipes", "backup") else None
+        group = import_command(name) if name in ("sandbox", "storage", "recipes", "backup", "image") else None
         if group is not None:
             assert subs == set(group.commands), name
 
