@@ -138,17 +138,12 @@ def reimage(
     targets = ", ".join(sorted({f"{entries[h].image}@{versions[entries[h].image]}" for h in chosen}))
     reason = f"{REASON}: {targets}"
     names = fold(chosen)
-    _playbook(
-        inventory,
-        "reimage.yml",
-        "-e",
-        f"reimage_hosts={names}",
-        "-e",
-        f"reimage_reason={reason}",
-        "--tags",
-        "request",
-        log=log,
-    )
+
+    def slurm_step(tag: str, *extra: str) -> None:  # playbooks/reimage.yml's `request` or `wait`
+        args = ("-e", f"reimage_hosts={names}", "-e", f"reimage_reason={reason}", *extra, "--tags", tag)
+        _playbook(inventory, "reimage.yml", *args, log=log)
+
+    slurm_step("request")
     out.print(
         f"{names}: reboot requested through Slurm ({reason}); waiting for their jobs and their boot", markup=False
     )
@@ -176,18 +171,6 @@ def reimage(
         _playbook(inventory, "enroll.yml", "--limit", ",".join(chosen), log=log)
     else:
         _playbook(inventory, "site.yml", "--limit", ",".join(chosen), log=log)
-    _playbook(
-        inventory,
-        "reimage.yml",
-        "-e",
-        f"reimage_hosts={names}",
-        "-e",
-        f"reimage_reason={reason}",
-        "-e",
-        f"reimage_wait_s={max(60, timeout - int(time.monotonic() - started))}",
-        "--tags",
-        "wait",
-        log=log,
-    )
+    slurm_step("wait", "-e", f"reimage_wait_s={max(60, timeout - int(time.monotonic() - started))}")
     total = time.monotonic() - started
     out.print(f"{names}: back in service with {targets} ({total:.0f} s)", markup=False)
