@@ -15,7 +15,7 @@ from ..model import Role
 from ..render.writer import WriteError
 from ..hostlist import fold
 from ..sandbox import lifecycle
-from ..sandbox.baremetal import BareMetalError
+from ..sandbox.baremetal import BareMetalError, ensure_libvirtd
 from ..sandbox.derive import DEFAULT_SUBNET, SandboxError
 from ..sandbox.image import DEFAULT_RELEASE, RELEASE_SLURM, ImageError
 from ..sandbox.wheelhouse import WheelhouseError
@@ -191,6 +191,10 @@ def bring_up_guests(sb: lifecycle.Sandbox, log: Path) -> dict[str, dict[str, flo
     guests = list(sb.guests)
     names = fold(guests)
     say = lambda m: out.print(m, markup=False)  # noqa: E731
+    try:
+        ensure_libvirtd(say)  # /dev/kvm as libvirt needs it, whatever a node's boot did to it
+    except BareMetalError as exc:
+        _fail_up(str(exc))
     try:
         found = bmc.targets(sb.cluster, guests)
         results = bmc.run(found, bmc.load_credentials(found), "on")

@@ -90,9 +90,11 @@ def ensure_libvirtd(log=print, timeout: float = 30) -> None:
 
 def _kvm_for_qemu(log=print) -> None:
     """/dev/kvm read-write for group kvm, as Debian's udev rule makes it: libvirt runs QEMU as
-    libvirt-qemu (group kvm), and a device of another group (a machine whose /dev was made
-    without that rule) makes libvirt find KVM unusable, probe QEMU again on every call (minutes
-    per `virsh define`) and refuse KVM guests."""
+    libvirt-qemu (group kvm), and a device of another group makes libvirt find KVM unusable and
+    probe QEMU again on every call (minutes per `virsh define`, Redfish calls timing out). A
+    privileged sandbox node (an NFS server) shares the host's /dev, and its systemd's
+    static-nodes rule gives /dev/kvm the node's own kvm group at each of its boots: so this runs
+    again before the guests are defined and before they are powered on."""
     import grp
 
     try:

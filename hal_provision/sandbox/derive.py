@@ -102,7 +102,8 @@ def derive_sandbox(
     data["networks"] = {primary: dict(data["networks"][primary], cidr=subnet)}
     used_profiles = {g["hardware"] for g in groups if "hardware" in g}  # login/management may have none
     data["hardware"] = {k: v for k, v in data["hardware"].items() if k in used_profiles}
-    _sandbox_scratch(data, next(g for g in groups if g["name"] == first_compute.name))
+    if not bare_metal:  # a container's scratch is a loop device the sandbox binds in; a guest has none
+        _sandbox_scratch(data, next(g for g in groups if g["name"] == first_compute.name))
 
     svc = data["services"]
     for key in list(svc):

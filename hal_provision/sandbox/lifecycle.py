@@ -508,6 +508,7 @@ def create(sb: Sandbox, log=print) -> Sandbox:
         if host not in guests:
             _wait_ssh(host, ip)
     if guests:
+        baremetal.ensure_libvirtd(log)  # again: a privileged node's systemd re-groups /dev/kvm at its boot
         baremetal.define_guests(sb.name, sb.workdir, guests, net, log)
         address = bmc_endpoint(sb.cluster.networks[primary].cidr)[1]
         baremetal.start_emulator(sb.workdir, address, BMC_PORT, list(guests), log)
