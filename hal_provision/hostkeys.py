@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -54,3 +56,31 @@ def record(path: Path, names: list[str], key: str) -> None:
     tmp.write_text("\n".join(kept) + "\n")
     tmp.chmod(mode)
     tmp.replace(path)
+
+
+def await_new(
+    nodes: dict[str, tuple[str, Path]],
+    before: dict[str, str | None],
+    timeout: float,
+    booted: Callable[[str, float], None] = lambda host, seconds: None,
+    poll_s: float = 2,
+) -> tuple[dict[str, float], list[str]]:
+    """Until each node (host -> (address, its known_hosts file)) offers a host key other than
+    its `before` one (None: any key): that key recorded under its name and address and
+    `booted(host, seconds)` called. Returns the seconds each took, and the hosts still waiting
+    when `timeout` ran out (empty when all came)."""
+    started = time.monotonic()
+    came: dict[str, float] = {}
+    while True:
+        for host, (address, known_hosts) in nodes.items():
+            if host in came:
+                continue
+            key = offered(address)
+            if key is not None and key != before.get(host):
+                record(known_hosts, [host, address], key)
+                came[host] = time.monotonic() - started
+                booted(host, came[host])
+        waiting = [h for h in nodes if h not in came]
+        if not waiting or time.monotonic() - started > timeout:
+            return came, waiting
+        time.sleep(poll_s)

@@ -148,25 +148,20 @@ def reimage(
         f"{names}: reboot requested through Slurm ({reason}); waiting for their jobs and their boot", markup=False
     )
     started = time.monotonic()
-    rebooted: dict[str, float] = {}
-    while len(rebooted) < len(chosen):
-        for host in chosen:
-            if host in rebooted:
-                continue
-            key = hostkeys.offered(addresses[host])
-            if key is not None and key != before[host]:
-                hostkeys.record(hostkeys.known_hosts_of(hostvars.get(host, {})), [host, addresses[host]], key)
-                rebooted[host] = time.monotonic() - started
-                out.print(f"{host}: booted again after {rebooted[host]:.0f} s (new host key recorded)", markup=False)
-        if len(rebooted) < len(chosen):
-            if time.monotonic() - started > timeout:
-                waiting = fold(h for h in chosen if h not in rebooted)
-                _fail(
-                    f"{waiting}: not booted again within {timeout} s (jobs still running, or the boot failed: "
-                    "see the node's console and `scontrol show node`)",
-                    EXIT_FAILED,
-                )
-            time.sleep(POLL_S)
+    nodes = {h: (addresses[h], hostkeys.known_hosts_of(hostvars.get(h, {}))) for h in chosen}
+    _came, waiting = hostkeys.await_new(
+        nodes,
+        before,
+        timeout,
+        lambda host, s: out.print(f"{host}: booted again after {s:.0f} s (new host key recorded)", markup=False),
+        POLL_S,
+    )
+    if waiting:
+        _fail(
+            f"{fold(waiting)}: not booted again within {timeout} s (jobs still running, or the boot failed: "
+            "see the node's console and `scontrol show node`)",
+            EXIT_FAILED,
+        )
     if set(chosen) <= pull:
         _playbook(inventory, "enroll.yml", "--limit", ",".join(chosen), log=log)
     else:

@@ -206,22 +206,18 @@ def bring_up_guests(sb: lifecycle.Sandbox, log: Path) -> dict[str, dict[str, flo
         _fail_up("; ".join(f"{r.host}: power on: {r.outcome}" for r in failed))
     say(f"{names}: powered on through their BMC (Redfish)")
     timings: dict[str, dict[str, float]] = {h: {} for h in guests}
-    waiting = set(guests)
-    while waiting:
-        for host in sorted(waiting):
-            key = hostkeys.offered(sb.addresses[host])
-            if key is not None:
-                hostkeys.record(sb.ssh.known_hosts, [host, sb.addresses[host]], key)
-                timings[host]["ssh_s"] = round(time.monotonic() - started, 1)
-                say(f"{host}: booted its image, sshd answers after {timings[host]['ssh_s']:.0f} s")
-                waiting.discard(host)
-        if waiting and time.monotonic() - started > GUEST_BOOT_TIMEOUT_S:
-            _fail_up(
-                f"{fold(waiting)}: no sshd after {GUEST_BOOT_TIMEOUT_S} s: see their consoles, "
-                f"{sb.workdir / 'logs'}/<host>-console.log"
-            )
-        if waiting:
-            time.sleep(2)
+
+    def booted(host: str, seconds: float) -> None:
+        timings[host]["ssh_s"] = round(seconds, 1)
+        say(f"{host}: booted its image, sshd answers after {seconds:.0f} s")
+
+    nodes = {h: (sb.addresses[h], sb.ssh.known_hosts) for h in guests}
+    _came, waiting = hostkeys.await_new(nodes, {}, GUEST_BOOT_TIMEOUT_S, booted)
+    if waiting:
+        _fail_up(
+            f"{fold(waiting)}: no sshd after {GUEST_BOOT_TIMEOUT_S} s: see their consoles, "
+            f"{sb.workdir / 'logs'}/<host>-console.log"
+        )
     bundles = sb.workdir / "bundles"
     write_bundle(sb.cluster, lifecycle.rendered_files(sb), bundles, 30, None)
     inventories = lifecycle.inventories(sb.inventory)

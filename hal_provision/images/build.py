@@ -193,10 +193,6 @@ def _mounted_under(root: Path) -> list[str]:
     return [p for p in points if p == prefix or p.startswith(prefix + "/")]
 
 
-def _services(roles_dir: Path) -> list[str]:
-    return sorted(recipes.role_vars(roles_dir, "Debian", r"__\w+_services?"))
-
-
 def build(
     name: str,
     recipe: dict,
@@ -250,7 +246,7 @@ def build(
                 env=env,
             )
         started_by_packages = sorted(set(_enabled(root)) - set(enabled_before))
-        services = {f"{s}.service" for s in _services(roles_dir)}
+        services = {f"{s}.service" for s in recipes.role_services(roles_dir)}
         to_disable = [u for u in started_by_packages if u in services and u not in KEEP_ENABLED]
         if to_disable:
             _run(["chroot", str(root), "systemctl", "disable", *to_disable], log, env=env)

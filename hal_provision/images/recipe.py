@@ -81,6 +81,12 @@ def role_packages(roles: list[str] | None = None, roles_dir: Path = ROLES, famil
     return sorted(role_vars(roles_dir, family, r"__\w+_packages?", only))
 
 
+def role_services(roles_dir: Path = ROLES, family: str = "Debian") -> list[str]:
+    """The services the roles enable and start where a node runs them (`__<role>_service`,
+    `__<role>_services`): an image leaves them disabled."""
+    return sorted(role_vars(roles_dir, family, r"__\w+_services?"))
+
+
 def unknown_roles(roles: list[str], roles_dir: Path = ROLES) -> list[str]:
     """The names in `roles` that are not roles of this tree."""
     return [r for r in roles if not (roles_dir / r / "tasks").is_dir()]

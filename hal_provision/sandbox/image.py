@@ -29,6 +29,7 @@ from pathlib import Path
 from hal_provision.images.debian import ImageError, host_mirror
 from hal_provision.images.debian import apt_sources_for as apt_sources_for  # the tests import it from here
 from hal_provision.images.debian import copy_apt_sources as _copy_apt_sources
+from hal_provision.images.recipe import role_services as recipe_role_services
 from hal_provision.images.recipe import role_vars
 
 # The Debian releases a sandbox node can run, each with the Slurm major its archive ships (the
@@ -116,9 +117,8 @@ def role_packages(roles: Path = REPO / "roles", family: str = "Debian") -> list[
 
 
 def role_services(roles: Path = REPO / "roles", family: str = "Debian") -> list[str]:
-    """The services the roles enable and start where a node runs them (`__<role>_service`,
-    `__<role>_services`)."""
-    return sorted(_role_vars(roles, family, r"__\w+_services?"))
+    """The services the roles enable and start where a node runs them (images/recipe.py)."""
+    return recipe_role_services(roles, family)
 
 
 def image_packages(roles: Path = REPO / "roles") -> list[str]:
