@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import sys
 
-from . import bmc, gpu, probe, slurm, standin
+from . import bmc, gpu, healthstate, probe, pullstate, slurm, standin, textfile
 from .commands import guarded
 
 COLLECTORS = {
     "slurm": slurm.main,
     "bmc": bmc.main,
     "gpu": gpu.main,
+    "nvidia_smi": gpu.nvidia_smi_main,
     "storage_responsiveness": probe.main,
+    "health": healthstate.main,
+    "pull": pullstate.main,
     "standin": standin.main,
+    "textfile": textfile.main,
 }
 USAGE = f"usage: python3 -m hal_monitoring {{{','.join(COLLECTORS)}}} [options]   (each takes --help)"
 

@@ -15,11 +15,17 @@ nvidia_smi_points() turns `nvidia-smi -q -x` output into what Telegraf's own nvi
 GPU's position in the report), name, uuid, pstate, compute_mode, arch; integer fields in the
 tool's units with the unit stripped (memory_* in MiB, temperature_* in degrees C,
 utilization_* in percent, clocks_current_* in MHz), power_* floats in W; values nvidia-smi
-reports as N/A are left out, as Telegraf does; one nvidia_smi_process line per process. Only the
-stand-in uses it, on nodes where Telegraf cannot be installed. Telegraf stamps the points with
-the report's own <timestamp> (whole seconds); the stand-in stamps them with the time it ran
-nvidia-smi, which is the same moment to within a second and keeps a replayed recording (the
-sandbox's fake nvidia-smi) current.
+reports as N/A are left out, as Telegraf does; one nvidia_smi_process line per process. The
+stand-in uses it on nodes where Telegraf cannot be installed, and the `nvidia_smi` collector
+prints it where no Telegraf runs at all (the Prometheus backend's textfile runner):
+
+    python3 -m hal_monitoring nvidia_smi [--bin-path nvidia-smi] [--timeout 5]
+
+runs the stand-in's command, `<bin-path> -q -x`, and reads it with the same nvidia_smi_points
+(read_nvidia_smi). Telegraf stamps the points with the report's own <timestamp> (whole
+seconds); the stand-in and the collector stamp them with the time they ran nvidia-smi, which is
+the same moment to within a second and keeps a replayed recording (the sandbox's fake
+nvidia-smi) current.
 """
 
 from __future__ import annotations
@@ -218,3 +224,22 @@ def nvidia_smi_points(xml_text: str) -> list[Point]:
             if pfields:
                 points.append(Point("nvidia_smi_process", ptags, pfields))
     return points
+
+
+def read_nvidia_smi(bin_path: str, timeout: float) -> list[Point]:
+    """Run `<bin_path> -q -x` and read it as Telegraf's nvidia_smi input would."""
+    return nvidia_smi_points(run_command([bin_path, *XML_COMMAND_ARGS], timeout))
+
+
+def nvidia_smi_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="hal_monitoring nvidia_smi",
+        description="Print what Telegraf's nvidia_smi input writes (nvidia-smi -q -x) as InfluxDB line protocol "
+        "(nvidia_smi, nvidia_smi_process).",
+    )
+    parser.add_argument("--bin-path", default="nvidia-smi", help="the nvidia-smi to run (default: the one on PATH)")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds nvidia-smi may take (default 5)")
+    args = parser.parse_args(argv)
+    stamp = time.time_ns()
+    emit([p.format(stamp) for p in read_nvidia_smi(args.bin_path, args.timeout)])
+    return 0

@@ -1,4 +1,4 @@
-"""The Slurm collector: jobs per partition, user and account, running jobs, node states.
+"""The Slurm collector: jobs per partition, user and account, running jobs, node states, daemons up.
 
 Runs on the slurmctld host alone (a second copy would count every job twice), as the
 unprivileged telegraf user: it only reads, through Slurm's own commands with parseable
@@ -26,6 +26,19 @@ Measurements (all lines of one run share one timestamp, so sums per time bucket 
     slurm_job,job_id,partition,user,account                  gpus,cpus,nodes,run_seconds,name
     slurm_node,node,state                                    up,down,drained,gpus_total,gpus_alloc,
                                                              cpus_total,cpus_alloc[,reason]
+    slurm_daemons,daemon=slurmctld|slurmdbd                  up
+
+slurm_daemons says which daemons answered. slurmctld's line (up=1) comes with every run that
+read squeue and scontrol; when slurmctld does not answer, the collector fails as a whole (exit
+1, no lines) and the runner reports that (Telegraf's log, the textfile runner's
+hal_collector_success 0), so a missing series, never up=0, is how slurmctld being down shows.
+With --slurmdbd the collector also asks slurmdbd, through
+
+    sacctmgr -n -P show cluster format=cluster
+
+(any user may list the clusters; sacctmgr exits non-zero when it cannot reach slurmdbd), and
+prints slurmdbd's line, up=1 when sacctmgr succeeded in time and up=0 otherwise: accounting
+down does not stop the job and node figures, and it is a state worth an alert of its own.
 
 GPU counts come from TRES (`gres/gpu=4`), which needs `AccountingStorageTRES=gres/gpu` in
 slurm.conf (HAL's sets it); for nodes, the Gres and GresUsed strings are the fallback.
@@ -67,6 +80,7 @@ SQUEUE = (
     "--Format=" + ",".join(f"{name}:|" for name in SQUEUE_FIELDS[:-1]) + f",{SQUEUE_FIELDS[-1]}:",
 )
 SCONTROL_NODES = ("scontrol", "--all", "--oneliner", "show", "node")
+SACCTMGR_CLUSTERS = ("sacctmgr", "-n", "-P", "show", "cluster", "format=cluster")
 COMMANDS = {"squeue": SQUEUE, "scontrol-show-node": SCONTROL_NODES}  # fixture prefix -> command
 
 # squeue's State column prints a job's flag rather than its base state when one is set
@@ -386,10 +400,32 @@ def collect(squeue_text: str, scontrol_text: str) -> list[Point]:
     return job_points(parse_squeue(squeue_text)) + node_points(parse_scontrol_nodes(scontrol_text))
 
 
+# ---- the daemons --------------------------------------------------------------------------------
+
+
+def answers(argv: tuple[str, ...], timeout: float) -> bool:
+    """Whether the command ran and exited 0 within `timeout` seconds."""
+    try:
+        run_command(argv, timeout)
+    except CollectorError:
+        return False
+    return True
+
+
+def daemon_points(slurmdbd_up: bool | None = None) -> list[Point]:
+    """slurmctld up (it answered: the caller got its jobs and nodes) and, when it was asked,
+    whether slurmdbd answered."""
+    points = [Point("slurm_daemons", {"daemon": "slurmctld"}, {"up": 1})]
+    if slurmdbd_up is not None:
+        points.append(Point("slurm_daemons", {"daemon": "slurmdbd"}, {"up": int(slurmdbd_up)}))
+    return points
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="hal_monitoring slurm",
-        description="Print Slurm's jobs and nodes as InfluxDB line protocol (slurm_jobs, slurm_job, slurm_node).",
+        description="Print Slurm's jobs, nodes and daemons as InfluxDB line protocol "
+        "(slurm_jobs, slurm_job, slurm_node, slurm_daemons).",
     )
     parser.add_argument(
         "--timeout",
@@ -397,11 +433,18 @@ def main(argv: list[str]) -> int:
         default=7.0,
         help="seconds each Slurm command may take (they run side by side; default 7)",
     )
+    parser.add_argument(
+        "--slurmdbd",
+        action="store_true",
+        help="also ask slurmdbd (sacctmgr show cluster) and print whether it answered",
+    )
     args = parser.parse_args(argv)
     stamp = time.time_ns()
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         squeue = pool.submit(run_command, SQUEUE, args.timeout)
         scontrol = pool.submit(run_command, SCONTROL_NODES, args.timeout)
+        slurmdbd = pool.submit(answers, SACCTMGR_CLUSTERS, args.timeout) if args.slurmdbd else None
         points = collect(squeue.result(), scontrol.result())
+        points += daemon_points(slurmdbd.result() if slurmdbd else None)
     emit([p.format(stamp) for p in points])
     return 0

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from . import gpu, host
-from .commands import CollectorError, last_stderr_line, run, run_command
+from .commands import CollectorError, last_stderr_line, run
 from .lineprotocol import Line, LineProtocolError, parse_line
 
 NS = 1_000_000_000
@@ -413,8 +413,7 @@ class NvidiaSmiInput(Input):
         self.timeout = parse_duration(config.options.get("timeout", "5s"), "timeout")
 
     def _gather(self, now_ns: int, out: Gathered) -> None:
-        report = run_command([self.bin_path, *gpu.XML_COMMAND_ARGS], self.timeout)
-        out.lines += [p.line(now_ns) for p in gpu.nvidia_smi_points(report)]
+        out.lines += [p.line(now_ns) for p in gpu.read_nvidia_smi(self.bin_path, self.timeout)]
 
 
 class IgnoredInput(Input):

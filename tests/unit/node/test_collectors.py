@@ -35,7 +35,8 @@ from hal_provision.model.monitoring import INPUTS
 from hal_provision.render import monitoring as render_monitoring
 from hal_provision.loader import validate
 from hal_provision.node import backup as backup_program
-from hal_provision.node.monitoring import bmc, gpu, host, lineprotocol as lp, probe, slurm, standin
+from hal_provision.node.monitoring import bmc, gpu, healthstate, host, lineprotocol as lp, probe, pullstate, slurm
+from hal_provision.node.monitoring import standin
 from hal_provision.node.monitoring.commands import CollectorError
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -527,7 +528,7 @@ def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
         nodes = [
             node for p in fixtures(SLURM, "scontrol-show-node") for node in slurm.parse_scontrol_nodes(p.read_text())
         ]
-        return lines_of(slurm.job_points(jobs) + slurm.node_points(nodes))
+        return lines_of(slurm.job_points(jobs) + slurm.node_points(nodes) + slurm.daemon_points(slurmdbd_up=True))
     if name == "bmc":
         return [
             line
@@ -547,6 +548,12 @@ def _collector_output(name: str, tmp_path: Path) -> list[lp.Line]:
             lp.parse_line(a.line_protocol())
             for a in backup_program.ages(backup_program.load_config(config).destination("h1").path)
         ]
+    if name == "health":  # a record as hal-healthcheck keeps it (test_textfile.py writes one with its _save)
+        record = {"time": 1_700_000_000, "host": "h1", "results": {"cpus": [], "gpus": ["gone"]}, "reason": "x"}
+        return lines_of(healthstate.points(record))
+    if name == "pull":
+        record = {"state": "changed", "version": "v2", "previous": "v1", "finished": "2024-05-01T10:00:03Z"}
+        return lines_of([pullstate.point({**record, "seconds": 41.2})])
     builtins = {
         "cpu": host.CpuStats(percpu=False).points,
         "mem": host.mem_points,
@@ -630,6 +637,16 @@ def node_lib(tmp_path_factory):
         script = bin_dir / name
         script.write_text(f'#!/bin/sh\necho "$@" > {root}/{name}.args\ncat {answer}\n')
         script.chmod(0o755)
+    # sacctmgr answers as with slurmdbd up, or, while sacctmgr.down exists, as sacctmgr does
+    # without it (slurmdb_connection_get fails: an error line and exit status 1)
+    sacctmgr = bin_dir / "sacctmgr"
+    sacctmgr.write_text(
+        f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {root}/sacctmgr.args\n"  # echo would take -n
+        f"if [ -e {root}/sacctmgr.down ]; then\n"
+        '  echo "sacctmgr: error: Problem talking to the database: Connection refused" >&2; exit 1\nfi\n'
+        "echo hal\n"
+    )
+    sacctmgr.chmod(0o755)
     return root
 
 
@@ -663,7 +680,7 @@ def test_hal_provision_is_not_importable_on_the_node(node_lib):
 @pytest.mark.parametrize(
     "collector,measurements,command",
     [
-        ("slurm", {"slurm_jobs", "slurm_job", "slurm_node"}, "scontrol"),
+        ("slurm", {"slurm_jobs", "slurm_job", "slurm_node", "slurm_daemons"}, "scontrol"),
         ("bmc", {"bmc"}, "ipmitool"),
         ("gpu", {"gpu_info"}, "nvidia-smi"),
     ],
@@ -694,6 +711,57 @@ def test_a_missing_tool_is_one_readable_line_and_exit_1(node_lib, collector):
     assert done.returncode == 1 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith(f"hal_monitoring {collector}: ") and "command not found" in done.stderr
+
+
+@pytest.mark.parametrize("down", [False, True], ids=["slurmdbd-up", "slurmdbd-down"])
+def test_slurm_reports_the_daemons_that_answered(node_lib, down):
+    marker = node_lib / "sacctmgr.down"
+    if down:
+        marker.touch()
+    try:
+        done = run_on_node(node_lib, "slurm", "--slurmdbd")
+    finally:
+        marker.unlink(missing_ok=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # slurmdbd down is a value, not a failed run
+    daemons = {
+        line.tags["daemon"]: line.fields()
+        for line in lp.parse_lines(done.stdout)
+        if line.measurement == "slurm_daemons"
+    }
+    assert daemons == {"slurmctld": {"up": 1}, "slurmdbd": {"up": 0 if down else 1}}
+    assert (node_lib / "sacctmgr.args").read_text().split() == list(slurm.SACCTMGR_CLUSTERS[1:])
+
+
+def test_slurm_asks_slurmdbd_only_when_told(node_lib):
+    (node_lib / "sacctmgr.args").unlink(missing_ok=True)
+    done = run_on_node(node_lib, "slurm")
+    assert done.returncode == 0, done.stderr
+    daemons = [line for line in lp.parse_lines(done.stdout) if line.measurement == "slurm_daemons"]
+    assert [(d.tags, d.fields()) for d in daemons] == [({"daemon": "slurmctld"}, {"up": 1})]
+    assert not (node_lib / "sacctmgr.args").exists()
+
+
+def test_slurmctld_not_answering_fails_the_run_even_with_slurmdbd_up(node_lib, tmp_path):
+    """No up=0 line for slurmctld: the run fails as a whole, and the runner reports that."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("scontrol", "sacctmgr"):
+        (bin_dir / name).symlink_to(node_lib / "bin" / name)
+    squeue = bin_dir / "squeue"
+    squeue.write_text(
+        "#!/bin/sh\necho 'squeue: error: Unable to contact slurm controller (connect failure)' >&2\nexit 1\n"
+    )
+    squeue.chmod(0o755)
+    done = subprocess.run(
+        [NODE_PYTHON, "-S", "-m", "hal_monitoring", "slurm", "--slurmdbd"],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHONPATH": str(node_lib / "lib")},
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == "hal_monitoring slurm: squeue: error: Unable to contact slurm controller (connect failure)\n"
 
 
 def test_bmc_command_can_be_replaced(node_lib):
