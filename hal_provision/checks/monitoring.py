@@ -6,7 +6,16 @@ from __future__ import annotations
 from ..findings import error, warning
 from ..hostlist import nodeset
 from ..model import Cluster, Role
-from ..model.monitoring import INPUTS, group_gpus, listable, measurements, producers, running_inputs
+from ..model.slurm import version_key
+from ..model.monitoring import (
+    INPUTS,
+    SLURMCTLD_METRICS_FROM,
+    group_gpus,
+    listable,
+    measurements,
+    producers,
+    running_inputs,
+)
 from . import check
 from .common import did_you_mean, duplicates, nearest_host
 
@@ -148,16 +157,59 @@ def monitoring_grafana_host(c: Cluster):
 
 @check
 def monitoring_tls_has_a_ca(c: Cluster):
-    """InfluxDB's certificate is signed by the cluster CA, which the directory host keeps."""
+    """The database's certificate (InfluxDB's or Prometheus') is signed by the cluster CA, which
+    the directory host keeps."""
     m = c.monitoring
-    if m is None or not m.influxdb.tls or c.services.monitoring_db is None:
+    if m is None or c.services.monitoring_db is None or c.services.ldap is not None:
         return
-    if c.services.ldap is None:
+    if m.backend == "influxdb" and m.influxdb.tls:
         yield error(
             (*MON, "influxdb", "tls"),
             "InfluxDB over HTTPS needs the cluster CA, which lives on the "
             "directory host, but services.ldap names no host: place the directory (services.ldap) or set "
             "monitoring.influxdb.tls: false (the agents' passwords then cross the network in clear text)",
+        )
+    if m.backend == "prometheus" and m.prometheus.tls:
+        yield error(
+            (*MON, "prometheus", "tls"),
+            "Prometheus over HTTPS needs the cluster CA, which lives on the directory host, but services.ldap names "
+            "no host: place the directory (services.ldap) or set monitoring.prometheus.tls: false (then anyone on "
+            "the cluster network reads the metrics, without a login)",
+        )
+
+
+@check
+def monitoring_prometheus_needs(c: Cluster):
+    """The Prometheus backend has its server's host; its alerts go somewhere, mail through a
+    relay; slurmctld's own metrics are not turned off by PrivateData unawares."""
+    m = c.monitoring
+    if m is None or m.backend != "prometheus":
+        return
+    if c.services.monitoring_db is None:
+        yield error(
+            ("services", "monitoring_db"),
+            "monitoring.backend prometheus runs Prometheus on services.monitoring_db, which names no host",
+        )
+    a = m.alerts
+    if a is not None and not a.webhooks and not a.email:
+        yield warning(
+            (*MON, "alerts"), "alerts with neither webhooks nor email: Alertmanager keeps them and tells nobody"
+        )
+    if a is not None and a.email and a.smarthost is None:
+        yield error(
+            (*MON, "alerts", "smarthost"), "alerts.email needs the mail relay that sends it: smarthost: HOST:PORT"
+        )
+    if "PrivateData" in c.slurm.extra and version_key(c.slurm.version) >= version_key(SLURMCTLD_METRICS_FROM):
+        yield warning(
+            ("slurm", "extra", "PrivateData"),
+            f"slurmctld serves no metrics while PrivateData is set (Slurm {SLURMCTLD_METRICS_FROM} and later): "
+            "Prometheus scrapes only the toolkit's Slurm collector, whose view PrivateData limits too",
+        )
+    if a is not None and c.controllers and "slurm" not in m.all_inputs():
+        yield warning(
+            (*MON, "inputs"),
+            "no input list names the slurm collector: the alerts for down Slurm nodes, slurmctld and slurmdbd "
+            "read it and stay silent; list it for the slurmctld host's role",
         )
 
 

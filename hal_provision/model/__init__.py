@@ -210,7 +210,8 @@ class Cluster(Strict):
             self.recipes.prefix = info.under_prefix("recipes")
         grafana = self.monitoring.grafana if self.monitoring else None
         if grafana is not None and grafana.datasource is None:
-            grafana.datasource = f"{info.name.upper()} InfluxDB"
+            kind = "Prometheus" if self.monitoring.backend == "prometheus" else "InfluxDB"
+            grafana.datasource = f"{info.name.upper()} {kind}"
         if self.backup is not None:
             for destination in (self.backup.destination, *self.backup.host_destinations.values()):
                 if destination.subdirectory is None:
@@ -603,14 +604,16 @@ class Cluster(Strict):
     def backup_sources(self) -> dict[str, str]:
         """Each kind of state the cluster has but its secrets (model.backup.STATES) -> the host
         that holds it: the accounting database and slurmctld's state always; the directory
-        where an LDAP host serves an accounts section, the monitoring database where a
-        monitoring section has its database host (without the section the roles deploy
-        neither). The first host where a service names several."""
+        where an LDAP host serves an accounts section, the InfluxDB database where a
+        monitoring section of that backend has its database host (without the section the
+        roles deploy neither; Prometheus' samples are not backed up: what it scrapes is there
+        again at the next scrape, and its configuration is the model's). The first host where a
+        service names several."""
         s = self.services
         out = {"accounting_db": nodeset(s.accounting_db)[0]}
         if s.ldap is not None and self.accounts is not None:
             out["directory"] = nodeset(s.ldap)[0]
-        if s.monitoring_db is not None and self.monitoring is not None:
+        if s.monitoring_db is not None and self.monitoring is not None and self.monitoring.backend == "influxdb":
             out["monitoring"] = nodeset(s.monitoring_db)[0]
         out["slurmctld_state"] = self.controllers[0]  # the primary, as slurm.conf names it
         return out

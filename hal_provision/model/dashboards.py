@@ -3,12 +3,14 @@
 Pure specs, no Grafana library: the semantic checks read them (every query names the
 measurement, fields and tags it reads, to compare with the inputs the model configures), the
 renderer (hal_provision.render.grafana) turns them into dashboard JSON, and
-`hal-provision dashboards` prints them.
+`hal-provision dashboards` prints them. One list of panels serves both monitoring backends:
+every query is written twice, in InfluxQL (backend influxdb) and in PromQL (backend
+prometheus), by the same builder, so the two dashboards cannot drift apart.
 
-Queries are raw InfluxQL for InfluxDB 1.6 with Grafana's macros `$timeFilter` (the dashboard's
-time range) and `$__interval` (one bucket; every panel's minimum interval is the collection
-interval, so a bucket holds at least one collection). `concrete` substitutes both, to run a
-query by hand or in a test. Three shapes recur:
+InfluxQL queries are raw InfluxQL for InfluxDB 1.6 with Grafana's macros `$timeFilter` (the
+dashboard's time range) and `$__interval` (one bucket; every panel's minimum interval is the
+collection interval, so a bucket holds at least one collection). `concrete` substitutes both, to
+run a query by hand or in a test. Three shapes recur:
 
 * per series: mean/max of a field per bucket and host (or GPU, sensor);
 * sum of the latest: a sum over many series (nodes, users) is taken over each series' last()
@@ -17,6 +19,19 @@ query by hand or in a test. Three shapes recur:
 * now: the latest value per series over the last two collection intervals, whatever the
   dashboard's range (nodes reporting, tables of running jobs): a bucket that has just begun
   would miss the hosts that have not reported in it yet.
+
+PromQL queries read the node exporter's metrics where Telegraf's built-in inputs would run and
+the toolkit's collectors under the names hal_provision.node.monitoring.openmetrics gives them
+(hal_<measurement>_<field>; tag `job` as label `job_name`), selecting hosts by the `host` label
+every scrape adds, with the same regular expressions (RE2 in both languages). Grafana's macros
+`$__interval` (one step), `$__rate_interval` (a window rate() can rely on: at least four
+scrapes) and `$__range` may appear; `concrete_promql` substitutes them as Grafana would. The
+same three shapes: `avg`/`max_over_time` per step and series; sums over `max by` the series'
+own labels (the Slurm collector's series may come from more than one host: each counts once),
+rates likewise; now: an instant query (Query.instant) over `last_over_time` of the last two
+collection intervals, or `up` for the heartbeat. Where one InfluxQL query selects several
+fields (columns), its PromQL joins one expression per field with `or`, each series labelled
+`column` with the field's name (COLUMN; InfluxQL's $col).
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ from typing import Literal
 from ClusterShell.NodeSet import NodeSet
 
 from ..hostlist import expand, fold, nodeset, pieces, union_shared
+from ..node.monitoring.openmetrics import label_name, metric_name
 from . import Cluster, NodeGroup, Role
 from .monitoring import backup_collector_hosts, group_gpus, group_inputs
 from .oncalendar import period_seconds
@@ -41,17 +57,32 @@ BACKUP_LATE_HOURS = 36.0
 # A running job's state tag from the Slurm collector, in any case (squeue prints RUNNING).
 RUNNING = "/^(?i)running$/"
 NOT_LOOPBACK = "\"interface\" != 'lo'"
+# The label naming the field of each series where one PromQL query returns several (InfluxQL's $col).
+COLUMN = "column"
 
 
 @dataclass(frozen=True)
 class Query:
     ref_id: str
-    influxql: str
+    influxql: str  # backend influxdb
+    promql: str  # backend prometheus: the same question, of the same data
     measurement: str  # what the query reads, for the checks: one measurement,
     fields: tuple[str, ...]  # these of its fields,
     tags: tuple[str, ...]  # and these tags (filtered on or grouped by; "host" is every point's)
     alias: str = ""  # Grafana's series name pattern ($tag_host, $col)
     format: Literal["time_series", "table"] = "time_series"
+    instant: bool = False  # the latest values now, whatever the dashboard's range (no time buckets)
+
+    def text(self, backend: str) -> str:
+        """The query in the language of a monitoring backend (monitoring.backend)."""
+        return self.promql if backend == "prometheus" else self.influxql
+
+    @property
+    def legend(self) -> str:
+        """The alias as Grafana's legendFormat of the PromQL query: $tag_X as {{label}} (the
+        label the tag becomes: job -> job_name), $col as {{column}}."""
+        legend = self.alias.replace("$col", "{{" + COLUMN + "}}")
+        return re.sub(r"\$tag_(\w+)", lambda m: "{{" + _label(m.group(1)) + "}}", legend)
 
 
 @dataclass(frozen=True)
@@ -271,8 +302,85 @@ def _latest_now(fields: tuple[str, ...], measurement: str, where: str, per: tupl
     )
 
 
-def _query(ref: str, influxql: str, measurement: str, fields, tags=(), alias="", fmt="time_series") -> Query:
-    return Query(ref, influxql, measurement, tuple(fields), tuple(tags), alias, fmt)
+# ---- PromQL --------------------------------------------------------------------------------------
+
+
+def concrete_promql(
+    promql: str, window_seconds: int = 900, *, interval_seconds: int, scrape_seconds: int | None = None
+) -> str:
+    """The query as Grafana sends it for the last `window_seconds` in steps of the interval:
+    $__interval the step, $__range the window, $__rate_interval Grafana's max($__interval +
+    scrape interval, 4 scrape intervals) (the scrape interval: the datasource's timeInterval, the
+    collection interval; by default the step's)."""
+    scrape = scrape_seconds or interval_seconds
+    rate = max(interval_seconds + scrape, 4 * scrape)
+    return (
+        promql.replace("$__rate_interval", f"{rate}s")
+        .replace("$__interval", f"{interval_seconds}s")
+        .replace("$__range", f"{window_seconds}s")
+    )
+
+
+def _label(tag: str) -> str:
+    """The Prometheus label of a collector's tag; `host` is the scrape's target label."""
+    return label_name(tag) or tag
+
+
+def _string(text: str) -> str:
+    """A PromQL string literal (its escapes are Go's: a regex's backslash doubled)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _selector(metric: str, *matchers: str) -> str:
+    inner = ", ".join(m for m in matchers if m)
+    return f"{metric}{{{inner}}}" if inner else metric
+
+
+def _hosts(groups: list[NodeGroup]) -> str:
+    """The matcher of the groups' hosts (PromQL anchors regexes itself; the anchors do no harm)."""
+    return f"host=~{_string(_groups_regex(groups))}"
+
+
+def _by(labels: tuple[str, ...]) -> str:
+    return f"by ({', '.join(labels)})"
+
+
+def _prom_per_series(aggregate: str, metric: str, matchers: tuple[str, ...], by: tuple[str, ...]) -> str:
+    """Per step and series of `by`: the mean (avg) or max of a gauge over each step."""
+    return f"{aggregate} {_by(by)} ({aggregate}_over_time({_selector(metric, *matchers)}[$__interval]))"
+
+
+def _prom_sum_of_latest(metric: str, per: tuple[str, ...], by: tuple[str, ...] = ()) -> str:
+    """Per step (and series of `by`): the sum over the series of `per` of each one's latest
+    value, each series once however many hosts report it."""
+    outer = f"sum {_by(by)}" if by else "sum"
+    return f"{outer} (max {_by(per)} ({metric}))"
+
+
+def _prom_sum_of_rates(metric: str, *matchers: str) -> str:
+    """Per step and host: the sum of the counter's rates per second over its series."""
+    return f"sum by (host) (rate({_selector(metric, *matchers)}[$__rate_interval]))"
+
+
+def _prom_latest_now(metric: str, matchers: tuple[str, ...], per: tuple[str, ...], interval: int) -> str:
+    """The latest value of each series of `per` over the last two intervals (an instant query)."""
+    return f"max {_by(per)} (last_over_time({_selector(metric, *matchers)}[{2 * interval}s]))"
+
+
+def _columns(exprs: dict[str, str]) -> str:
+    """Several expressions as one, each series labelled COLUMN with its name (InfluxQL's $col)."""
+    return " or ".join(f'label_replace({expr}, "{COLUMN}", {_string(name)}, "", "")' for name, expr in exprs.items())
+
+
+def _heartbeat(groups: list[NodeGroup]) -> str:
+    """The nodes of the groups whose node exporter answered the last scrape."""
+    return f'count(up{{job="node", {_hosts(groups)}}} == 1)'
+
+
+def _query(
+    ref: str, influxql: str, promql: str, measurement: str, fields, tags=(), alias="", fmt="time_series", instant=False
+) -> Query:
+    return Query(ref, influxql, promql, measurement, tuple(fields), tuple(tags), alias, fmt, instant)
 
 
 # ---- the dashboards -------------------------------------------------------------------------------
@@ -291,18 +399,35 @@ def status(cluster: Cluster) -> Dashboard:
     """At a glance, on a phone too: stat panels first, then who uses what and whether the
     shared file systems answer."""
     interval = cluster.monitoring.interval_seconds
+    prometheus = cluster.monitoring.backend == "prometheus"
     n = len(reporting_hosts(cluster))
     gpus = slurm_gpus(cluster)
     all_hosts = _in_groups(cluster.nodes)
-    heartbeat = _latest_now(("load1",), "system", _in_groups(groups_with_input(cluster, "system")), ("host",), interval)
+    reporters = groups_with_input(cluster, "system")
+    heartbeat = _latest_now(("load1",), "system", _in_groups(reporters), ("host",), interval)
+    if prometheus:
+        arrived = f"whose node exporter answered Prometheus' last scrape (every {interval} s)"
+        stops = f"within a scrape or two ({interval} s each)"
+    else:
+        arrived = f"whose system metrics arrived in the last two collection intervals ({2 * interval} s)"
+        stops = f"within two collection intervals ({2 * interval} s)"
     panels = [
         Panel(
             "Nodes reporting",
             "stat",
             "none",
-            f"Nodes of the {n} expected whose system metrics arrived in the last two collection "
-            f"intervals ({2 * interval} s).",
-            (_query("A", f'SELECT count("load1") AS "reporting" FROM ({heartbeat})', "system", ("load1",), ("host",)),),
+            f"Nodes of the {n} expected {arrived}.",
+            (
+                _query(
+                    "A",
+                    f'SELECT count("load1") AS "reporting" FROM ({heartbeat})',
+                    _heartbeat(reporters),
+                    "system",
+                    ("load1",),
+                    ("host",),
+                    instant=True,
+                ),
+            ),
             width=6,
             height=4,
             max=n,
@@ -313,10 +438,16 @@ def status(cluster: Cluster) -> Dashboard:
             "stat",
             "none",
             f"The {n} nodes of the model that run the system input, less those reporting: a node that "
-            f"stops shows here within two collection intervals ({2 * interval} s).",
+            f"stops shows here {stops}.",
             (
                 _query(
-                    "A", f'SELECT {n} - count("load1") AS "down" FROM ({heartbeat})', "system", ("load1",), ("host",)
+                    "A",
+                    f'SELECT {n} - count("load1") AS "down" FROM ({heartbeat})',
+                    f"{n} - ({_heartbeat(reporters)} or vector(0))",
+                    "system",
+                    ("load1",),
+                    ("host",),
+                    instant=True,
                 ),
             ),
             width=6,
@@ -333,6 +464,12 @@ def status(cluster: Cluster) -> Dashboard:
                 _query(
                     "A",
                     _sum_of_latest(("up", "down", "drained"), "slurm_node", "", ("node",)),
+                    _columns(
+                        {
+                            f: _prom_sum_of_latest(metric_name("slurm_node", f), ("node",))
+                            for f in ("up", "down", "drained")
+                        }
+                    ),
                     "slurm_node",
                     ("up", "down", "drained"),
                     ("node",),
@@ -355,6 +492,7 @@ def status(cluster: Cluster) -> Dashboard:
                     _query(
                         "A",
                         _sum_of_latest(("gpus_alloc",), "slurm_node", "", ("node",)),
+                        _prom_sum_of_latest(metric_name("slurm_node", "gpus_alloc"), ("node",)),
                         "slurm_node",
                         ("gpus_alloc",),
                         ("node",),
@@ -363,6 +501,7 @@ def status(cluster: Cluster) -> Dashboard:
                     _query(
                         "B",
                         _sum_of_latest(("gpus_total",), "slurm_node", "", ("node",)),
+                        _prom_sum_of_latest(metric_name("slurm_node", "gpus_total"), ("node",)),
                         "slurm_node",
                         ("gpus_total",),
                         ("node",),
@@ -375,9 +514,8 @@ def status(cluster: Cluster) -> Dashboard:
                 alert_at=gpus,
             )
         )
-    jobs_by_state = _sum_of_latest(
-        ("jobs",), "slurm_jobs", "", ("partition", "user", "account", "state"), by=("state",)
-    )
+    job_tags = ("partition", "user", "account", "state")
+    jobs_by_state = _sum_of_latest(("jobs",), "slurm_jobs", "", job_tags, by=("state",))
     panels.append(
         Panel(
             "Jobs by state",
@@ -386,7 +524,13 @@ def status(cluster: Cluster) -> Dashboard:
             "Jobs running, pending and in any other state Slurm reports.",
             (
                 _query(
-                    "A", jobs_by_state, "slurm_jobs", ("jobs",), ("partition", "user", "account", "state"), "$tag_state"
+                    "A",
+                    jobs_by_state,
+                    _prom_sum_of_latest(metric_name("slurm_jobs", "jobs"), job_tags, by=("state",)),
+                    "slurm_jobs",
+                    ("jobs",),
+                    job_tags,
+                    "$tag_state",
                 ),
             ),
             width=12 if gpus else 24,
@@ -398,24 +542,34 @@ def status(cluster: Cluster) -> Dashboard:
         (used, "jobs"), "slurm_jobs", f'"state" =~ {RUNNING}', ("partition", "user", "account"), interval
     )
     per_user = f'SELECT sum("{used}") AS "{used}", sum("jobs") AS "jobs" FROM ({latest}) GROUP BY "user"'
+    running_state = f"{_label('state')}=~{_string('(?i)running')}"
+    per_user_prom = _columns(
+        {
+            f: "sum by (user) ("
+            + _prom_latest_now(
+                metric_name("slurm_jobs", f), (running_state,), ("partition", "user", "account"), interval
+            )
+            + ")"
+            for f in (used, "jobs")
+        }
+    )
     panels.append(
         Panel(
             f"Top users by {label} in use",
             "table",
             "none",
             f"{label} held by each user's running jobs now (the last two collection intervals), most first.",
-            (
-                _query(
-                    "A", per_user, "slurm_jobs", (used, "jobs"), ("partition", "user", "account", "state"), fmt="table"
-                ),
-            ),
+            (_query("A", per_user, per_user_prom, "slurm_jobs", (used, "jobs"), job_tags, fmt="table", instant=True),),
             width=24,
             height=8,
             sort_by=used,
         )
     )
-    running = _latest_now(
-        ("gpus", "cpus", "nodes", "run_seconds"), "slurm_job", "", ("job_id", "user", "partition", "account"), interval
+    job_fields = ("gpus", "cpus", "nodes", "run_seconds")
+    job_labels = ("job_id", "user", "partition", "account")
+    running = _latest_now(job_fields, "slurm_job", "", job_labels, interval)
+    running_prom = _columns(
+        {f: _prom_latest_now(metric_name("slurm_job", f), (), job_labels, interval) for f in job_fields}
     )
     panels.append(
         Panel(
@@ -423,22 +577,14 @@ def status(cluster: Cluster) -> Dashboard:
             "table",
             "none",
             "Every running job now: its user, partition, GPUs and run time.",
-            (
-                _query(
-                    "A",
-                    running,
-                    "slurm_job",
-                    ("gpus", "cpus", "nodes", "run_seconds"),
-                    ("job_id", "user", "partition", "account"),
-                    fmt="table",
-                ),
-            ),
+            (_query("A", running, running_prom, "slurm_job", job_fields, job_labels, fmt="table", instant=True),),
             width=24,
             height=10,
             sort_by="run_seconds",
             field_units=(("run_seconds", "s"),),
         )
     )
+    probes = {"list home": "list_home_ms", "stat": "stat_ms"}
     panels.append(
         Panel(
             "Storage responsiveness",
@@ -455,8 +601,19 @@ def status(cluster: Cluster) -> Dashboard:
                         all_hosts,
                         ("host",),
                     ),
+                    _columns(
+                        {
+                            name: _prom_per_series(
+                                "max",
+                                metric_name("storage_responsiveness", field),
+                                (_hosts(cluster.nodes),),
+                                ("host",),
+                            )
+                            for name, field in probes.items()
+                        }
+                    ),
                     "storage_responsiveness",
-                    ("list_home_ms", "stat_ms"),
+                    tuple(probes.values()),
                     ("host",),
                     "$tag_host $col",
                 ),
@@ -473,9 +630,22 @@ def status(cluster: Cluster) -> Dashboard:
     )
 
 
+# The node exporter's metrics for the fields of Telegraf's inputs the panels read.
+NODE_CPU = "node_cpu_seconds_total"  # {cpu, mode}, seconds
+NODE_MEMORY = ("node_memory_MemAvailable_bytes", "node_memory_MemTotal_bytes")
+NODE_NETWORK = {"in": "node_network_receive_bytes_total", "out": "node_network_transmit_bytes_total"}  # {device}
+NODE_INFINIBAND = {  # {device, port}, bytes (the exporter multiplies the 4-byte words)
+    "in": "node_infiniband_port_data_received_bytes_total",
+    "out": "node_infiniband_port_data_transmitted_bytes_total",
+}
+
+
 def nodes(cluster: Cluster) -> Dashboard:
     """Per node: CPU, memory, GPUs, network and InfiniBand."""
     every = _in_groups(cluster.nodes)
+    on_every = _hosts(cluster.nodes)
+    idle = _selector(NODE_CPU, 'mode="idle"', on_every)
+    available, total = (f"avg_over_time({_selector(m, on_every)}[$__interval])" for m in NODE_MEMORY)
     panels = [
         Panel(
             "CPU usage per node",
@@ -488,6 +658,7 @@ def nodes(cluster: Cluster) -> Dashboard:
                     _per_series(
                         '100 - mean("usage_idle") AS "busy"', "cpu", _where("\"cpu\" = 'cpu-total'", every), ("host",)
                     ),
+                    f"100 * (1 - avg by (host) (rate({idle}[$__rate_interval])))",
                     "cpu",
                     ("usage_idle",),
                     ("cpu", "host"),
@@ -505,6 +676,7 @@ def nodes(cluster: Cluster) -> Dashboard:
                 _query(
                     "A",
                     _per_series('mean("used_percent") AS "used"', "mem", every, ("host",)),
+                    f"avg by (host) (100 * (1 - {available} / {total}))",
                     "mem",
                     ("used_percent",),
                     ("host",),
@@ -537,6 +709,7 @@ def nodes(cluster: Cluster) -> Dashboard:
     net = _sum_of_rates(
         {"in": "bytes_recv", "out": "bytes_sent"}, "net", _where(every, NOT_LOOPBACK), ("host", "interface")
     )
+    net_prom = _columns({name: _prom_sum_of_rates(m, 'device!="lo"', on_every) for name, m in NODE_NETWORK.items()})
     panels.append(
         Panel(
             "Network traffic per node",
@@ -544,20 +717,21 @@ def nodes(cluster: Cluster) -> Dashboard:
             "Bps",
             "Bytes per second received (in) and sent (out), all Ethernet and IPoIB interfaces "
             "of the node but loopback.",
-            (_query("A", net, "net", ("bytes_recv", "bytes_sent"), ("host", "interface"), "$tag_host $col"),),
+            (_query("A", net, net_prom, "net", ("bytes_recv", "bytes_sent"), ("host", "interface"), "$tag_host $col"),),
             width=24,
         )
     )
     if "infiniband" in cluster.monitoring.all_inputs():
-        ib_hosts = _in_groups(groups_with_input(cluster, "infiniband"))
+        ib_groups = groups_with_input(cluster, "infiniband")
         # The port counters count 4-byte words (InfiniBand's PortRcvData/PortXmitData).
         ib = _sum_of_rates(
             {"in": "port_rcv_data", "out": "port_xmit_data"},
             "infiniband",
-            ib_hosts,
+            _in_groups(ib_groups),
             ("host", "device", "port"),
             scale=4,
         )
+        ib_prom = _columns({name: _prom_sum_of_rates(m, _hosts(ib_groups)) for name, m in NODE_INFINIBAND.items()})
         panels.append(
             Panel(
                 "InfiniBand traffic per node",
@@ -568,6 +742,7 @@ def nodes(cluster: Cluster) -> Dashboard:
                     _query(
                         "A",
                         ib,
+                        ib_prom,
                         "infiniband",
                         ("port_rcv_data", "port_xmit_data"),
                         ("host", "device", "port"),
@@ -585,11 +760,18 @@ def nodes(cluster: Cluster) -> Dashboard:
     )
 
 
+# InfluxQL's aggregates by their PromQL names.
+_PROM_AGGREGATE = {"mean": "avg", "max": "max"}
+
+
 def _per_gpu(aggregate: str, field: str, name: str, groups: list[NodeGroup]) -> Query:
     """One nvidia_smi field per bucket and GPU of the groups' hosts."""
     return _query(
         "A",
         _per_series(f'{aggregate}("{field}") AS "{name}"', "nvidia_smi", _in_groups(groups), ("host", "index")),
+        _prom_per_series(
+            _PROM_AGGREGATE[aggregate], metric_name("nvidia_smi", field), (_hosts(groups),), ("host", "index")
+        ),
         "nvidia_smi",
         (field,),
         ("host", "index"),
@@ -605,12 +787,19 @@ def _gpu_memory_mib(cluster: Cluster) -> float | None:
 def admin(cluster: Cluster) -> Dashboard:
     """Thermal load and power, for the administrators; the GPU inventory."""
     every = _in_groups(cluster.nodes)
+    interval = cluster.monitoring.interval_seconds
 
-    def bmc(kind: str, selects: str, by: tuple[str, ...]) -> Query:
+    def bmc(kind: str, aggregate: str, name: str, by: tuple[str, ...]) -> Query:
         alias = "$tag_host" if by == ("host",) else "$tag_host $tag_sensor"
         return _query(
             "A",
-            _per_series(selects, "bmc", _where(f"\"kind\" = '{kind}'", every), by),
+            _per_series(f'{aggregate}("value") AS "{name}"', "bmc", _where(f"\"kind\" = '{kind}'", every), by),
+            _prom_per_series(
+                _PROM_AGGREGATE[aggregate],
+                metric_name("bmc", "value"),
+                (f"{_label('kind')}={_string(kind)}", _hosts(cluster.nodes)),
+                tuple(map(_label, by)),
+            ),
             "bmc",
             ("value",),
             ("kind", *by),
@@ -624,7 +813,7 @@ def admin(cluster: Cluster) -> Dashboard:
             "timeseries",
             "celsius",
             "The highest temperature sensor the BMC reports, per node.",
-            (bmc("temperature", 'max("value") AS "temperature"', ("host",)),),
+            (bmc("temperature", "max", "temperature", ("host",)),),
         )
     ]
     if gpu:
@@ -643,7 +832,7 @@ def admin(cluster: Cluster) -> Dashboard:
             "timeseries",
             "watt",
             "Power readings of each node's BMC, per sensor.",
-            (bmc("power", 'mean("value") AS "power"', ("host", "sensor")),),
+            (bmc("power", "mean", "power", ("host", "sensor")),),
         )
     )
     if gpu:
@@ -662,17 +851,19 @@ def admin(cluster: Cluster) -> Dashboard:
             "timeseries",
             "rotrpm",
             "Fan speeds the BMCs report, per node and fan.",
-            (bmc("fan", 'mean("value") AS "speed"', ("host", "sensor")),),
+            (bmc("fan", "mean", "speed", ("host", "sensor")),),
             width=24,
         )
     )
     if gpu and "gpu" in cluster.monitoring.all_inputs():
-        inventory = _latest_now(
-            ("memory_total_mib", "ecc_enabled"),
-            "gpu_info",
-            _in_groups(gpu),
-            ("host", "index", "name", "pci_bus_id", "driver_version"),
-            cluster.monitoring.interval_seconds,
+        gpu_fields = ("memory_total_mib", "ecc_enabled")
+        gpu_tags = ("host", "index", "name", "pci_bus_id", "driver_version")
+        inventory = _latest_now(gpu_fields, "gpu_info", _in_groups(gpu), gpu_tags, interval)
+        inventory_prom = _columns(
+            {
+                f: _prom_latest_now(metric_name("gpu_info", f), (_hosts(gpu),), tuple(map(_label, gpu_tags)), interval)
+                for f in gpu_fields
+            }
         )
         panels.append(
             Panel(
@@ -680,16 +871,7 @@ def admin(cluster: Cluster) -> Dashboard:
                 "table",
                 "none",
                 "Every GPU now: model, PCI bus, driver, memory (MiB) and whether ECC is on.",
-                (
-                    _query(
-                        "A",
-                        inventory,
-                        "gpu_info",
-                        ("memory_total_mib", "ecc_enabled"),
-                        ("host", "index", "name", "pci_bus_id", "driver_version"),
-                        fmt="table",
-                    ),
-                ),
+                (_query("A", inventory, inventory_prom, "gpu_info", gpu_fields, gpu_tags, fmt="table", instant=True),),
                 width=24,
                 height=10,
                 field_units=(("memory_total_mib", "mbytes"),),
@@ -715,14 +897,17 @@ def backup_panels(cluster: Cluster) -> list[Panel]:
         return []
     jobs = len(cluster.backup_jobs)
     late = backup_late_hours(cluster)
-    on_hosts = f'"host" =~ /{host_regex(",".join(hosts))}/'
+    interval = cluster.monitoring.interval_seconds
+    regex = host_regex(",".join(hosts))
+    on_hosts = f'"host" =~ /{regex}/'
+    age = metric_name("hal_backup", "age_s")
+    job = _label("job")
+    on_hosts_prom = f"host=~{_string(regex)}"
     # Each job's oldest age reported now; a job without a good snapshot prints no age_s, so it
     # has no row here and counts as missing, as does one whose hosts stopped reporting.
-    now = (
-        f'SELECT max("age_s") AS "age_s" FROM "hal_backup" '
-        f'WHERE {_where(_now(cluster.monitoring.interval_seconds), on_hosts)} GROUP BY "job"'
-    )
+    now = f'SELECT max("age_s") AS "age_s" FROM "hal_backup" WHERE {_where(_now(interval), on_hosts)} GROUP BY "job"'
     count = f'SELECT {jobs} - count("age_s") AS "late or missing" FROM ({now}) WHERE "age_s" < {late * 3600:.0f}'
+    fresh = f"count({_prom_latest_now(age, (on_hosts_prom,), (job,), interval)} < {late * 3600:.0f})"
     schedule = cluster.backup.schedule
     return [
         Panel(
@@ -731,7 +916,17 @@ def backup_panels(cluster: Cluster) -> list[Panel]:
             "none",
             f"Of the {jobs} backup jobs, those whose last good snapshot is older than {late:g} h, that have none, "
             f"or whose age was not reported in the last two collection intervals (schedule {schedule}).",
-            (_query("A", count, "hal_backup", ("age_s",), ("host", "job")),),
+            (
+                _query(
+                    "A",
+                    count,
+                    f"{jobs} - ({fresh} or vector(0))",
+                    "hal_backup",
+                    ("age_s",),
+                    ("host", "job"),
+                    instant=True,
+                ),
+            ),
             width=6,
             height=8,
             alert_at=1,
@@ -748,6 +943,7 @@ def backup_panels(cluster: Cluster) -> list[Panel]:
                 _query(
                     "A",
                     _per_series('max("age_s") / 3600 AS "age"', "hal_backup", on_hosts, ("job",)),
+                    _prom_per_series("max", age, (on_hosts_prom,), (job,)) + " / 3600",
                     "hal_backup",
                     ("age_s",),
                     ("host", "job"),

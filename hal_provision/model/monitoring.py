@@ -1,4 +1,10 @@
-"""Monitoring: Telegraf on every node feeding one InfluxDB, Grafana dashboards over it.
+"""Monitoring: metrics from every node into one database, Grafana dashboards over it, and alerts.
+
+Two backends (monitoring.backend). `influxdb`, HAL's own: Telegraf on every node feeding one
+InfluxDB. `prometheus`: the Prometheus node exporter on every node, the toolkit's collectors
+writing its textfile directory (hal-collect textfile), one Prometheus server on
+services.monitoring_db scraping them, and Alertmanager beside it sending the alert rules the model
+makes (model.alerts) to the receivers monitoring.alerts names.
 
 Which inputs run on which node role or group, how often, where the database and Grafana live, and
 which dashboards are wanted. INPUTS is the catalogue every part agrees on: for each input,
@@ -23,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Name, Strict, absolute_path
 from .nodes import NodeGroup, Role
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
 
 # The directory the storage responsiveness collector lists.
 ProbePath = absolute_path(r"^/")
+StoragePath = absolute_path()
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ class InputSpec:
     measurements: dict[str, tuple[str, ...]]  # measurement -> fields the dashboards may use
     tags: dict[str, tuple[str, ...]]  # measurement -> tags it carries (besides host)
     min_interval_seconds: int  # one run takes up to this long on a busy node
-    needs: Literal["", "gpus", "fabric", "slurm_controller", "backup_jobs"] = ""
+    needs: Literal["", "gpus", "fabric", "slurm_controller", "backup_jobs", "health", "pull"] = ""
     description: str = ""
 
 
@@ -121,15 +128,18 @@ INPUTS: dict[str, InputSpec] = {
             "slurm_jobs": ("jobs", "gpus", "cpus", "nodes"),
             "slurm_job": ("gpus", "cpus", "nodes", "run_seconds"),
             "slurm_node": ("up", "down", "drained", "gpus_total", "gpus_alloc", "cpus_total", "cpus_alloc"),
+            "slurm_daemons": ("up",),
         },
         {
             "slurm_jobs": ("partition", "user", "account", "state"),
             "slurm_job": ("job_id", "partition", "user", "account"),
             "slurm_node": ("node", "state"),
+            "slurm_daemons": ("daemon",),
         },
         10,
         needs="slurm_controller",
-        description="jobs per partition/user/account, running jobs, node states (squeue, sacct, sinfo -p/-P output)",
+        description="jobs per partition/user/account, running jobs, node states (squeue, sacct, sinfo -p/-P output); "
+        "whether slurmctld answered, and slurmdbd where the Prometheus backend asks (sacctmgr)",
     ),
     "bmc": InputSpec(
         "exec",
@@ -164,18 +174,41 @@ INPUTS: dict[str, InputSpec] = {
         "size (hal-backup age --influx, run as root: the secret jobs' snapshots are root's); a job "
         "without one has bytes=0 and no age_s",
     ),
+    # The Prometheus backend's alerts read these two; they follow from the health and deploy
+    # sections (not listed in monitoring.inputs either), and only that backend runs them.
+    "health": InputSpec(
+        "exec",
+        {"hal_healthcheck": ("failed",), "hal_healthcheck_run": ("time", "drain")},
+        {"hal_healthcheck": ("check",), "hal_healthcheck_run": ()},
+        5,
+        needs="health",
+        description="the health check's last result on each Slurm node: per check whether it failed, when it "
+        "ran and whether it drained the node (/run/hal-healthcheck/last.json)",
+    ),
+    "pull": InputSpec(
+        "exec",
+        {"hal_converge": ("finished", "seconds", "failed", "changed", "drift")},
+        {"hal_converge": ("state",)},
+        5,
+        needs="pull",
+        description="each pull node's last converge: when it finished, whether it failed, changed the node, or "
+        "found the node changed by hand (a change without a new release)",
+    ),
 }
 # Inputs that run on chosen hosts only, in a file of their own (files/etc/telegraf/hosts/<host>/).
 HOST_ONLY = ("slurm_controller", "backup_jobs")
 
 DASHBOARDS = ("status", "nodes", "admin")
+# slurmctld serves OpenMetrics itself from this Slurm (MetricsType=metrics/openmetrics), unless
+# PrivateData is set.
+SLURMCTLD_METRICS_FROM = "25.11"
 DURATION = re.compile(r"^(INF|\d+[hdw])$")
 
 
 def listable(name: str) -> bool:
-    """Whether monitoring.inputs may name the input (the backup collector follows from the
-    backup section instead)."""
-    return INPUTS[name].needs != "backup_jobs"
+    """Whether monitoring.inputs may name the input (the backup, health and pull collectors
+    follow from the backup, health and deploy sections instead)."""
+    return INPUTS[name].needs not in ("backup_jobs", "health", "pull")
 
 
 def producers(measurement: str) -> list[str]:
@@ -212,8 +245,8 @@ class Grafana(Strict):
     datasource: str | None = Field(
         None,
         min_length=1,
-        description="Name of the provisioned InfluxDB datasource. Default: NAME InfluxDB, "
-        "NAME the cluster's name in capitals.",
+        description="Name of the provisioned datasource. Default: NAME InfluxDB (or NAME Prometheus with "
+        "backend prometheus), NAME the cluster's name in capitals.",
     )
     dashboards: list[Literal["status", "nodes", "admin"]] = Field(
         default_factory=lambda: list(DASHBOARDS),
@@ -223,8 +256,81 @@ class Grafana(Strict):
     )
 
 
+PROM_DURATION = re.compile(r"^\d+[mhdwy]$")
+
+
+class Prometheus(Strict):
+    port: int = Field(9090, ge=1, le=65535, description="Prometheus' HTTP port on services.monitoring_db.")
+    retention: str = Field(
+        "90d", description="How long Prometheus keeps samples (its duration syntax: 12h, 90d, 52w, 1y)."
+    )
+    storage_path: StoragePath = Field(
+        "/var/lib/prometheus/metrics2", description="Prometheus' time series database directory."
+    )
+    node_exporter_port: int = Field(
+        9100, ge=1, le=65535, description="Port of the node exporter on every node (its cluster address only)."
+    )
+    alertmanager_port: int = Field(
+        9093, ge=1, le=65535, description="Alertmanager's port, on the loopback of services.monitoring_db only."
+    )
+    tls: bool = Field(
+        True,
+        description="HTTPS and basic authentication on Prometheus' port, with a certificate the cluster CA (on "
+        "services.ldap) signs; Grafana verifies it and logs in as user grafana, whose password is made on the "
+        "server. false: plain HTTP, no login (anyone on the cluster network reads every metric).",
+    )
+
+    @field_validator("retention")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not PROM_DURATION.match(value):
+            raise ValueError(f"{value!r} is not a Prometheus duration such as 12h, 90d, 52w or 1y")
+        return value
+
+
+class Alerts(Strict):
+    webhooks: list[Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")]] = Field(
+        default_factory=list,
+        description="URLs Alertmanager posts every alert to (its webhook JSON), when it fires and when it resolves.",
+    )
+    email: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")]] = Field(
+        default_factory=list, description="Addresses Alertmanager mails every alert to, when it fires and resolves."
+    )
+    smarthost: str | None = Field(
+        None,
+        pattern=r"^[^\s:]+:\d+$",
+        description="HOST:PORT of the mail relay for `email` (STARTTLS when it offers it, no login).",
+    )
+    sender: str | None = Field(
+        None,
+        pattern=r"^[^@\s]+@[^@\s]+$",
+        description="From: address of the alert mails. Default: alertmanager@ the cluster's domain.",
+    )
+    filesystem_full_percent: int = Field(
+        90, ge=50, le=99, description="A file system used beyond this share of its size raises FilesystemNearlyFull."
+    )
+    group_wait_seconds: int = Field(
+        30, ge=0, description="How long Alertmanager waits for more alerts of a group before its first message."
+    )
+    group_interval_seconds: int = Field(
+        300,
+        ge=1,
+        description="How long Alertmanager waits before it tells a group's changes (new alerts, resolved ones).",
+    )
+    repeat_interval_hours: int = Field(4, ge=1, description="How often an alert still firing is sent again.")
+
+
 class Monitoring(Strict):
-    stack: Literal["telegraf-influxdb-grafana"] = Field("telegraf-influxdb-grafana", description="Metrics pipeline.")
+    backend: Literal["influxdb", "prometheus"] = Field(
+        "influxdb",
+        description="influxdb: Telegraf on every node into InfluxDB (HAL's). prometheus: the node exporter on "
+        "every node, the toolkit's collectors through its textfile directory, Prometheus and Alertmanager on "
+        "services.monitoring_db, and the alert rules of monitoring.alerts.",
+    )
+    stack: Literal["telegraf-influxdb-grafana"] = Field(
+        "telegraf-influxdb-grafana",
+        description="Metrics pipeline of the influxdb backend (ignored with backend prometheus).",
+    )
     interval_seconds: int = Field(
         60, gt=0, description="Collection interval of every input (Telegraf's agent interval)."
     )
@@ -249,6 +355,28 @@ class Monitoring(Strict):
         "/home", description="Directory the storage_responsiveness collector lists (the users' homes)."
     )
     grafana: Grafana | None = Field(None, description="Grafana and its dashboards; None: no Grafana.")
+    prometheus: Prometheus = Field(
+        default_factory=Prometheus, description="The Prometheus server on services.monitoring_db (backend prometheus)."
+    )
+    alerts: Alerts | None = Field(
+        None,
+        description="Alert rules and where Alertmanager sends them (backend prometheus): node down or drained by "
+        "the health check, a GPU fault, slurmctld or slurmdbd unreachable, a backup late, a pull node failed, late "
+        "or changed by hand, a file system nearly full. None: no Alertmanager.",
+    )
+
+    @model_validator(mode="after")
+    def _one_backend(self) -> "Monitoring":
+        # The other backend's section is refused where it says something: a derived model
+        # (the sandbox's model.json) writes every section out with its defaults, and loads again.
+        if self.backend == "prometheus" and "influxdb" in self.model_fields_set and self.influxdb != InfluxDb():
+            raise ValueError(
+                "monitoring.influxdb configures the influxdb backend: leave it out with backend prometheus"
+            )
+        changed_prometheus = "prometheus" in self.model_fields_set and self.prometheus != Prometheus()
+        if self.backend == "influxdb" and (changed_prometheus or self.alerts is not None):
+            raise ValueError("monitoring.prometheus and monitoring.alerts need backend: prometheus")
+        return self
 
     def listed_for(self, group: NodeGroup) -> list[str] | None:
         """The inputs listed for a node group, before its hardware is considered: its own list

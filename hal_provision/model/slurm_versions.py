@@ -116,7 +116,7 @@ RENDERED_KEYS = frozenset(
     PriorityWeightFairshare PriorityWeightJobSize PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES
     Epilog ProctrackType Prolog PrologFlags ReturnToService SchedulerType SelectType SelectTypeParameters SlurmUser SlurmctldHost
     SlurmctldLogFile SlurmctldParameters SlurmctldPidFile SlurmctldPort SlurmctldTimeout SlurmdLogFile SlurmdPidFile SlurmdPort
-    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin RebootProgram ResumeTimeout""".split()
+    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin RebootProgram ResumeTimeout MetricsType""".split()
 )
 
 
