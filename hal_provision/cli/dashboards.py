@@ -1,4 +1,5 @@
-"""`hal-provision dashboards`: every panel of the model's Grafana dashboards and its queries."""
+"""`hal-provision dashboards`: every panel of the model's Grafana dashboards and its queries
+(InfluxQL or PromQL, as monitoring.backend says)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ def panels(
         None, help="cluster.yml to use; the embedded HAL description if omitted.", show_default=False
     ),
 ) -> None:
-    """List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros
-    $timeFilter and $__interval left in)."""
+    """List each dashboard's panels: title, kind, unit and every query in the language of
+    monitoring.backend: InfluxQL (Grafana's macros $timeFilter and $__interval left in) or PromQL
+    ($__interval, $__rate_interval and $__range left in)."""
     _loaded, model = checked(file)
     boards = dashboards(model)
     if not boards:
@@ -30,4 +32,4 @@ def panels(
         for panel in board.panels:
             out.print(f"  {panel.title} [{panel.kind}, {panel.unit}]", markup=False)
             for q in panel.queries:
-                out.print(f"    {q.ref_id}: {q.influxql}", markup=False)
+                out.print(f"    {q.ref_id}: {q.text(model.monitoring.backend)}", markup=False)

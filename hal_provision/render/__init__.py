@@ -18,6 +18,7 @@ from . import (
     ood,
     policy,
     portal,
+    prometheus,
     provisioning,
     recipes,
     scratch,
@@ -41,6 +42,7 @@ def render_all(cluster: Cluster) -> dict[str, str]:
     files.update(portal.render(cluster))
     files.update(ood.render(cluster))
     files.update(monitoring.render(cluster))
+    files.update(prometheus.render(cluster))
     files.update(grafana.render(cluster))
     files.update(recipes.render(cluster))
     files.update(health.render(cluster))

@@ -195,7 +195,7 @@ def conf_path(cluster: Cluster, group: NodeGroup) -> str | None:
 
 def render(cluster: Cluster) -> dict[str, str]:
     m = cluster.monitoring
-    if m is None or cluster.services.monitoring_db is None:
+    if m is None or m.backend != "influxdb" or cluster.services.monitoring_db is None:
         return {}
     files: dict[str, str] = {}
     for group in cluster.nodes:

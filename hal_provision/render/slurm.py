@@ -11,7 +11,8 @@ import yaml
 from ..hostlist import NodeSet, fold, fold_hostlists, nodeset, overlaps, union
 from ..model import Cluster, GpuSharing, HardwareProfile, Role
 from ..model.configless import SLURMD_RETRIES_FETCH_FROM, served_to_slurmd
-from ..model.slurm import WeightedTres
+from ..model.monitoring import SLURMCTLD_METRICS_FROM
+from ..model.slurm import WeightedTres, version_key
 from ..model.slurm_versions import name_for
 from .common import header, yes_no
 from .health import slurm_conf_lines as health_lines
@@ -246,6 +247,20 @@ def reboot_lines(cluster: Cluster) -> str:
     )
 
 
+def metrics_lines(cluster: Cluster) -> str:
+    """Where Prometheus scrapes slurmctld itself (Slurm 25.11 and later, no PrivateData): its
+    OpenMetrics endpoints on SlurmctldPort."""
+    m = cluster.monitoring
+    if (
+        m is None
+        or m.backend != "prometheus"
+        or "PrivateData" in cluster.slurm.extra
+        or version_key(cluster.slurm.version) < version_key(SLURMCTLD_METRICS_FROM)
+    ):
+        return ""
+    return "\n# Prometheus scrapes slurmctld's own metrics (/metrics/... on SlurmctldPort).\nMetricsType=metrics/openmetrics\n"
+
+
 def slurm_conf(cluster: Cluster) -> str:
     s = cluster.slurm
     svc = cluster.services
@@ -322,6 +337,7 @@ def slurm_conf(cluster: Cluster) -> str:
         )
         + health_lines(cluster)
         + reboot_lines(cluster)
+        + metrics_lines(cluster)
         + extra_lines(cluster)
     )
     out.append(

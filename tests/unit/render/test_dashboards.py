@@ -1,6 +1,7 @@
 """The Grafana dashboards: specs generated from the model (node lists, GPU counts, which panels
 exist), every query reading only what the input catalogue says is written, the dashboard JSON
-and provisioning rendered from the specs, and `hal-provision dashboards` printing them."""
+and provisioning rendered from the specs, and `hal-provision dashboards` printing them; all on
+the influxdb backend (the PromQL of the prometheus backend: test_promql.py)."""
 
 from __future__ import annotations
 
@@ -213,6 +214,30 @@ def test_every_query_uses_grafanas_macros_or_a_window_of_two_intervals(hal):
             assert "GROUP BY time($__interval)" in q.influxql and "fill(none)" in q.influxql, panel.title
 
 
+def test_now_queries_are_instant_and_the_others_in_time_buckets(hal):
+    """Query.instant (a PromQL instant query; a stat without sparkline) is exactly the InfluxQL
+    queries without time buckets: the now-window's."""
+    for _b, panel, q in _all_queries(hal):
+        assert q.instant == ("$__interval" not in q.influxql), panel.title
+        assert q.format == "time_series" or q.instant, panel.title  # tables are now
+
+
+@pytest.mark.parametrize(
+    "alias,legend",
+    [
+        ("$tag_host $col", "{{host}} {{column}}"),
+        ("$tag_job", "{{job_name}}"),  # the tag job is the label job_name
+        ("$tag_host GPU $tag_index", "{{host}} GPU {{index}}"),
+        ("in use", "in use"),
+        ("", ""),
+    ],
+)
+def test_the_promql_legend_is_the_alias_in_labels(alias, legend):
+    q = dash.Query("A", "SELECT 1", "vector(1)", "m", (), (), alias)
+    assert q.legend == legend
+    assert (q.text("influxdb"), q.text("prometheus")) == ("SELECT 1", "vector(1)")
+
+
 def test_concrete_substitutes_the_macros(hal):
     for _b, _p, q in _all_queries(hal):
         text = concrete(q.influxql, 600, interval_seconds=120)
@@ -408,6 +433,11 @@ def test_dashboard_provider_provisioning(rendered):
     [provider] = yaml.safe_load(text)["providers"]
     assert provider["options"]["path"] == "/var/lib/grafana/dashboards/hal"
     assert provider["folder"] == "HAL" and provider["allowUiUpdates"] is False and provider["type"] == "file"
+
+
+def test_nothing_of_prometheus_in_the_influxdb_backends_files(rendered):
+    for path, text in rendered.items():
+        assert "prometheus" not in text.lower() and '"expr"' not in text, path
 
 
 def test_no_password_anywhere(rendered):
