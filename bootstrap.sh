@@ -67,10 +67,14 @@ done_step() { echo "== $STEP_NAME: $(clock "$STEP_START")"; }
 # sudoers rules; python3-yaml for the node image's builder, which
 # runs under the system's Python beside the virtual environment's set-up; ipmitool, which
 # `hal-provision power` drives IPMI BMCs with; dnsmasq-base (the daemon, no service), which
-# checks and answers the rendered network boot's configuration in the unit tests.
+# checks and answers the rendered network boot's configuration in the unit tests; Prometheus
+# (promtool), Alertmanager (amtool) and the node exporter, which check and run the Prometheus
+# backend's rendered configuration, rules and collectors' output in the unit tests; python3-bcrypt,
+# which hashes the Prometheus web configuration's password as the prometheus role does on a node.
 APT_PACKAGES=(python3 python3-venv python3-yaml slurmctld slurmd slurmdbd slurm-client munge hwloc util-linux
               iproute2 fio iptables podman runc debootstrap netavark aardvark-dns tar openssh-client rsync slapd
-              ldap-utils ruby chromium chromium-driver influxdb graphviz minisign sudo ipmitool dnsmasq-base)
+              ldap-utils ruby chromium chromium-driver influxdb graphviz minisign sudo ipmitool dnsmasq-base
+              python3-bcrypt prometheus prometheus-alertmanager prometheus-node-exporter)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -82,7 +86,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 # The Debian packages start daemons with the package's example config; the tests run their
 # own private daemons and need none of these on the host.
-for svc in slurmctld slurmd slurmdbd munge slapd influxdb; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
+for svc in slurmctld slurmd slurmdbd munge slapd influxdb prometheus prometheus-alertmanager prometheus-node-exporter; do $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; done
 
 # Podman on a cgroups-v1 hybrid host without CAP_SYS_RESOURCE: crun fails, runc needs lower
 # default ulimits; netavark gives DNS by container name. A drop-in, so the admin's own
