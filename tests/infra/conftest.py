@@ -47,6 +47,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "pull: pull mode's nodes converging themselves (a sandbox with deploy.mode pull: the fleet scenario)"
     )
     config.addinivalue_line(
+        "markers", "prometheus: the Prometheus backend's scrapes, panels and alerts (the fleet scenario)"
+    )
+    config.addinivalue_line(
         "markers",
         "baremetal: network-booted QEMU guests (sandbox up --bare-metal: the baremetal scenario)",
     )
