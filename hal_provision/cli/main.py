@@ -40,8 +40,9 @@ LAZY: dict[str, tuple[str, str, str]] = {
     "dashboards": (
         "hal_provision.cli.dashboards",
         "panels",
-        "List each dashboard's panels: title, kind, unit and every InfluxQL query (Grafana's macros "
-        "$timeFilter and $__interval left in).",
+        "List each dashboard's panels: title, kind, unit and every query in the language of "
+        "monitoring.backend: InfluxQL (Grafana's macros $timeFilter and $__interval left in) or PromQL "
+        "($__interval, $__rate_interval and $__range left in).",
     ),
     "discover": (
         "hal_provision.cli.discover",

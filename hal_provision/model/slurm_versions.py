@@ -116,8 +116,11 @@ RENDERED_KEYS = frozenset(
     PriorityWeightFairshare PriorityWeightJobSize PriorityWeightPartition PriorityWeightQOS PriorityWeightTRES
     Epilog ProctrackType Prolog PrologFlags ReturnToService SchedulerType SelectType SelectTypeParameters SlurmUser SlurmctldHost
     SlurmctldLogFile SlurmctldParameters SlurmctldPidFile SlurmctldPort SlurmctldTimeout SlurmdLogFile SlurmdPidFile SlurmdPort
-    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin RebootProgram ResumeTimeout MetricsType""".split()
+    SlurmdSpoolDir SlurmdTimeout StateSaveLocation TaskPlugin TaskProlog TmpFS TopologyPlugin RebootProgram ResumeTimeout""".split()
 )
+# Keys the renderer writes only where slurm.extra does not name them: the site's own line wins.
+# MetricsType: metrics/openmetrics where Prometheus scrapes slurmctld (backend prometheus, 25.11+).
+RENDERED_UNLESS_EXTRA = frozenset({"metricstype"})
 
 
 def versioned(key: str, value: str | None = None) -> Versioned | None:

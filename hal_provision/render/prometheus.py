@@ -53,13 +53,15 @@ def prometheus_backend(cluster: Cluster) -> bool:
 
 
 def slurmctld_metrics(cluster: Cluster) -> bool:
-    """Whether slurmctld serves its own metrics: Slurm 25.11 or later (MetricsType), and no
-    PrivateData in slurm.extra (slurmctld turns the endpoints off then)."""
+    """Whether slurmctld serves its own metrics: Slurm 25.11 or later (MetricsType), no
+    PrivateData in slurm.extra (slurmctld turns the endpoints off then), and no other
+    MetricsType of the site's own there."""
     return (
         prometheus_backend(cluster)
         and bool(cluster.controllers)
         and version_key(cluster.slurm.version) >= version_key(SLURMCTLD_METRICS_FROM)
         and "PrivateData" not in cluster.slurm.extra
+        and cluster.slurm.extra.get("MetricsType", "metrics/openmetrics") == "metrics/openmetrics"
     )
 
 

@@ -249,12 +249,13 @@ def reboot_lines(cluster: Cluster) -> str:
 
 def metrics_lines(cluster: Cluster) -> str:
     """Where Prometheus scrapes slurmctld itself (Slurm 25.11 and later, no PrivateData): its
-    OpenMetrics endpoints on SlurmctldPort."""
+    OpenMetrics endpoints on SlurmctldPort. A MetricsType of the site's own (slurm.extra) wins."""
     m = cluster.monitoring
     if (
         m is None
         or m.backend != "prometheus"
         or "PrivateData" in cluster.slurm.extra
+        or "MetricsType" in cluster.slurm.extra
         or version_key(cluster.slurm.version) < version_key(SLURMCTLD_METRICS_FROM)
     ):
         return ""

@@ -106,6 +106,15 @@ def test_slurmctlds_own_metrics_from_25_11_unless_private_data():
     private = _on_slurm_25_11(FLEET, {"PrivateData": "jobs"})
     assert "MetricsType" not in slurm_conf(private)
     assert [j["job_name"] for j in yaml.safe_load(prometheus.prometheus_yml(private))["scrape_configs"]] == ["node"]
+    # The site's own MetricsType wins: one line, the site's; scraped only where it is openmetrics.
+    own = _on_slurm_25_11(FLEET, {"MetricsType": "metrics/openmetrics"})
+    assert slurm_conf(own).count("MetricsType=") == 1
+    assert len(yaml.safe_load(prometheus.prometheus_yml(own))["scrape_configs"]) == 1 + len(
+        prometheus.SLURMCTLD_METRICS
+    )
+    other = _on_slurm_25_11(FLEET, {"MetricsType": "metrics/none"})
+    assert slurm_conf(other).count("MetricsType=") == 1
+    assert [j["job_name"] for j in yaml.safe_load(prometheus.prometheus_yml(other))["scrape_configs"]] == ["node"]
 
 
 def test_the_roles_facts_hold_no_secret():
