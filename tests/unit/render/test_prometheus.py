@@ -47,15 +47,15 @@ def test_collectors_follow_the_model():
     files = prometheus.render(FLEET)
     compute = json.loads(files["files/etc/hal-provision/metrics/compute.json"])
     mgmt = json.loads(files["files/etc/hal-provision/metrics/mgmt.json"])
-    # The health check's state and the pull record on the pull compute nodes, the probe where listed.
-    assert [c["name"] for c in compute["collectors"]] == ["storage_responsiveness", "health", "pull"]
+    # The listed collectors, then the health check's state and the pull record on the pull compute nodes.
+    assert [c["name"] for c in compute["collectors"]] == ["storage_responsiveness", "bmc", "health", "pull"]
     assert compute["hosts"] == {}
     # The Slurm collector on the slurmctld host alone, asking slurmdbd too.
     assert mgmt["collectors"] == []
     assert mgmt["hosts"] == {
         "fl-mgmt": [{"name": "slurm", "argv": ["/usr/local/bin/hal-collect", "slurm", "--slurmdbd"]}]
     }
-    assert compute["interval_seconds"] == 10 and compute["timeout_seconds"] == 8
+    assert compute["interval_seconds"] == 30 and compute["timeout_seconds"] == 28
     # The AI lab: the GPU collectors only where there are GPUs, the backup collector where jobs run.
     lab = prometheus.render(AILAB)
     names = {
