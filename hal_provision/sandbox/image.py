@@ -129,7 +129,7 @@ def image_packages(roles: Path = REPO / "roles") -> list[str]:
 def packages_revision(packages: list[str]) -> str:
     """Names the packages image's content: the base image's revision, the package list, the
     services it leaves to the roles and how it is built."""
-    text = " ".join([REVISION, *packages, *role_services(), _PACKAGES_SCRIPT])
+    text = " ".join([REVISION, *packages, services_file(), packages_script()])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -227,11 +227,12 @@ def build(image: str | None = None, force: bool = False, release: str = DEFAULT_
 # stays as the packages left it; what the packages generated as a node's own secret is removed.
 _PACKAGES_SCRIPT = r"""
 set -eu
+export LC_ALL=C
 export DEBIAN_FRONTEND=noninteractive
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d
 systemctl list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort > /tmp/enabled.before
 apt-get update -q
-apt-get install -y -q $(apt-cache pkgnames | sort -u | comm -12 - /tmp/wanted)
+apt-get install -y -q $(apt-cache pkgnames | sort -u | comm -12 - /tmp/wanted) {excluded}
 systemctl list-unit-files --state=enabled --no-legend | awk '{print $1}' | sort > /tmp/enabled.after
 comm -13 /tmp/enabled.before /tmp/enabled.after | comm -12 - /tmp/services | xargs -r systemctl disable
 rm -f /usr/sbin/policy-rc.d {secrets} /tmp/wanted /tmp/services /tmp/enabled.*
@@ -239,6 +240,25 @@ apt-get clean
 find /var/lib/apt/lists -type f -delete
 touch -d @0 /var/lib/apt/lists
 """
+
+
+# Recommends the roles never install (their apt tasks say install_recommends: false) and that
+# would run in every node of every scenario: the node exporter's textfile scripts, each on its
+# own timer. `NAME-` on apt's command line keeps a package out.
+NOT_RECOMMENDED = ("prometheus-node-exporter-collectors",)
+
+
+def packages_script() -> str:
+    return _PACKAGES_SCRIPT.replace("{secrets}", " ".join(NODE_SECRETS)).replace(
+        "{excluded}", " ".join(f"{p}-" for p in NOT_RECOMMENDED)
+    )
+
+
+def services_file() -> str:
+    """The unit names the packages script disables, sorted as `comm` needs them: in byte order
+    of the whole name ("prometheus-alertmanager.service" before "prometheus.service"), not of the
+    role's service name, or comm silently skips every name after the first out of order."""
+    return "".join(f"{u}\n" for u in sorted(f"{s}.service" for s in role_services()))
 
 
 def build_packages(image: str | None = None, force: bool = False, release: str = DEFAULT_RELEASE) -> str:
@@ -250,11 +270,11 @@ def build_packages(image: str | None = None, force: bool = False, release: str =
         return image
     base = build(release=release)
     revision = packages_revision(packages)
-    script = _PACKAGES_SCRIPT.replace("{secrets}", " ".join(NODE_SECRETS))
+    script = packages_script()
     with tempfile.TemporaryDirectory(prefix="hal-node-packages-") as tmp:
         ctx = Path(tmp)
         (ctx / "wanted").write_text("".join(f"{p}\n" for p in sorted(packages)))
-        (ctx / "services").write_text("".join(f"{u}.service\n" for u in role_services()))
+        (ctx / "services").write_text(services_file())
         (ctx / "install.sh").write_text(script)
         (ctx / "Containerfile").write_text(
             f"FROM {base}\n"

@@ -1355,6 +1355,6 @@ def test_standin_loops_on_the_interval_until_sigterm(tmp_path):
             rounds += line.startswith("wrote ")
         assert rounds == 2
         process.send_signal(signal.SIGTERM)
-        assert process.wait(10) == 0
+        assert process.wait(120) == 0  # after its current round, however loaded the machine
     finally:
         process.kill()

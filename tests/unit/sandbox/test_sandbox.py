@@ -501,3 +501,20 @@ def test_container_cpu_shares_come_from_the_environment():
             cpu_shares_args({"HAL_CONTAINER_CPU_SHARES": bad})
     create = (Path(__file__).resolve().parents[3] / "molecule/shared/create.yml").read_text()
     assert "cpu_shares: \"{{ lookup('ansible.builtin.env', 'HAL_CONTAINER_CPU_SHARES')" in create
+
+
+def test_the_packages_image_disables_every_role_service_the_packages_enable():
+    """`comm` in the packages script needs both lists in byte order: the services file sorted by
+    the role's service name put prometheus.service before prometheus-alertmanager.service, and
+    comm then skipped Alertmanager and the node exporter, which ran in every node."""
+    from hal_provision.sandbox import image
+
+    lines = image.services_file().splitlines()
+    assert lines == sorted(lines) and len(lines) == len(set(lines))
+    assert {"prometheus.service", "prometheus-alertmanager.service", "prometheus-node-exporter.service"} <= set(lines)
+    done = subprocess.run(["sort", "-c"], input=image.services_file(), text=True, env={"LC_ALL": "C"})
+    assert done.returncode == 0
+    script = image.packages_script()
+    assert "export LC_ALL=C" in script and "{secrets}" not in script and "{excluded}" not in script
+    # The node exporter's own textfile timers stay out (the roles install no Recommends).
+    assert "prometheus-node-exporter-collectors-" in script
