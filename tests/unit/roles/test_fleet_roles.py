@@ -123,6 +123,23 @@ MUNGE_PULL = """\
 """
 
 
+def run_local_playbook(playbook: Path, inventory: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """ansible-playbook -c local with the repository's roles; its run and the JSON callback's
+    result (the timer callback prints after it)."""
+    done = subprocess.run(
+        [ANSIBLE_PLAYBOOK, "-c", "local", "-i", str(inventory), str(playbook)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        },
+    )
+    return done, json.JSONDecoder().raw_decode(done.stdout)[0]
+
+
 @needs_ansible
 @pytest.mark.parametrize("key_there", [True, False])
 def test_munge_in_pull_mode_never_asks_the_key_host_and_needs_the_key_on_the_node(tmp_path, key_there):
@@ -136,18 +153,7 @@ def test_munge_in_pull_mode_never_asks_the_key_host_and_needs_the_key_on_the_nod
     inventory.write_text(
         json.dumps({"all": {"hosts": {"hal01": {"key_path": str(key), "ansible_python_interpreter": sys.executable}}}})
     )
-    done = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-c", "local", "-i", str(inventory), str(playbook)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        },
-    )
-    result = json.JSONDecoder().raw_decode(done.stdout)[0]  # the timer callback prints after it
+    done, result = run_local_playbook(playbook, inventory)
     tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"]["hal01"] for p in result["plays"] for t in p["tasks"]}
     stats = result["stats"]["hal01"]
     if key_there:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import os
 import shutil
 import socket
 import ssl
@@ -36,6 +35,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests.unit.roles.test_fleet_roles import run_local_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "prometheus"
@@ -368,18 +369,7 @@ def test_every_role_skipped_by_its_plays_when_runs_clean(tmp_path, tree):
             }
         )
     )
-    done = subprocess.run(
-        [ANSIBLE_PLAYBOOK, "-c", "local", "-i", str(inventory), str(playbook)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={
-            **os.environ,
-            "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        },
-    )
-    result = json.JSONDecoder().raw_decode(done.stdout)[0]
+    done, result = run_local_playbook(playbook, inventory)
     failed = [
         f"{t['task']['name']}: {t['hosts']['hal-mgmt1'].get('msg')}"
         for p in result["plays"]
