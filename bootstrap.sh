@@ -108,12 +108,14 @@ fi
 
 # The sandbox's node images (bare, then with the roles' packages) build while the Python
 # environment installs: both mostly wait on downloads and unpacking. The builder needs only
-# the standard library and PyYAML, so the system's Python runs it.
+# the standard library and PyYAML, so the system's Python runs it. For the test job too: the
+# scenarios start once the images are there, so they are the first thing every run waits for;
+# tests/run-all.sh's own build of them waits on this one's lock (hal_provision/sandbox/image.py),
+# then finds them, and shows the error should this one have failed.
 images() { /usr/bin/python3 -m hal_provision.sandbox.image; }
-if [ "$job" = demo ]; then
-  images_start=$(date +%s)
-  images >"$LOGS/images" 2>&1 & images_pid=$!
-fi
+images_start=$(date +%s)
+images >"$LOGS/images" 2>&1 & images_pid=$!
+[ "$job" = demo ] || echo "== node images: building beside the Python set-up (tests/run-all.sh waits for them)"
 
 # Python: a project-local virtual environment with the package, tests and Ansible tooling, on
 # Debian's own Python (built with profile-guided optimisation: Ansible's controller runs about

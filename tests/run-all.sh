@@ -110,12 +110,12 @@ else
   # JupyterHub: mostly waiting for them) side by side, each its own pytest, both niced beside
   # the first lane; the acceptance tests' lines after "[acceptance] ". Their daemons run in
   # private namespaces and scratch directories (tests/acceptance/slurm_harness.py), apart from
-  # the unit tests'.
+  # the unit tests'. Each prints its slowest tests (what CI's time budget is spent on).
   ( acc_start=$(date +%s)
-    "${NICE[@]}" python -m pytest -ra tests/acceptance 2>&1 | sed -u "s/^/[acceptance] /"; acc_rc=${PIPESTATUS[0]}
+    "${NICE[@]}" python -m pytest -ra --durations=10 tests/acceptance 2>&1 | sed -u "s/^/[acceptance] /"; acc_rc=${PIPESTATUS[0]}
     echo "$acc_rc $(( $(date +%s) - acc_start ))" >"$logs/acceptance.result" ) &
   acc_pid=$!
-  "${NICE[@]}" python -m pytest -ra tests/unit
+  "${NICE[@]}" python -m pytest -ra --durations=15 tests/unit
   unit_rc=$?
   unit_s=$(( $(date +%s) - start ))
   wait "$acc_pid"

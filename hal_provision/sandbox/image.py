@@ -19,6 +19,8 @@ release renamed. Usage: ``python3 -m hal_provision.sandbox.image [--force] [--ba
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import shutil
 import subprocess
@@ -26,6 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hal_provision.files import cache_dir
 from hal_provision.images.debian import ImageError, host_mirror
 from hal_provision.images.debian import apt_sources_for as apt_sources_for  # the tests import it from here
 from hal_provision.images.debian import copy_apt_sources as _copy_apt_sources
@@ -157,6 +160,28 @@ def _run(cmd: list[str], **kw) -> None:
     subprocess.run(cmd, check=True, **kw)
 
 
+def lock_path(image: str) -> Path:
+    """The lock a build of IMAGE holds, beside the other caches (podman's storage, like the cache
+    directory, is the user's own)."""
+    return cache_dir("image-locks") / (image.rsplit("/", 1)[-1].replace(":", "-") + ".lock")
+
+
+@contextlib.contextmanager
+def build_lock(image: str):
+    """One build of IMAGE at a time: a second builder (tests/run-all.sh's, while the one
+    ./bootstrap.sh started beside pip still runs; two sandboxes coming up at once) waits for the
+    first and then finds the image there, instead of building it a second time beside it."""
+    path = lock_path(image)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"{image}: another build runs, waiting for it", flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def build(image: str | None = None, force: bool = False, release: str = DEFAULT_RELEASE) -> str:
     if release not in RELEASE_SLURM:
         raise ImageError(f"no node image for Debian release {release!r} (known: {', '.join(RELEASE_SLURM)})")
@@ -164,6 +189,14 @@ def build(image: str | None = None, force: bool = False, release: str = DEFAULT_
     if image_exists(image) and not force:
         print(f"{image} exists")
         return image
+    with build_lock(image):
+        if image_exists(image) and not force:  # built while this waited for the lock
+            print(f"{image} exists")
+            return image
+        return _build(image, release)
+
+
+def _build(image: str, release: str) -> str:
     for tool in ("debootstrap", "podman", "tar"):
         if shutil.which(tool) is None:
             raise ImageError(f"{tool} is not installed (apt-get install debootstrap podman)")
@@ -269,6 +302,14 @@ def build_packages(image: str | None = None, force: bool = False, release: str =
         print(f"{image} exists")
         return image
     base = build(release=release)
+    with build_lock(image):
+        if packages_image_exists(packages, image) and not force:  # built while this waited for the lock
+            print(f"{image} exists")
+            return image
+        return _build_packages(image, base, packages)
+
+
+def _build_packages(image: str, base: str, packages: list[str]) -> str:
     revision = packages_revision(packages)
     script = packages_script()
     with tempfile.TemporaryDirectory(prefix="hal-node-packages-") as tmp:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
+import time
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
@@ -518,3 +520,44 @@ def test_the_packages_image_disables_every_role_service_the_packages_enable():
     assert "export LC_ALL=C" in script and "{secrets}" not in script and "{excluded}" not in script
     # The node exporter's own textfile timers stay out (the roles install no Recommends).
     assert "prometheus-node-exporter-collectors-" in script
+
+
+@pytest.mark.parametrize("packages", [False, True], ids=["bare", "packages"])
+def test_a_second_image_build_waits_for_the_first_and_builds_nothing(monkeypatch, tmp_path, packages):
+    """./bootstrap.sh starts the images' build beside pip; tests/run-all.sh's own build, started
+    while that one runs, waits on its lock and then finds the image instead of building it again."""
+    from hal_provision.sandbox import image
+
+    monkeypatch.setenv("HAL_PROVISION_CACHE", str(tmp_path))
+    built, there, started = [], threading.Event(), threading.Event()
+
+    def slow_build(img, *_args):
+        started.set()
+        time.sleep(0.5)
+        built.append(img)
+        there.set()
+        return img
+
+    if packages:
+        monkeypatch.setattr(image, "build", lambda **_kw: image.IMAGE)
+        monkeypatch.setattr(image, "packages_image_exists", lambda *_a: there.is_set())
+        monkeypatch.setattr(image, "_build_packages", slow_build)
+        call, want = image.build_packages, image.PACKAGES_IMAGE
+    else:
+        monkeypatch.setattr(image, "image_exists", lambda *_a: there.is_set())
+        monkeypatch.setattr(image, "_build", slow_build)
+        call, want = image.build, image.IMAGE
+    first = threading.Thread(target=call)
+    first.start()
+    assert started.wait(30)
+    assert call() == want
+    assert built == [want]  # the second returned only once the first had built it, and built nothing
+    first.join()
+    assert built == [want] and image.lock_path(want).parent == tmp_path / "image-locks"
+
+
+def test_bootstrap_builds_the_images_beside_pip_for_either_job():
+    text = (Path(__file__).resolve().parents[3] / "bootstrap.sh").read_text()
+    start = text.index('images >"$LOGS/images" 2>&1 & images_pid=$!')
+    assert start < text.index("pip install -e") and start < text.index('case "$job" in\n  demo)')
+    assert 'if [ "$job" = demo ]; then\n  images_start' not in text
