@@ -182,18 +182,22 @@ def build_lock(image: str):
         yield
 
 
+def _built_once(image: str, there, make) -> str:
+    """IMAGE, made by `make()` under its build lock unless `there()` says it is; checked again
+    once the lock is held, as another builder may have made it meanwhile."""
+    if not there():
+        with build_lock(image):
+            if not there():
+                return make()
+    print(f"{image} exists")
+    return image
+
+
 def build(image: str | None = None, force: bool = False, release: str = DEFAULT_RELEASE) -> str:
     if release not in RELEASE_SLURM:
         raise ImageError(f"no node image for Debian release {release!r} (known: {', '.join(RELEASE_SLURM)})")
     image = image or image_name(release)
-    if image_exists(image) and not force:
-        print(f"{image} exists")
-        return image
-    with build_lock(image):
-        if image_exists(image) and not force:  # built while this waited for the lock
-            print(f"{image} exists")
-            return image
-        return _build(image, release)
+    return _built_once(image, lambda: not force and image_exists(image), lambda: _build(image, release))
 
 
 def _build(image: str, release: str) -> str:
@@ -298,15 +302,11 @@ def build_packages(image: str | None = None, force: bool = False, release: str =
     """The packages image, FROM the bare one (built first when missing)."""
     image = image or packages_image_name(release)
     packages = image_packages()
-    if packages_image_exists(packages, image) and not force:
-        print(f"{image} exists")
-        return image
-    base = build(release=release)
-    with build_lock(image):
-        if packages_image_exists(packages, image) and not force:  # built while this waited for the lock
-            print(f"{image} exists")
-            return image
-        return _build_packages(image, base, packages)
+    return _built_once(
+        image,
+        lambda: not force and packages_image_exists(packages, image),
+        lambda: _build_packages(image, build(release=release), packages),
+    )
 
 
 def _build_packages(image: str, base: str, packages: list[str]) -> str:
